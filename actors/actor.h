@@ -1,0 +1,463 @@
+// Actors: typed addresses, Send / Ask, the handler's Context, and deferred replies.
+//
+// An actor is any class with a `Message` type and a handler:
+//
+//   class Counter {
+//    public:
+//     struct Add { int n; };
+//     struct Get { static constexpr std::string_view kKind = "Get"; };
+//     using Message = std::variant<Add, Get>;
+//     Status Receive(Message& msg, actors::Context<Message>& ctx);   // or: void Receive(...)
+//   };
+//
+//   auto counter = system.Spawn<Counter>("counter");
+//   counter.Send(Counter::Add{2});
+//   StatusOr<int> n = counter.Ask<int>(Counter::Get{}).Get();
+//
+// Guarantees: messages from one sender to one receiver are handled in the order sent (a sender is
+// an actor, or a thread outside the system); messages from different senders have no order, even
+// when one send happens before the other, so a message that must follow another sender's
+// messages is sent after their replies (or after System::WaitIdle); an actor
+// handles one message at a time; an error returned or thrown by a handler goes to the asker (or,
+// for a Send, to the actor's supervisor) and the actor keeps serving; every Ask's future
+// completes, at the latest when the system shuts down.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+
+#include "actors/cell.h"
+
+namespace npuflow::actors {
+
+template <typename R>
+using ReplyType = std::conditional_t<std::is_void_v<R>, Status, StatusOr<R>>;
+
+namespace detail {
+
+template <typename Msg>
+struct Envelope {
+  Msg msg;
+  ActorId sender = kExternal;
+  CoreRef reply;        // null for Send
+  bool tapped = false;  // already offered to the delivery tap
+};
+
+// The part of a cell that depends on the message type: the mailbox and Post.
+template <typename Msg>
+class Cell : public CellBase {
+ public:
+  using Env = Envelope<Msg>;
+  using CellBase::CellBase;
+
+  // From any thread, inside or outside the system.
+  void Post(Msg&& msg, CoreRef reply) {
+    DrainThreadState& ts = ThisThread();
+    const bool external = !ts.in_drain;
+    if (external) core_->external_posts.fetch_add(1, std::memory_order_seq_cst);
+    if (core_->stopping.load(std::memory_order_seq_cst)) {
+      if (reply) {
+        reply->TryFail(Status::Aborted("actor system is shut down: {} to actor '{}' not sent",
+                                       KindOf(msg), name_));
+      }
+    } else {
+      const ActorId sender = ts.current ? ts.current->id() : kExternal;
+      if (core_->deterministic) {
+        bool trigger;
+        {
+          std::lock_guard<std::mutex> lock(core_->det_mu);
+          det_queue_.push_back(Env{std::move(msg), sender, std::move(reply)});
+          trigger = !core_->det_scheduled;
+          core_->DetEnqueue(this, /*closure=*/false);
+        }
+        if (trigger) core_->sequencer->try_put(tbb::flow::continue_msg());
+      } else {
+        static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, std::move(reply)});
+        if (TakeToken(1)) Schedule();
+      }
+    }
+    if (external) core_->external_posts.fetch_sub(1, std::memory_order_seq_cst);
+  }
+
+ protected:
+  // Fails every queued ask with `why` and drops the rest. Returns how many were taken off.
+  std::int64_t DropQueued(const Status& why) {
+    std::int64_t dropped = 0;
+    auto drop = [&](Env& env) {
+      if (env.reply) env.reply->TryFail(why.WithContext(fmt::format("{} to actor '{}'", KindOf(env.msg), name_)));
+      ++dropped;
+    };
+    if (held_) {
+      drop(*held_);
+      held_.reset();
+    }
+    std::optional<Env> env;
+    for (LaneBase* lane = lanes_head_.load(std::memory_order_acquire); lane; lane = lane->next) {
+      while (static_cast<Lane<Env>*>(lane)->Pop(env)) drop(*env);
+    }
+    {
+      std::lock_guard<std::mutex> lock(core_->det_mu);
+      for (Env& e : det_queue_) drop(e);
+      det_queue_.clear();
+    }
+    std::lock_guard<std::mutex> lock(closure_mu_);
+    dropped += static_cast<std::int64_t>(closures_.size());
+    closure_count_.fetch_sub(static_cast<std::int64_t>(closures_.size()), std::memory_order_relaxed);
+    closures_.clear();
+    return dropped;
+  }
+
+  // The lane from the current sender (an actor, or this thread) to this cell.
+  LaneBase* LaneFrom(DrainThreadState& ts) {
+    if (CellBase* s = ts.current) {
+      if (s->out_last_uid_ == uid_) return s->out_last_lane_;
+      LaneBase*& slot = s->out_lanes_[uid_];
+      if (slot == nullptr) slot = AddLane(std::make_shared<Lane<Env>>());
+      s->out_last_uid_ = uid_;
+      return s->out_last_lane_ = slot;
+    }
+    ExternalLanes& ext = ThisThreadLanes();
+    if (ext.last_uid == uid_) return ext.last_lane;
+    std::shared_ptr<LaneBase>& slot = ext.lanes[uid_];
+    if (!slot) {
+      slot = std::make_shared<Lane<Env>>();
+      AddLane(slot);
+    }
+    ext.last_uid = uid_;
+    return ext.last_lane = slot.get();
+  }
+
+  LaneBase* AddLane(std::shared_ptr<LaneBase> lane) {
+    LaneBase* raw = lane.get();
+    {
+      std::lock_guard<std::mutex> lock(lanes_mu_);
+      owned_lanes_.push_back(std::move(lane));
+    }
+    LaneBase* head = lanes_head_.load(std::memory_order_relaxed);
+    do {
+      raw->next = head;
+    } while (!lanes_head_.compare_exchange_weak(head, raw, std::memory_order_release,
+                                                std::memory_order_relaxed));
+    return raw;
+  }
+
+  // Unlinks lanes whose producing thread exited and that are empty. Consumer only; never the
+  // head, which producers may be replacing.
+  void ReapClosedLanes() {
+    LaneBase* prev = lanes_head_.load(std::memory_order_acquire);
+    if (prev == nullptr) return;
+    for (LaneBase* lane = prev->next; lane != nullptr;) {
+      LaneBase* next = lane->next;
+      if (lane->closed.load(std::memory_order_acquire) &&
+          static_cast<Lane<Env>*>(lane)->Empty()) {
+        prev->next = next;
+        std::lock_guard<std::mutex> lock(lanes_mu_);
+        for (auto it = owned_lanes_.begin(); it != owned_lanes_.end(); ++it) {
+          if (it->get() == lane) {
+            owned_lanes_.erase(it);
+            break;
+          }
+        }
+      } else {
+        prev = lane;
+      }
+      lane = next;
+    }
+  }
+
+  std::atomic<LaneBase*> lanes_head_{nullptr};
+  std::mutex lanes_mu_;
+  std::vector<std::shared_ptr<LaneBase>> owned_lanes_;
+  std::optional<Env> held_;      // the head message the tap postponed
+  std::deque<Env> det_queue_;    // deterministic mode's mailbox (guarded by core_->det_mu)
+};
+
+template <typename A>
+class CellImpl;
+
+}  // namespace detail
+
+template <typename Msg>
+class Context;
+
+// A typed, copyable handle to an actor. Valid while its System lives.
+template <typename Msg>
+class Address {
+ public:
+  Address() = default;
+
+  bool valid() const { return cell_ != nullptr; }
+  ActorId id() const { return cell_ ? cell_->id() : kExternal; }
+  std::string_view name() const { return cell_ ? std::string_view(cell_->name()) : std::string_view(); }
+
+  // Fire and forget. A failure while handling it goes to the receiver's supervisor.
+  void Send(Msg msg) const {
+    if (cell_) cell_->Post(std::move(msg), {});
+  }
+
+  // Request / reply: the handler answers with ctx.Reply(R) (or ctx.Reply() for R = void).
+  template <typename R = void>
+  Future<ReplyType<R>> Ask(Msg msg) const {
+    using T = ReplyType<R>;
+    if (!cell_) return Future<T>::Ready(T(Status::ParamInvalid("Ask on an invalid (empty) address")));
+    Promise<T> promise;
+    Future<T> future = promise.GetFuture();
+    cell_->Post(std::move(msg), promise.ReleaseCore());
+    return future;
+  }
+
+  friend bool operator==(const Address& a, const Address& b) { return a.cell_ == b.cell_; }
+
+ private:
+  template <typename>
+  friend class detail::CellImpl;
+  friend class System;
+  template <typename>
+  friend class Context;
+  explicit Address(detail::Cell<Msg>* cell) : cell_(cell) {}
+  detail::Cell<Msg>* cell_ = nullptr;
+};
+
+// A reply taken out of a handler to be given later (e.g. when device work completes). Dropping
+// it unanswered fails the asker's future; it never hangs.
+template <typename R>
+class Replier {
+ public:
+  using T = ReplyType<R>;
+  Replier() = default;
+  Replier(Replier&&) noexcept = default;
+  Replier& operator=(Replier&&) noexcept = default;
+  ~Replier() {
+    if (core_) core_->TryFail(Status::Aborted("actor '{}' dropped its reply to {}", actor_, kind_));
+  }
+
+  bool valid() const { return static_cast<bool>(core_); }
+
+  template <typename U = R, typename = std::enable_if_t<!std::is_void_v<U>>>
+  void Reply(U value) { Complete(T(std::move(value))); }
+  template <typename U = R, typename = std::enable_if_t<std::is_void_v<U>>>
+  void Reply() { Complete(Status::Ok()); }
+  void Fail(Status status) {
+    if (core_) core_->TryFail(std::move(status));
+    core_.reset();
+  }
+
+ private:
+  template <typename>
+  friend class Context;
+  Replier(detail::CoreRef core, std::string actor, std::string kind)
+      : core_(std::move(core)), actor_(std::move(actor)), kind_(std::move(kind)) {}
+  void Complete(T value) {
+    if (!core_) return;
+    if (core_->value_type() != typeid(T)) {
+      core_->TryFail(Status::Internal("actor '{}' replied to {} with the wrong type", actor_, kind_));
+    } else {
+      static_cast<detail::Core<T>*>(core_.get())->TryComplete(std::move(value));
+    }
+    core_.reset();
+  }
+  detail::CoreRef core_;
+  std::string actor_;
+  std::string kind_;
+};
+
+// What a handler knows about the message it handles.
+template <typename Msg>
+class Context {
+ public:
+  ActorId sender() const { return env_->sender; }
+  Address<Msg> self() const { return Address<Msg>(cell_); }
+  std::string_view self_name() const { return cell_->name(); }
+  bool expects_reply() const { return static_cast<bool>(env_->reply); }
+
+  // Answers the Ask that sent this message (a no-op for a Send). R must be the asker's type:
+  // a mismatch fails the asker with an Internal error naming both.
+  template <typename R>
+  void Reply(R value) {
+    if (!env_->reply) return;
+    Complete<R>(StatusOr<R>(std::move(value)));
+  }
+  void Reply() {
+    if (!env_->reply) return;
+    Complete<void>(Status::Ok());
+  }
+  void ReplyError(Status status) {
+    if (env_->reply) env_->reply->TryFail(std::move(status));
+  }
+
+  // Takes the reply out, to answer after this handler returns.
+  template <typename R = void>
+  Replier<R> TakeReply() {
+    return Replier<R>(std::move(env_->reply), cell_->name(), std::string(KindOf(env_->msg)));
+  }
+
+  // Runs fn(value) in this actor (one handler at a time, like a message) when `future`
+  // completes: the way an actor waits for another without blocking a worker.
+  template <typename T, typename F>
+  void Then(Future<T> future, F fn) {
+    detail::CellBase* cell = cell_;
+    (void)std::move(future).Then([cell, fn = std::move(fn)](T&& value) mutable {
+      cell->PostClosure([fn = std::move(fn), value = std::move(value)]() mutable { fn(std::move(value)); });
+    });
+  }
+
+ private:
+  template <typename>
+  friend class detail::CellImpl;
+  Context(detail::Cell<Msg>* cell, detail::Envelope<Msg>* env) : cell_(cell), env_(env) {}
+
+  template <typename R>
+  void Complete(ReplyType<R> value) {
+    using T = ReplyType<R>;
+    detail::CoreBase* core = env_->reply.get();
+    if (core->value_type() != typeid(T)) {
+      core->TryFail(Status::Internal("actor '{}' replied to {} with {}, the asker expects another type",
+                                     cell_->name(), KindOf(env_->msg), detail::TypeName<T>()));
+      return;
+    }
+    static_cast<detail::Core<T>*>(core)->TryComplete(std::move(value));
+  }
+
+  detail::Cell<Msg>* cell_;
+  detail::Envelope<Msg>* env_;
+};
+
+namespace detail {
+
+template <typename A>
+class CellImpl final : public Cell<typename A::Message> {
+ public:
+  using Msg = typename A::Message;
+  using Env = Envelope<Msg>;
+  using Base = Cell<Msg>;
+
+  template <typename... Args>
+  CellImpl(SystemCore* core, ActorId id, std::string name, Supervisor supervisor, Args&&... args)
+      : Base(core, id, std::move(name), std::move(supervisor)),
+        actor_(std::make_unique<A>(std::forward<Args>(args)...)) {
+    this->pass_fn_ = core->tap_hook ? &CellImpl::PassThunk<true> : &CellImpl::PassThunk<false>;
+    this->node_ = std::make_unique<tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>>(
+        *core->graph, tbb::flow::unlimited, [this](tbb::flow::continue_msg) {
+          CellBase::RunDrains(this);
+          return tbb::flow::continue_msg();
+        });
+  }
+
+  A* actor() { return actor_.get(); }
+
+  void DropAll(const Status& why) override { this->DropQueued(why); }
+  void DestroyActor() override { actor_.reset(); }
+
+  void DeliverOneDeterministic(bool closure) override {
+    if (this->core_->stopping.load(std::memory_order_acquire)) {
+      this->DropQueued(Status::Aborted("actor system is shut down before delivery"));
+      return;
+    }
+    if (closure) {
+      this->RunOneClosure();
+      return;
+    }
+    std::optional<Env> env;
+    {
+      std::lock_guard<std::mutex> lock(this->core_->det_mu);
+      if (this->det_queue_.empty()) return;
+      env.emplace(std::move(this->det_queue_.front()));
+      this->det_queue_.pop_front();
+    }
+    if (DeliveryTap* tap = this->core_->tap.load(std::memory_order_acquire); tap && !env->tapped) {
+      env->tapped = true;
+      if (tap->OnDelivery(Delivery{env->sender, this->id_, this->name_, KindOf(env->msg)}).count() > 0) {
+        std::lock_guard<std::mutex> lock(this->core_->det_mu);
+        this->det_queue_.push_front(std::move(*env));
+        this->core_->DetEnqueue(this, false);  // the sequencer is running: no trigger needed
+        return;
+      }
+    }
+    Deliver(*env);
+  }
+
+ private:
+  template <bool kTapHook>
+  static PassResult PassThunk(CellBase* cell) { return static_cast<CellImpl*>(cell)->Pass<kTapHook>(); }
+
+  template <bool kTapHook>
+  PassResult Pass() {
+    PassResult r;
+    if (this->core_->stopping.load(std::memory_order_acquire)) {
+      r.handled = this->DropQueued(Status::Aborted("actor system is shut down before delivery"));
+      return r;
+    }
+    if (this->closure_count_.load(std::memory_order_acquire) > 0) r.handled += this->RunClosures();
+    if (this->held_) {
+      Env env = std::move(*this->held_);
+      this->held_.reset();
+      Deliver(env);
+      ++r.handled;
+    }
+    DeliveryTap* tap = kTapHook ? this->core_->tap.load(std::memory_order_relaxed) : nullptr;
+    const int batch = this->core_->batch;
+    std::optional<Env> env;
+    for (LaneBase* lane = this->lanes_head_.load(std::memory_order_acquire); lane; lane = lane->next) {
+      auto* typed = static_cast<Lane<Env>*>(lane);
+      for (int n = 0; n < batch && typed->Pop(env); ++n) {
+        if (kTapHook && tap != nullptr && !env->tapped) {
+          env->tapped = true;
+          auto delay = tap->OnDelivery(Delivery{env->sender, this->id_, this->name_, KindOf(env->msg)});
+          if (delay.count() > 0) {
+            this->held_.emplace(std::move(*env));
+            env.reset();
+            this->core_->ArmTimer(this, delay);
+            r.parked = true;
+            return r;
+          }
+        }
+        Deliver(*env);
+        env.reset();
+        ++r.handled;
+      }
+    }
+    if (std::uint64_t epoch = ClosedLaneEpoch().load(std::memory_order_relaxed); epoch != reaped_epoch_) {
+      reaped_epoch_ = epoch;
+      this->ReapClosedLanes();
+    }
+    return r;
+  }
+
+  void Deliver(Env& env) {
+    Context<Msg> ctx(this, &env);
+    Status status;
+    try {
+      if constexpr (std::is_same_v<decltype(actor_->Receive(env.msg, ctx)), void>) {
+        actor_->Receive(env.msg, ctx);
+      } else {
+        status = actor_->Receive(env.msg, ctx);
+      }
+    } catch (const std::exception& e) {
+      status = Status::Internal("actor '{}' threw while handling {}: {}", this->name_, KindOf(env.msg), e.what());
+    } catch (...) {
+      status = Status::Internal("actor '{}' threw a non-standard exception while handling {}", this->name_,
+                                KindOf(env.msg));
+    }
+    this->handled_.store(this->handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (env.reply) {
+      if (!status.ok()) {
+        if (!env.reply->TryFail(status)) this->ReportFailure(KindOf(env.msg), std::move(status));
+      } else if (!env.reply->ready()) {
+        env.reply->TryFail(Status::Internal("actor '{}' returned from {} without replying", this->name_,
+                                            KindOf(env.msg)));
+      }
+      env.reply.reset();
+    } else if (!status.ok()) {
+      this->ReportFailure(KindOf(env.msg), std::move(status));
+    }
+  }
+
+  std::unique_ptr<A> actor_;
+  std::uint64_t reaped_epoch_ = 0;
+};
+
+}  // namespace detail
+}  // namespace npuflow::actors

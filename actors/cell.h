@@ -1,0 +1,268 @@
+// Internals of the actor runtime: an actor's cell (mailbox + identity + flow-graph node) and the
+// system state cells share. Users include actors/system.h.
+//
+// Mailbox. Every (sender, receiver) pair has its own lane: an unbounded chain of Boost.Lockfree
+// single-producer/single-consumer rings. A sender is an actor (it sends from inside its handler,
+// one handler at a time, so it is a single producer) or a thread outside the system. A
+// receiver-wide `pending_` counter counts queued messages; the send that moves it from 0 to 1
+// owns the drain token and schedules the receiver. Whoever holds the token is the only one
+// draining, which is what makes "one handler at a time" true. The drain returns the token by
+// subtracting what it handled; if messages arrived meanwhile the counter stays positive and it
+// keeps the token.
+//
+// Scheduling. The receiver's drain runs as the body of its own tbb::flow::function_node. When a
+// handler sends to an idle actor, that actor is not spawned but handed off: it runs on this
+// thread right after the current drain (the flow graph's task bypass, one level up). A ping-pong
+// between two actors then stays on one core with no task allocation; a chain of handoffs is cut
+// after kMaxHandoffs and continues as a spawned task, so no actor starves the others.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <queue>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <boost/lockfree/spsc_queue.hpp>
+#include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "actors/future.h"
+#include "actors/message.h"
+#include "actors/tap.h"
+#include "base/status.h"
+#include "base/unique_function.h"
+
+namespace npuflow::actors {
+
+class System;
+
+// What a supervisor hears when a handler fails on a message nobody asked about (a Send), or
+// when an asker already had its reply.
+struct ActorFailure {
+  ActorId actor;
+  std::string actor_name;
+  std::string kind;
+  Status status;
+};
+using Supervisor = std::function<void(const ActorFailure&)>;
+
+namespace detail {
+
+class CellBase;
+
+// State shared by all cells of one System.
+struct SystemCore {
+  bool deterministic = false;
+  bool tap_hook = true;
+  int batch = 64;
+  std::atomic<bool> stopping{false};
+  std::atomic<DeliveryTap*> tap{nullptr};
+  std::atomic<std::int64_t> external_posts{0};  // external senders between check and trigger
+  std::atomic<std::uint64_t> failures{0};
+  tbb::task_arena* arena = nullptr;
+  tbb::flow::graph* graph = nullptr;
+  Supervisor default_supervisor;
+
+  // Deterministic mode: every delivery goes through one FIFO, run by one serial node.
+  struct DetEntry {
+    CellBase* cell;
+    bool closure;
+  };
+  std::mutex det_mu;
+  std::deque<DetEntry> det_order;
+  bool det_scheduled = false;
+  tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>* sequencer = nullptr;
+  void DetEnqueue(CellBase* cell, bool closure);  // caller holds det_mu
+  void DetRun();
+
+  // Wall-clock resumption of cells parked by the tap.
+  void ArmTimer(CellBase* cell, std::chrono::nanoseconds delay);
+  void StopTimer();
+
+ private:
+  void TimerLoop();
+  struct Timed {
+    std::chrono::steady_clock::time_point when;
+    CellBase* cell;
+    bool operator>(const Timed& o) const { return when > o.when; }
+  };
+  std::mutex timer_mu_;
+  std::condition_variable timer_cv_;
+  std::priority_queue<Timed, std::vector<Timed>, std::greater<>> timers_;
+  std::thread timer_thread_;
+  bool timer_stop_ = false;
+};
+
+// Result of one drain pass.
+struct PassResult {
+  std::int64_t handled = 0;  // messages and closures taken off the mailbox (counted in pending_)
+  bool parked = false;       // the tap postponed the head message: keep the token, stop draining
+};
+
+// A lane: one sender's FIFO into one receiver. Producer side: only the sender. Consumer side:
+// only the receiver's token holder.
+class LaneBase {
+ public:
+  virtual ~LaneBase() = default;
+  LaneBase* next = nullptr;          // receiver's lane list; written before publication only
+  std::atomic<bool> closed{false};   // the producing thread exited: unlink once empty
+};
+
+template <typename Env>
+class Lane final : public LaneBase {
+ public:
+  static constexpr std::size_t kSegment = 256;
+
+  Lane() : head_(new Segment()), tail_(head_) {}
+  ~Lane() override {
+    while (head_) delete std::exchange(head_, head_->next.load(std::memory_order_relaxed));
+  }
+
+  void Push(Env&& env) {
+    Slot slot{std::move(env)};
+    if (tail_->ring.push(slot)) return;
+    auto* fresh = new Segment();
+    fresh->ring.push(slot);
+    tail_->next.store(fresh, std::memory_order_release);
+    tail_ = fresh;
+  }
+
+  // Pops one envelope into `out`. Returns false when the lane is empty.
+  bool Pop(std::optional<Env>& out) {
+    for (;;) {
+      if (head_->ring.consume_one([&](Slot& s) { out.emplace(std::move(s.env)); })) return true;
+      Segment* next = head_->next.load(std::memory_order_acquire);
+      if (next == nullptr) return false;
+      // The producer filled head_ before linking `next`: one more look drains what it left.
+      if (head_->ring.consume_one([&](Slot& s) { out.emplace(std::move(s.env)); })) return true;
+      delete std::exchange(head_, next);
+    }
+  }
+
+  bool Empty() const {
+    return !head_->ring.read_available() && head_->next.load(std::memory_order_acquire) == nullptr;
+  }
+
+ private:
+  // spsc_queue copies in and out; a Slot moves on "copy" so envelopes with move-only or heavy
+  // members are moved, never copied.
+  struct Slot {
+    Env env;
+    explicit Slot(Env&& e) : env(std::move(e)) {}
+    Slot() = default;
+    Slot(const Slot& o) : env(std::move(const_cast<Slot&>(o).env)) {}
+    Slot& operator=(const Slot& o) {
+      env = std::move(const_cast<Slot&>(o).env);
+      return *this;
+    }
+  };
+  struct Segment {
+    boost::lockfree::spsc_queue<Slot, boost::lockfree::capacity<kSegment>> ring;
+    std::atomic<Segment*> next{nullptr};
+  };
+  Segment* head_;  // consumer
+  Segment* tail_;  // producer
+};
+
+// Per-thread state of the drain loop.
+struct DrainThreadState {
+  CellBase* current = nullptr;   // the actor whose handler runs on this thread
+  CellBase* handoff = nullptr;   // an actor this drain woke, to run next on this thread
+  bool in_drain = false;
+};
+DrainThreadState& ThisThread();
+
+// Lanes of a thread outside the system, keyed by receiver uid. Dropped (and marked closed) when
+// the thread exits.
+struct ExternalLanes {
+  std::unordered_map<std::uint64_t, std::shared_ptr<LaneBase>> lanes;
+  std::uint64_t last_uid = 0;
+  LaneBase* last_lane = nullptr;
+  ~ExternalLanes();
+};
+ExternalLanes& ThisThreadLanes();
+// Bumped whenever a thread with lanes exits; receivers reap closed lanes when it moves.
+std::atomic<std::uint64_t>& ClosedLaneEpoch();
+
+std::uint64_t NextCellUid();
+
+class CellBase {
+ public:
+  static constexpr int kMaxHandoffs = 128;
+
+  CellBase(SystemCore* core, ActorId id, std::string name, Supervisor supervisor);
+  virtual ~CellBase();
+  CellBase(const CellBase&) = delete;
+  CellBase& operator=(const CellBase&) = delete;
+
+  ActorId id() const { return id_; }
+  const std::string& name() const { return name_; }
+  SystemCore* core() const { return core_; }
+  std::uint64_t handled() const { return handled_.load(std::memory_order_relaxed); }
+
+  // Runs `fn` inside this actor, as if it were a message (one handler at a time). Used for
+  // continuations (Context::Then). Dropped (not run) after shutdown.
+  void PostClosure(UniqueFunction<void()> fn);
+
+  // Shutdown, once no drain runs: fail every queued ask, drop every queued message.
+  virtual void DropAll(const Status& why) = 0;
+  // Shutdown, after DropAll: destroy the actor object (its held Repliers fail their futures).
+  virtual void DestroyActor() = 0;
+  // Deterministic mode: deliver the head message (or closure).
+  virtual void DeliverOneDeterministic(bool closure) = 0;
+
+  // The token holder's entry point: drains this actor, then those it handed off to.
+  static void RunDrains(CellBase* cell);
+  // Schedules this actor's drain (the caller owns the token).
+  void Schedule();
+  void Spawn();  // through the flow-graph node, never a handoff
+
+  void ReportFailure(std::string_view kind, Status status);
+
+ protected:
+  // Runs queued closures; returns how many ran.
+  std::int64_t RunClosures();
+  void RunOneClosure();  // deterministic mode
+  bool TakeToken(std::int64_t count) {
+    return pending_.fetch_add(count, std::memory_order_acq_rel) == 0;
+  }
+
+  SystemCore* const core_;
+  const ActorId id_;
+  const std::string name_;
+  const std::uint64_t uid_;
+  Supervisor supervisor_;
+  PassResult (*pass_fn_)(CellBase*) = nullptr;  // the typed drain pass: one indirect call per pass
+  std::unique_ptr<tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>> node_;
+
+  alignas(64) std::atomic<std::int64_t> pending_{0};
+  std::atomic<std::uint64_t> handled_{0};  // single writer (the token holder)
+
+  std::mutex closure_mu_;
+  std::deque<UniqueFunction<void()>> closures_;
+  std::atomic<std::int64_t> closure_count_{0};
+
+  // Lanes from this actor to others (used only by this actor's token holder).
+  std::unordered_map<std::uint64_t, LaneBase*> out_lanes_;
+  std::uint64_t out_last_uid_ = 0;
+  LaneBase* out_last_lane_ = nullptr;
+
+  template <typename>
+  friend class Cell;
+  friend struct SystemCore;
+};
+
+}  // namespace detail
+}  // namespace npuflow::actors

@@ -1,0 +1,330 @@
+#include "actors/system.h"
+
+#include <thread>
+
+#include <boost/fiber/operations.hpp>
+
+#include "base/logging.h"
+
+namespace npuflow::actors {
+namespace detail {
+
+bool InNonMainFiber() {
+  // context::active() sets up Boost.Fiber's per-thread scheduler on first use; it does not switch.
+  boost::fibers::context* active = boost::fibers::context::active();
+  return active != nullptr && !active->is_context(boost::fibers::type::main_context);
+}
+
+DrainThreadState& ThisThread() {
+  thread_local DrainThreadState state;
+  return state;
+}
+
+std::atomic<std::uint64_t>& ClosedLaneEpoch() {
+  static std::atomic<std::uint64_t> epoch{0};
+  return epoch;
+}
+
+ExternalLanes::~ExternalLanes() {
+  if (lanes.empty()) return;
+  for (auto& [uid, lane] : lanes) lane->closed.store(true, std::memory_order_release);
+  ClosedLaneEpoch().fetch_add(1, std::memory_order_relaxed);
+}
+
+ExternalLanes& ThisThreadLanes() {
+  thread_local ExternalLanes lanes;
+  return lanes;
+}
+
+std::uint64_t NextCellUid() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+CellBase::CellBase(SystemCore* core, ActorId id, std::string name, Supervisor supervisor)
+    : core_(core), id_(id), name_(std::move(name)), uid_(NextCellUid()), supervisor_(std::move(supervisor)) {}
+
+CellBase::~CellBase() = default;
+
+void CellBase::Spawn() { node_->try_put(tbb::flow::continue_msg()); }
+
+void CellBase::Schedule() {
+  DrainThreadState& ts = ThisThread();
+  if (ts.in_drain && ts.handoff == nullptr) {
+    ts.handoff = this;
+    return;
+  }
+  Spawn();
+}
+
+// The drain loop. The indirect call through pass_fn_ is one per pass (a batch of messages), and
+// replaces the virtual execute() and task allocation that a spawned task would cost per hop.
+void CellBase::RunDrains(CellBase* cell) {
+  DrainThreadState& ts = ThisThread();
+  const DrainThreadState saved = ts;  // a handler that waits inside oneTBB may nest drains
+  ts = DrainThreadState{nullptr, nullptr, true};
+  int hops = 0;
+  while (cell != nullptr) {
+    ts.current = cell;
+    const PassResult r = cell->pass_fn_(cell);
+    ts.current = nullptr;
+    CellBase* next = std::exchange(ts.handoff, nullptr);
+    const std::int64_t left = cell->pending_.fetch_sub(r.handled, std::memory_order_acq_rel) - r.handled;
+    if (r.parked) {
+      // The tap holds the head message (still counted in pending_): the timer owns the token.
+      if (next != nullptr) next->Spawn();
+      break;
+    }
+    if (left > 0) {
+      // More arrived while draining: this drain keeps the token. A woken actor is spawned so it
+      // can run in parallel.
+      if (next != nullptr) next->Spawn();
+      if (r.handled == 0 || ++hops >= kMaxHandoffs) {
+        cell->Spawn();
+        break;
+      }
+      continue;
+    }
+    if (next == nullptr) break;
+    if (++hops >= kMaxHandoffs) {
+      next->Spawn();
+      break;
+    }
+    cell = next;
+  }
+  ts = saved;
+}
+
+void CellBase::PostClosure(UniqueFunction<void()> fn) {
+  // Same shutdown handshake as Cell::Post: an outside poster is counted while it posts.
+  const bool external = !ThisThread().in_drain;
+  if (external) core_->external_posts.fetch_add(1, std::memory_order_seq_cst);
+  struct Done {
+    SystemCore* core;
+    bool external;
+    ~Done() {
+      if (external) core->external_posts.fetch_sub(1, std::memory_order_seq_cst);
+    }
+  } done{core_, external};
+  if (core_->stopping.load(std::memory_order_seq_cst)) return;  // dropped: the system is gone
+  if (core_->deterministic) {
+    bool trigger;
+    {
+      std::lock_guard<std::mutex> lock(core_->det_mu);
+      {
+        std::lock_guard<std::mutex> closures(closure_mu_);
+        closures_.push_back(std::move(fn));
+      }
+      trigger = !core_->det_scheduled;
+      core_->DetEnqueue(this, /*closure=*/true);
+    }
+    if (trigger) core_->sequencer->try_put(tbb::flow::continue_msg());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(closure_mu_);
+    closures_.push_back(std::move(fn));
+  }
+  closure_count_.fetch_add(1, std::memory_order_release);
+  if (TakeToken(1)) Schedule();
+}
+
+std::int64_t CellBase::RunClosures() {
+  std::deque<UniqueFunction<void()>> batch;
+  {
+    std::lock_guard<std::mutex> lock(closure_mu_);
+    batch.swap(closures_);
+  }
+  const auto n = static_cast<std::int64_t>(batch.size());
+  closure_count_.fetch_sub(n, std::memory_order_relaxed);
+  for (auto& fn : batch) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      ReportFailure("continuation", Status::Internal("actor '{}' continuation threw: {}", name_, e.what()));
+    } catch (...) {
+      ReportFailure("continuation", Status::Internal("actor '{}' continuation threw", name_));
+    }
+  }
+  handled_.store(handled_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  return n;
+}
+
+void CellBase::RunOneClosure() {
+  UniqueFunction<void()> fn;
+  {
+    std::lock_guard<std::mutex> lock(closure_mu_);
+    if (closures_.empty()) return;
+    fn = std::move(closures_.front());
+    closures_.pop_front();
+  }
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    ReportFailure("continuation", Status::Internal("actor '{}' continuation threw: {}", name_, e.what()));
+  }
+  handled_.store(handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+void CellBase::ReportFailure(std::string_view kind, Status status) {
+  core_->failures.fetch_add(1, std::memory_order_relaxed);
+  ActorFailure failure{id_, name_, std::string(kind), std::move(status)};
+  const Supervisor& supervisor = supervisor_ ? supervisor_ : core_->default_supervisor;
+  try {
+    if (supervisor) supervisor(failure);
+  } catch (...) {
+    NPUFLOW_LOG_ERROR(kActors, "supervisor of actor '{}' threw; failure was: {}", name_,
+                      failure.status.ToString());
+  }
+}
+
+void SystemCore::DetEnqueue(CellBase* cell, bool closure) {
+  det_order.push_back(DetEntry{cell, closure});
+  det_scheduled = true;
+}
+
+void SystemCore::DetRun() {
+  DrainThreadState& ts = ThisThread();
+  const DrainThreadState saved = ts;
+  ts = DrainThreadState{nullptr, nullptr, true};
+  for (;;) {
+    DetEntry entry;
+    {
+      std::lock_guard<std::mutex> lock(det_mu);
+      if (det_order.empty()) {
+        det_scheduled = false;
+        break;
+      }
+      entry = det_order.front();
+      det_order.pop_front();
+    }
+    ts.current = entry.cell;
+    entry.cell->DeliverOneDeterministic(entry.closure);
+    ts.current = nullptr;
+  }
+  ts = saved;
+}
+
+void SystemCore::ArmTimer(CellBase* cell, std::chrono::nanoseconds delay) {
+  graph->reserve_wait();  // WaitIdle and Shutdown see the parked delivery as work in flight
+  std::lock_guard<std::mutex> lock(timer_mu_);
+  if (!timer_thread_.joinable() && !timer_stop_) timer_thread_ = std::thread([this] { TimerLoop(); });
+  timers_.push(Timed{std::chrono::steady_clock::now() + delay, cell});
+  timer_cv_.notify_one();
+}
+
+void SystemCore::TimerLoop() {
+  std::unique_lock<std::mutex> lock(timer_mu_);
+  while (!timer_stop_) {
+    if (timers_.empty()) {
+      timer_cv_.wait(lock);
+      continue;
+    }
+    auto when = timers_.top().when;
+    if (std::chrono::steady_clock::now() < when) {
+      timer_cv_.wait_until(lock, when);
+      continue;
+    }
+    CellBase* cell = timers_.top().cell;
+    timers_.pop();
+    lock.unlock();
+    cell->Spawn();
+    graph->release_wait();
+    lock.lock();
+  }
+}
+
+void SystemCore::StopTimer() {
+  {
+    std::lock_guard<std::mutex> lock(timer_mu_);
+    timer_stop_ = true;
+    timer_cv_.notify_one();
+  }
+  if (timer_thread_.joinable()) timer_thread_.join();
+  // Parked deliveries that never resumed: their messages are dropped by the shutdown sweep.
+  std::lock_guard<std::mutex> lock(timer_mu_);
+  while (!timers_.empty()) {
+    timers_.pop();
+    graph->release_wait();
+  }
+}
+
+}  // namespace detail
+
+Status System::CheckOptions(const SystemOptions& options) {
+  if (options.workers < 0 || options.workers > 1024)
+    return Status::ParamInvalid("actors: workers must be 0 (one per hardware thread) to 1024, got {}",
+                                options.workers);
+  if (options.batch < 1 || options.batch > 1 << 20)
+    return Status::ParamInvalid("actors: batch must be 1 to 1048576, got {}", options.batch);
+  return Status::Ok();
+}
+
+System::System(SystemOptions options) {
+  if (Status status = CheckOptions(options); !status.ok()) throw std::invalid_argument(status.ToString());
+  workers_ = options.deterministic ? 1
+             : options.workers > 0 ? options.workers
+                                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  core_.deterministic = options.deterministic;
+  core_.tap_hook = options.tap_hook;
+  core_.batch = options.batch;
+  core_.default_supervisor = [](const ActorFailure& f) {
+    NPUFLOW_LOG_ERROR(kActors, "actor '{}' failed on {}: {}", f.actor_name, f.kind, f.status.ToString());
+  };
+  // oneTBB gives an arena at most (max_allowed_parallelism - 1) workers, hardware threads by
+  // default. Host threads stay outside the arena (they wait on futures), so the arena gets
+  // all its slots from workers: ask for one more than we use.
+  if (static_cast<int>(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)) <
+      workers_ + 1) {
+    parallelism_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                         static_cast<std::size_t>(workers_ + 1));
+  }
+  arena_ = std::make_unique<tbb::task_arena>(workers_, /*reserved_for_masters=*/0);
+  arena_->execute([&] { graph_ = std::make_unique<tbb::flow::graph>(); });
+  core_.arena = arena_.get();
+  core_.graph = graph_.get();
+  if (core_.deterministic) {
+    sequencer_ = std::make_unique<tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>>(
+        *graph_, tbb::flow::serial, [this](tbb::flow::continue_msg) {
+          core_.DetRun();
+          return tbb::flow::continue_msg();
+        });
+    core_.sequencer = sequencer_.get();
+  }
+}
+
+System::~System() {
+  Shutdown();
+  std::lock_guard<std::mutex> lock(cells_mu_);
+  cells_.clear();
+}
+
+void System::WaitIdle() {
+  arena_->execute([&] { graph_->wait_for_all(); });
+}
+
+void System::Shutdown() {
+  std::call_once(shutdown_once_, [&] {
+    core_.stopping.store(true, std::memory_order_seq_cst);
+    // A sender outside the system that passed the stopping check finishes its post first.
+    while (core_.external_posts.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    core_.StopTimer();
+    // Running handlers finish; drains that start now drop what they find.
+    WaitIdle();
+    std::lock_guard<std::mutex> lock(cells_mu_);
+    const Status why = Status::Aborted("actor system shut down before delivery");
+    for (auto& cell : cells_) cell->DropAll(why);
+    for (auto& cell : cells_) cell->DestroyActor();
+  });
+}
+
+SystemStats System::Stats() const {
+  std::lock_guard<std::mutex> lock(cells_mu_);
+  SystemStats stats;
+  stats.actors = cells_.size();
+  for (const auto& cell : cells_) stats.handled += cell->handled();
+  stats.failures = core_.failures.load(std::memory_order_relaxed);
+  return stats;
+}
+
+}  // namespace npuflow::actors

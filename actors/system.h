@@ -1,0 +1,126 @@
+// System: the actors of one runtime, on one tbb::flow::graph in one task arena.
+//
+//   actors::System system({.workers = 2});
+//   auto a = system.Spawn<Counter>("counter");
+//   ...
+//   system.Shutdown();   // also done by the destructor
+//
+// Host code (user threads, fibers) sends to actors and waits on futures; it never runs handlers.
+// Handlers run on the system's workers and must not block: to wait for another actor, use
+// Context::Then.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "actors/actor.h"
+#include "base/status.h"
+
+namespace npuflow::actors {
+
+struct SystemOptions {
+  // Worker threads that run handlers. 0: one per hardware thread.
+  int workers = 0;
+  // One worker and one global FIFO of deliveries: the same program gives the same message
+  // order, run after run (messages from outside the system are ordered by when they are sent).
+  bool deterministic = false;
+  // Messages an actor takes from one sender's lane in one drain pass.
+  int batch = 64;
+  // Compile the delivery-tap check into the drain loop. Without it SetTap is refused; the
+  // hop is then exactly the runtime's own cost (the benchmark's reference for the hook).
+  bool tap_hook = true;
+};
+
+struct SpawnOptions {
+  std::string name;
+  // Hears failures of messages nobody asked about. Default: the system's (logs and counts).
+  Supervisor supervisor;
+};
+
+struct SystemStats {
+  std::size_t actors = 0;
+  std::uint64_t handled = 0;   // messages and continuations handled
+  std::uint64_t failures = 0;  // handler failures that went to a supervisor
+};
+
+class System {
+ public:
+  explicit System(SystemOptions options = {});
+  ~System();
+  System(const System&) = delete;
+  System& operator=(const System&) = delete;
+
+  // Validates options the way every npuflow entry point does.
+  static Status CheckOptions(const SystemOptions& options);
+
+  template <typename A, typename... Args>
+  Address<typename A::Message> Spawn(SpawnOptions options, Args&&... args) {
+    std::lock_guard<std::mutex> lock(cells_mu_);
+    const ActorId id = static_cast<ActorId>(cells_.size() + 1);
+    if (options.name.empty()) options.name = "actor-" + std::to_string(id);
+    std::unique_ptr<detail::CellImpl<A>> cell;
+    arena_->execute([&] {
+      cell = std::make_unique<detail::CellImpl<A>>(&core_, id, std::move(options.name),
+                                                   std::move(options.supervisor),
+                                                   std::forward<Args>(args)...);
+    });
+    Address<typename A::Message> address(cell.get());
+    cells_.push_back(std::move(cell));
+    return address;
+  }
+  template <typename A, typename... Args>
+  Address<typename A::Message> Spawn(std::string name, Args&&... args) {
+    return Spawn<A>(SpawnOptions{std::move(name), {}}, std::forward<Args>(args)...);
+  }
+
+  // Installs (or, with nullptr, removes) the delivery tap. The tap must outlive its
+  // installation; remove it before destroying it, and only while no message is in flight.
+  Status SetTap(DeliveryTap* tap) {
+    if (!core_.tap_hook && tap != nullptr)
+      return Status::Unsupported("actors: this system was built with tap_hook = false; SetTap needs it");
+    core_.tap.store(tap, std::memory_order_release);
+    return Status::Ok();
+  }
+
+  // Replaces the default supervisor. Call before spawning.
+  void SetDefaultSupervisor(Supervisor supervisor) { core_.default_supervisor = std::move(supervisor); }
+
+  // Blocks until no message is queued or being handled (messages sent meanwhile from outside
+  // may or may not be included). Must not be called from a handler.
+  void WaitIdle();
+
+  // Stops delivering: every queued Ask fails with Aborted, queued Sends are dropped, actors are
+  // destroyed (a Replier they held fails its future), later Sends are dropped and later Asks
+  // fail at once. Waits for running handlers; never waits for a queued message. Idempotent.
+  // Must not be called from a handler.
+  void Shutdown();
+  bool stopped() const { return core_.stopping.load(std::memory_order_acquire); }
+
+  SystemStats Stats() const;
+  int workers() const { return workers_; }
+  bool deterministic() const { return core_.deterministic; }
+  tbb::flow::graph& graph() { return *graph_; }
+  tbb::task_arena& arena() { return *arena_; }
+
+ private:
+  int workers_;
+  std::unique_ptr<tbb::global_control> parallelism_;
+  std::unique_ptr<tbb::task_arena> arena_;
+  std::unique_ptr<tbb::flow::graph> graph_;
+  std::unique_ptr<tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>> sequencer_;
+  detail::SystemCore core_;
+  mutable std::mutex cells_mu_;
+  std::vector<std::unique_ptr<detail::CellBase>> cells_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace npuflow::actors

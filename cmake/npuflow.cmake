@@ -1,0 +1,19 @@
+# npuflow_layer(NAME SOURCES ... DEPS ...): one static library per layer folder.
+function(npuflow_layer name)
+  cmake_parse_arguments(L "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(npuflow_${name} STATIC ${L_SOURCES})
+  target_include_directories(npuflow_${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(npuflow_${name} PUBLIC ${L_DEPS})
+endfunction()
+
+# npuflow_test(NAME SOURCES ... DEPS ... [LABELS ...]): one GoogleTest binary, registered with ctest.
+function(npuflow_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main Threads::Threads)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 600)
+  endif()
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+endfunction()

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Sanitizer builds, each in its own directory:
+#   scripts/check.sh asan   AddressSanitizer + UBSan, every test         (build-asan/)
+#   scripts/check.sh tsan   ThreadSanitizer, the concurrency tests       (build-tsan/)
+# ThreadSanitizer only sees synchronization in instrumented code, so the tsan variant builds
+# oneTBB itself with -fsanitize=thread from Debian's source package (once; cached).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+variant=${1:-}
+repeat=${NPUFLOW_CHECK_REPEAT:-3}
+
+bash scripts/setup.sh
+
+case "$variant" in
+  asan)
+    cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPUFLOW_SANITIZER=address \
+      -DNPUFLOW_NATIVE=OFF >/dev/null
+    cmake --build build-asan -j "$(nproc)"
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    (cd build-asan && ctest --output-on-failure --repeat until-fail:"$repeat")
+    ;;
+  tsan)
+    tbb_version=$(dpkg-query -W -f='${source:Version}' libtbb-dev)
+    cache=${NPUFLOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/npuflow}
+    tbb_prefix="$cache/onetbb-tsan-$tbb_version"
+    if [ ! -f "$tbb_prefix/lib/cmake/TBB/TBBConfig.cmake" ]; then
+      bash scripts/fetch-tbb-source.sh "$cache/src"
+      src=$(find "$cache/src" -maxdepth 1 -type d -name 'oneTBB-*' | head -1)
+      cmake -S "$src" -B "$cache/onetbb-tsan-build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DTBB_TEST=OFF -DTBB_EXAMPLES=OFF -DTBB_STRICT=OFF -DTBBMALLOC_BUILD=OFF \
+        -DTBB_SANITIZE=thread -DCMAKE_INSTALL_PREFIX="$tbb_prefix" >/dev/null
+      cmake --build "$cache/onetbb-tsan-build" -j "$(nproc)" 2>&1 | grep -v -- '-Wtsan' | grep -E 'error|FAILED' || true
+      cmake --install "$cache/onetbb-tsan-build" >/dev/null
+    fi
+    cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPUFLOW_SANITIZER=thread \
+      -DNPUFLOW_NATIVE=OFF -DTBB_DIR="$tbb_prefix/lib/cmake/TBB" >/dev/null
+    cmake --build build-tsan -j "$(nproc)"
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/scripts/tsan.supp"
+    (cd build-tsan && ctest --output-on-failure -L concurrency --repeat until-fail:"$repeat")
+    ;;
+  *)
+    echo "usage: scripts/check.sh asan|tsan" >&2
+    exit 2
+    ;;
+esac
