@@ -178,6 +178,10 @@ class Cell : public CellBase {
 template <typename A>
 class CellImpl;
 
+// Lets an alternative mailbox (the benchmark's flow-node-buffered cell) build a Context the
+// way CellImpl does, so the two mailboxes are compared with everything else equal.
+struct ContextAccess;
+
 }  // namespace detail
 
 template <typename Msg>
@@ -307,6 +311,7 @@ class Context {
  private:
   template <typename>
   friend class detail::CellImpl;
+  friend struct detail::ContextAccess;
   Context(detail::Cell<Msg>* cell, detail::Envelope<Msg>* env) : cell_(cell), env_(env) {}
 
   template <typename R>
@@ -326,6 +331,11 @@ class Context {
 };
 
 namespace detail {
+
+struct ContextAccess {
+  template <typename Msg>
+  static Context<Msg> Make(Cell<Msg>* cell, Envelope<Msg>* env) { return Context<Msg>(cell, env); }
+};
 
 template <typename A>
 class CellImpl final : public Cell<typename A::Message> {

@@ -175,7 +175,7 @@ TEST(Actors, FifoPerSenderAndOneHandlerAtATime) {
     System system({.workers = 2, .batch = 1 + rep % 8});
     auto sink = system.Spawn<Sink>("sink");
     std::vector<Address<Relay::Message>> relays;
-    for (int r = 0; r < 4; ++r) relays.push_back(system.Spawn<Relay>("relay" + std::to_string(r), sink));
+    for (int r = 0; r < 4; ++r) relays.push_back(system.Spawn<Relay>(fmt::format("relay{}", r), sink));
     constexpr long kPerThread = 20000;
     std::vector<std::thread> threads;
     for (int t = 0; t < 2; ++t) {
@@ -475,7 +475,7 @@ std::string RunGossipScript(bool deterministic) {
   LogTap tap;
   if (!system.SetTap(&tap).ok()) return "SetTap failed";
   std::vector<Address<Gossip::Message>> peers;
-  for (int i = 0; i < 6; ++i) peers.push_back(system.Spawn<Gossip>("g" + std::to_string(i)));
+  for (int i = 0; i < 6; ++i) peers.push_back(system.Spawn<Gossip>(fmt::format("g{}", i)));
   for (auto& p : peers) p.Send(Gossip::Peers{peers});
   for (int i = 0; i < 6; ++i) peers[i].Send(Gossip::Rumor{9, static_cast<std::uint32_t>(i)});
   system.WaitIdle();

@@ -1,0 +1,84 @@
+// npuflow: the command-line entry point. One binary, one subcommand per job.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "base/logging.h"
+#include "benchmarks/harness.h"
+
+namespace {
+
+using npuflow::Status;
+
+int Fail(const Status& status) {
+  std::cerr << "npuflow: " << status.ToString() << "\n";
+  return 1;
+}
+
+std::string AreaNames() {
+  std::string names;
+  for (const auto& area : npuflow::bench::Areas()) names += (names.empty() ? "" : ", ") + area.name;
+  return names;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"npuflow: a graph compiler and runtime for a simulated Ascend-style NPU"};
+  app.set_version_flag("--version", "npuflow 0.1.0");
+  app.require_subcommand(1);
+  std::string log_spec;
+  app.add_option("--log", log_spec, "log levels, as NPUFLOW_LOG: e.g. debug or warn,actors=trace");
+
+  // bench
+  auto* bench = app.add_subcommand("bench", "run an area's benchmarks and print its figures with baselines");
+  std::string area;
+  npuflow::bench::RunOptions bench_options;
+  bench->add_option("area", area, "what to measure: " + AreaNames())->required();
+  bench->add_flag("--json", bench_options.json, "print one JSON object {\"figures\": {...}}");
+  bench->add_option("--repetitions", bench_options.repetitions, "repetitions per benchmark (median is kept)")
+      ->check(CLI::Range(1, 100));
+  bench->add_option("--min-time", bench_options.min_time_s, "seconds per repetition")
+      ->check(CLI::Range(0.001, 60.0));
+
+  // demo
+  auto* demo = app.add_subcommand("demo", "the main job: what npuflow does, end to end");
+  bool demo_json = false;
+  demo->add_flag("--json", demo_json, "print the figures as one JSON object");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    if (argc > 1 && argv[1][0] != '-') {
+      std::cerr << "npuflow: unknown subcommand '" << argv[1] << "' (known: bench, demo); see npuflow --help\n";
+      return 2;
+    }
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  if (!log_spec.empty()) {
+    if (Status s = npuflow::log::Configure(log_spec); !s.ok()) return Fail(s);
+  }
+
+  if (bench->parsed()) {
+    Status s = npuflow::bench::RunArea(area, bench_options, std::cout);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (demo->parsed()) {
+    if (!demo_json) {
+      std::cout << "npuflow demo: GPT-2 generation on the simulated NPU arrives with the GPT-2 issue; until then\n"
+                   "the demo runs the actor-runtime benchmark scenario (the same as `npuflow bench actors`).\n\n";
+    }
+    npuflow::bench::RunOptions options;
+    options.json = demo_json;
+    options.repetitions = 3;
+    Status s = npuflow::bench::RunArea("actors", options, std::cout);
+    return s.ok() ? 0 : Fail(s);
+  }
+  return 0;
+}

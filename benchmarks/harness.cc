@@ -1,0 +1,112 @@
+#include "benchmarks/harness.h"
+
+#include <algorithm>
+#include <memory>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace npuflow::bench {
+namespace {
+
+// Collects every repetition (not the aggregates) and keeps per-benchmark samples.
+class CollectingReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.run_type != Run::RT_Iteration) continue;
+      if (run.error_occurred) {
+        errors.push_back(fmt::format("{}: {}", run.benchmark_name(), run.error_message));
+        continue;
+      }
+      auto& s = samples[run.run_name.function_name];
+      s.real_ns.push_back(run.GetAdjustedRealTime());
+      for (const auto& [name, counter] : run.counters) s.counters[name].push_back(counter.value);
+    }
+  }
+  struct Samples {
+    std::vector<double> real_ns;
+    std::map<std::string, std::vector<double>> counters;
+  };
+  std::map<std::string, Samples> samples;
+  std::vector<std::string> errors;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+void PrintFigures(const std::vector<Figure>& figures, bool json, std::ostream& out) {
+  if (json) {
+    nlohmann::ordered_json j;
+    j["figures"] = nlohmann::ordered_json::object();
+    for (const Figure& f : figures) {
+      j["figures"][f.name] = {{"value", f.value}, {"unit", f.unit}, {"baseline", f.baseline}, {"ratio", f.ratio()}};
+    }
+    out << j.dump(2) << "\n";
+    return;
+  }
+  size_t w = 6;
+  for (const Figure& f : figures) w = std::max(w, f.name.size());
+  out << fmt::format("{:<{}}  {:>12}  {:<8}  {:>12}  {:>8}  {:<18}  {}\n", "figure", w, "value", "unit", "baseline",
+                     "ratio", "target", "baseline is");
+  out << std::string(w + 100, '-') << "\n";
+  for (const Figure& f : figures) {
+    out << fmt::format("{:<{}}  {:>12.4g}  {:<8}  {:>12.4g}  {:>8.3f}  {:<18}  {}\n", f.name, w, f.value, f.unit,
+                       f.baseline, f.ratio(), f.target, f.baseline_what);
+  }
+}
+
+Status RunArea(const std::string& area_name, const RunOptions& options, std::ostream& out) {
+  const Area* area = nullptr;
+  std::string known;
+  for (const Area& a : Areas()) {
+    if (a.name == area_name) area = &a;
+    known += (known.empty() ? "" : ", ") + a.name;
+  }
+  if (area == nullptr) return Status::ParamInvalid("bench: unknown area '{}' (known areas: {})", area_name, known);
+  if (options.repetitions < 1 || options.repetitions > 100)
+    return Status::ParamInvalid("bench: --repetitions must be 1 to 100, got {}", options.repetitions);
+  if (!(options.min_time_s > 0 && options.min_time_s <= 60))
+    return Status::ParamInvalid("bench: --min-time must be in (0, 60] seconds, got {}", options.min_time_s);
+
+  static bool initialized = false;
+  if (!initialized) {
+    std::vector<std::string> args = {"npuflow-bench",
+                                     fmt::format("--benchmark_repetitions={}", options.repetitions),
+                                     fmt::format("--benchmark_min_time={}", options.min_time_s),
+                                     "--benchmark_enable_random_interleaving=true"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    int argc = static_cast<int>(argv.size());
+    benchmark::Initialize(&argc, argv.data());
+    initialized = true;
+  }
+  benchmark::ClearRegisteredBenchmarks();
+  area->register_benchmarks();
+  CollectingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  if (!reporter.errors.empty()) return Status::Failed("bench {}: {}", area_name, reporter.errors.front());
+
+  Results results;
+  for (auto& [name, s] : reporter.samples) {
+    Measurement m;
+    m.real_ns = Median(s.real_ns);
+    for (auto& [counter, values] : s.counters) m.counters[counter] = Median(values);
+    if (auto it = m.counters.find("items_per_second"); it != m.counters.end()) m.rate = it->second;
+    results[name] = m;
+  }
+  if (!options.json) out << fmt::format("npuflow bench {}: {} (median of {} repetitions)\n", area->name, area->summary,
+                                        options.repetitions);
+  PrintFigures(area->figures(results), options.json, out);
+  return Status::Ok();
+}
+
+}  // namespace npuflow::bench

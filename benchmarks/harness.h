@@ -1,0 +1,57 @@
+// The benchmark harness behind `npuflow bench <area>`: runs an area's Google Benchmark
+// functions, takes each one's median over repetitions (randomly interleaved, so a noisy spell
+// hits baseline and candidate alike), and turns them into figures: a value, its unit, a
+// baseline measured in the same run, and their ratio.
+#pragma once
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace npuflow::bench {
+
+// Median of one benchmark's repetitions. rate: its items_per_second counter (0 if unset).
+struct Measurement {
+  double rate = 0;
+  double real_ns = 0;  // real time per iteration
+  std::map<std::string, double> counters;
+};
+using Results = std::map<std::string, Measurement>;  // by benchmark name
+
+struct Figure {
+  std::string name;
+  double value = 0;
+  std::string unit;
+  double baseline = 0;
+  std::string baseline_what;  // what the baseline is, for the table
+  std::string target;         // what the figure must reach, for the table ("ratio <= 1.25")
+  double ratio() const { return baseline != 0 ? value / baseline : 0; }
+};
+
+struct Area {
+  std::string name;
+  std::string summary;
+  void (*register_benchmarks)();
+  std::vector<Figure> (*figures)(const Results&);
+};
+
+// Every area `npuflow bench` knows.
+const std::vector<Area>& Areas();
+
+struct RunOptions {
+  bool json = false;
+  int repetitions = 5;
+  double min_time_s = 0.2;  // per repetition
+};
+
+// Runs one area and prints its table (or, with json, one object
+// {"figures": {NAME: {"value", "unit", "baseline", "ratio"}}}). An unknown area is a
+// ParamInvalid naming it and the known ones.
+Status RunArea(const std::string& area, const RunOptions& options, std::ostream& out);
+
+void PrintFigures(const std::vector<Figure>& figures, bool json, std::ostream& out);
+
+}  // namespace npuflow::bench
