@@ -49,14 +49,28 @@ int main(int argc, char** argv) {
   bool demo_json = false;
   demo->add_flag("--json", demo_json, "print the figures as one JSON object");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ExtrasError& e) {
-    if (argc > 1 && argv[1][0] != '-') {
-      std::cerr << "npuflow: unknown subcommand '" << argv[1] << "' (known: bench, demo); see npuflow --help\n";
+  // The first word that is not an option (or --log's value) must name a subcommand.
+  for (int i = 1; i < argc; ++i) {
+    std::string word = argv[i];
+    if (word == "--log") {
+      ++i;
+      continue;
+    }
+    if (word.empty() || word[0] == '-') continue;
+    bool found = false;
+    std::string known;
+    for (const auto* sub : app.get_subcommands({})) {
+      found = found || sub->check_name(word);
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found) {
+      std::cerr << "npuflow: unknown subcommand '" << word << "' (known: " << known << "); see npuflow --help\n";
       return 2;
     }
-    return app.exit(e);
+    break;
+  }
+  try {
+    app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
