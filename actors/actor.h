@@ -404,6 +404,7 @@ class CellImpl final : public Cell<typename A::Message> {
     if (this->held_) {
       Env env = std::move(*this->held_);
       this->held_.reset();
+      r.resumed = true;
       Deliver(env);
       ++r.handled;
     }
@@ -419,6 +420,8 @@ class CellImpl final : public Cell<typename A::Message> {
           if (delay.count() > 0) {
             this->held_.emplace(std::move(*env));
             env.reset();
+            // The bias goes on before the timer can fire: the resumed pass removes it.
+            this->pending_.fetch_add(CellBase::kParkBias, std::memory_order_acq_rel);
             this->core_->ArmTimer(this, delay);
             r.parked = true;
             return r;

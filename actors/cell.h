@@ -9,6 +9,10 @@
 // draining, which is what makes "one handler at a time" true. The drain returns the token by
 // subtracting what it handled; if messages arrived meanwhile the counter stays positive and it
 // keeps the token.
+// A sender pushes, then counts, so a drain may handle a message before it is counted and the
+// counter may dip below zero for a moment; the late increments bring it back, and the one that
+// moves it from 0 to 1 schedules whatever is left, so nothing waits. While the tap has parked
+// an actor, the counter carries kParkBias, so no send can take the token the timer holds.
 //
 // Scheduling. The receiver's drain runs as the body of its own tbb::flow::function_node. When a
 // handler sends to an idle actor, that actor is not spawned but handed off: it runs on this
@@ -109,6 +113,7 @@ struct SystemCore {
 struct PassResult {
   std::int64_t handled = 0;  // messages and closures taken off the mailbox (counted in pending_)
   bool parked = false;       // the tap postponed the head message: keep the token, stop draining
+  bool resumed = false;      // this pass delivered the message an earlier pass parked
 };
 
 // A lane: one sender's FIFO into one receiver. Producer side: only the sender. Consumer side:
@@ -201,6 +206,7 @@ std::uint64_t NextCellUid();
 class CellBase {
  public:
   static constexpr int kMaxHandoffs = 128;
+  static constexpr std::int64_t kParkBias = std::int64_t{1} << 40;
 
   CellBase(SystemCore* core, ActorId id, std::string name, Supervisor supervisor);
   virtual ~CellBase();
@@ -261,6 +267,8 @@ class CellBase {
 
   template <typename>
   friend class Cell;
+  template <typename>
+  friend class CellImpl;
   friend struct SystemCore;
 };
 

@@ -69,9 +69,12 @@ void CellBase::RunDrains(CellBase* cell) {
     const PassResult r = cell->pass_fn_(cell);
     ts.current = nullptr;
     CellBase* next = std::exchange(ts.handoff, nullptr);
-    const std::int64_t left = cell->pending_.fetch_sub(r.handled, std::memory_order_acq_rel) - r.handled;
+    // A park added kParkBias before arming its timer; the pass that resumes removes it here, in
+    // the same subtraction that returns what the pass handled.
+    const std::int64_t sub = r.handled + (r.resumed ? kParkBias : 0);
+    const std::int64_t left = cell->pending_.fetch_sub(sub, std::memory_order_acq_rel) - sub;
     if (r.parked) {
-      // The tap holds the head message (still counted in pending_): the timer owns the token.
+      // The tap holds the head message: the timer owns the token.
       if (next != nullptr) next->Spawn();
       break;
     }
