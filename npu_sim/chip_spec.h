@@ -1,0 +1,52 @@
+// ChipSpec: what a simulated chip is, loaded from the JSON files in npu_sim/chips/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace npuflow::npu_sim {
+
+using VTime = std::int64_t;  // virtual device time, nanoseconds
+
+struct ChipSpec {
+  std::string name;
+  int aicore_count = 0;
+  int aicpu_count = 0;
+  std::uint64_t hbm_capacity_bytes = 0;
+  double hbm_bandwidth_gbps = 0;  // GB/s (1e9 bytes per second)
+  double h2d_bandwidth_gbps = 0;
+  double d2h_bandwidth_gbps = 0;
+  double d2d_bandwidth_gbps = 0;
+  VTime dma_latency_ns = 0;
+  int dma_channels = 0;
+  VTime host_launch_latency_ns = 0;
+  VTime event_record_latency_ns = 0;
+  VTime event_wait_latency_ns = 0;
+  VTime nop_latency_ns = 0;
+  VTime kernel_launch_overhead_ns = 0;
+  VTime aicpu_launch_overhead_ns = 0;
+  VTime task_update_latency_ns = 0;
+  double aicore_gflops = 0;  // per core
+  double aicpu_gflops = 0;   // per unit
+  int prefetch_num = 0;
+  bool task_update_supported = false;
+
+  // Virtual time to move `bytes` at `gbps` GB/s, plus the DMA latency.
+  VTime CopyCost(std::uint64_t bytes, double gbps) const;
+};
+
+// Parses a chip description. Every field is required; a missing, mistyped or out-of-range field
+// is a ParamInvalid naming `source` and the field.
+StatusOr<ChipSpec> ParseChipSpec(std::string_view json_text, std::string_view source);
+
+// Loads "<name>" from the chips shipped with npuflow (910B, 310P), or a path to a JSON file.
+StatusOr<ChipSpec> LoadChipSpec(std::string_view name_or_path);
+
+// The names of the shipped chips.
+std::vector<std::string> ShippedChips();
+
+}  // namespace npuflow::npu_sim

@@ -1,0 +1,104 @@
+// Device: one simulated NPU. Its state that every actor of the device shares: the chip, the
+// memory, the trace, and the addresses of its actors.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/system.h"
+#include "npu_sim/chip_spec.h"
+#include "npu_sim/device_memory.h"
+#include "npu_sim/messages.h"
+#include "npu_sim/trace.h"
+
+namespace npuflow::npu_sim {
+
+struct DeviceStats {
+  std::uint64_t host_interactions = 0;  // host API calls that reached the device
+  std::uint64_t tasks_executed = 0;
+  std::uint64_t kernels_executed = 0;
+  MemoryStats memory;
+  std::size_t streams = 0;
+  std::size_t events = 0;
+};
+
+class Device {
+ public:
+  Device(int id, ChipSpec chip, TraceRecorder* trace, bool deterministic)
+      : id_(id), chip_(std::move(chip)), memory_(id, chip_.hbm_capacity_bytes), trace_(trace),
+        deterministic_(deterministic) {}
+
+  int id() const { return id_; }
+  const ChipSpec& chip() const { return chip_; }
+  DeviceMemory& memory() { return memory_; }
+  const DeviceMemory& memory() const { return memory_; }
+  TraceRecorder* trace() const { return trace_; }
+  bool tracing() const { return trace_ != nullptr && trace_->enabled(); }
+  bool deterministic() const { return deterministic_; }
+
+  // Wired once at creation, read-only afterwards.
+  actors::Address<ClusterMsg> aicore;
+  actors::Address<ClusterMsg> aicpu;
+  actors::Address<DmaMsg> dma;
+  actors::Address<EventMsg> events;
+
+  // Streams by id. Written by the host API under mu_, read by stream actors (task updates).
+  StatusOr<StreamAddr> stream(StreamId id) const {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (id >= streams_.size() || !streams_[id].live)
+      return Status::NotFound("device {}: no stream {}", id_, id);
+    return streams_[id].addr;
+  }
+  StreamId AddStream(StreamAddr addr) {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    streams_.push_back({addr, true});
+    return static_cast<StreamId>(streams_.size() - 1);
+  }
+  // A destroyed stream's actor is kept for the next CreateStream.
+  std::optional<StreamId> ReuseStream() {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    for (StreamId i = 0; i < streams_.size(); ++i) {
+      if (!streams_[i].live && streams_[i].addr.valid()) {
+        streams_[i].live = true;
+        return i;
+      }
+    }
+    return std::nullopt;
+  }
+  Status RetireStream(StreamId id) {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (id >= streams_.size() || !streams_[id].live) return Status::NotFound("device {}: no stream {}", id_, id);
+    streams_[id].live = false;
+    return Status::Ok();
+  }
+  std::size_t live_streams() const {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    std::size_t n = 0;
+    for (const auto& s : streams_) n += s.live ? 1 : 0;
+    return n;
+  }
+
+  std::atomic<std::uint64_t> host_interactions{0};
+  std::atomic<std::uint64_t> tasks_executed{0};
+  std::atomic<std::uint64_t> kernels_executed{0};
+  std::atomic<std::size_t> live_events{0};
+
+ private:
+  struct StreamEntry {
+    StreamAddr addr;
+    bool live;
+  };
+  const int id_;
+  const ChipSpec chip_;
+  DeviceMemory memory_;
+  TraceRecorder* trace_;
+  const bool deterministic_;
+  mutable std::mutex streams_mu_;
+  std::vector<StreamEntry> streams_;
+};
+
+}  // namespace npuflow::npu_sim

@@ -1,0 +1,40 @@
+// DeviceModelActor: the rtModel of the documents. Streams are bound to it and given their task
+// lists once; one ExecuteModel message then runs every bound stream's list, and the host hears
+// only the completion (or the first error). Executions queue; AbortModel stops the bound
+// streams and fails the running and queued executions.
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "npu_sim/device.h"
+#include "npu_sim/messages.h"
+
+namespace npuflow::npu_sim {
+
+class DeviceModelActor {
+ public:
+  using Message = ModelMsg;
+  DeviceModelActor(Device* device, std::uint32_t id) : device_(device), id_(id) {}
+  void Receive(Message& msg, actors::Context<Message>& ctx);
+
+ private:
+  struct Execution {
+    VTime at;
+    actors::Replier<VTime> reply;
+  };
+  void StartNext(actors::Context<Message>& ctx);
+
+  Device* device_;
+  std::uint32_t id_;
+  actors::Address<ModelMsg> self_;
+  std::vector<std::pair<StreamId, StreamAddr>> streams_;
+  std::deque<Execution> queue_;
+  bool running_ = false;
+  std::uint64_t run_ = 0;
+  std::size_t streams_left_ = 0;
+  VTime end_ = 0;
+  Status status_;
+};
+
+}  // namespace npuflow::npu_sim

@@ -1,0 +1,35 @@
+// EventTable: the device's events. A stream's wait task consumes one record of its event (now,
+// or when the record comes), which is what lets a device model run again and again with the
+// same record -> wait pairs. Host-side waits and queries do not consume.
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "npu_sim/device.h"
+#include "npu_sim/messages.h"
+
+namespace npuflow::npu_sim {
+
+class EventTableActor {
+ public:
+  using Message = EventMsg;
+  explicit EventTableActor(Device* device) : device_(device) {}
+  void Receive(Message& msg, actors::Context<Message>& ctx);
+
+ private:
+  struct Event {
+    bool live = false;
+    std::uint64_t pending = 0;  // records not yet consumed by a wait task
+    bool ever_recorded = false;
+    VTime last_record = 0;
+    std::deque<WaitEvent> waiters;
+    std::vector<actors::Replier<VTime>> host_waiters;
+  };
+  Event* Find(EventId id, actors::Context<Message>& ctx);
+  Device* device_;
+  std::deque<Event> events_;  // deque: Event holds move-only repliers, never relocated
+  std::vector<EventId> free_ids_;
+};
+
+}  // namespace npuflow::npu_sim

@@ -1,0 +1,81 @@
+// Device kernels: CPU functions that run one block of a kernel task over device memory, each
+// with a cost function that gives the block's virtual duration.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "npu_sim/chip_spec.h"
+#include "npu_sim/device_memory.h"
+
+namespace npuflow::npu_sim {
+
+enum class Engine : std::uint8_t { kAICore, kAICpu };
+std::string_view EngineName(Engine engine);
+
+// What a running block sees. Arguments are 64-bit words: device pointers or scalars, as the
+// launch gave them.
+class KernelContext {
+ public:
+  KernelContext(const DeviceMemory* memory, std::span<const std::uint64_t> args, std::uint32_t block_idx,
+                std::uint32_t block_dim, std::uint64_t tiling_key)
+      : memory_(memory), args_(args), block_idx_(block_idx), block_dim_(block_dim), tiling_key_(tiling_key) {}
+
+  std::uint32_t block_idx() const { return block_idx_; }
+  std::uint32_t block_dim() const { return block_dim_; }
+  std::uint64_t tiling_key() const { return tiling_key_; }
+  std::size_t arg_count() const { return args_.size(); }
+  std::uint64_t scalar(std::size_t i) const { return i < args_.size() ? args_[i] : 0; }
+  DevicePtr ptr(std::size_t i) const { return DevicePtr{scalar(i)}; }
+
+  // `count` elements of T at argument i (a device pointer), bounds-checked.
+  template <typename T>
+  StatusOr<std::span<T>> Buffer(std::size_t i, std::size_t count, DeviceMemory::Mapping& keep) const {
+    if (i >= args_.size()) return Status::ParamInvalid("kernel argument {} missing ({} given)", i, args_.size());
+    NPUFLOW_ASSIGN_OR_RETURN(keep, memory_->Map(ptr(i), count * sizeof(T)));
+    return std::span<T>(keep.as<T>(), count);
+  }
+  const DeviceMemory& memory() const { return *memory_; }
+
+ private:
+  const DeviceMemory* memory_;
+  std::span<const std::uint64_t> args_;
+  std::uint32_t block_idx_;
+  std::uint32_t block_dim_;
+  std::uint64_t tiling_key_;
+};
+
+using KernelFn = Status (*)(KernelContext& ctx);
+// Virtual nanoseconds one block takes on one unit of `chip`.
+using CostFn = VTime (*)(const KernelContext& ctx, const ChipSpec& chip);
+
+struct KernelDef {
+  std::string name;
+  Engine engine = Engine::kAICore;
+  KernelFn run = nullptr;
+  CostFn cost = nullptr;
+};
+
+// Process-wide registry of device kernels, by name. Registration is for start-up; lookups are
+// thread-safe after it. Registering a name again replaces the definition (the last one wins).
+class KernelRegistry {
+ public:
+  static KernelRegistry& Global();
+  void Register(KernelDef def);
+  // A missing name is a NotFound naming it.
+  StatusOr<const KernelDef*> Find(std::string_view name) const;
+
+ private:
+  std::vector<std::unique_ptr<KernelDef>> defs_;
+};
+
+// Registers a kernel at static-initialization time: NPUFLOW_REGISTER_KERNEL(def_expr).
+struct KernelRegistration {
+  explicit KernelRegistration(KernelDef def) { KernelRegistry::Global().Register(std::move(def)); }
+};
+
+}  // namespace npuflow::npu_sim

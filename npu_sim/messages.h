@@ -1,0 +1,231 @@
+// The messages the simulated device's actors exchange. Every message that starts device work
+// carries a virtual timestamp (`at`); the receiver starts at max(its own clock, at).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/system.h"
+#include "npu_sim/chip_spec.h"
+#include "npu_sim/task.h"
+
+namespace npuflow::npu_sim {
+
+// Fault injection, per stream or per unit: the Nth task (counting from 1 since the fault was set)
+// fails, hangs (never completes) or is delayed by `delay` virtual nanoseconds.
+enum class FaultKind : std::uint8_t { kFail, kHang, kDelay };
+struct Fault {
+  FaultKind kind = FaultKind::kFail;
+  std::uint64_t nth = 1;
+  VTime delay = 0;
+};
+
+// Stream and model messages refer to each other's addresses: names first.
+struct Submit;
+struct Synchronize;
+struct LoadProgram;
+struct StartModel;
+struct UnitDone;
+struct EventFired;
+struct PatchTask;
+struct AbortStream;
+struct ResetStream;
+struct SetStreamFault;
+using StreamMsg = std::variant<Submit, Synchronize, LoadProgram, StartModel, UnitDone, EventFired, PatchTask,
+                               AbortStream, ResetStream, SetStreamFault>;
+using StreamAddr = actors::Address<StreamMsg>;
+
+// ---- to the device model (rtModel) ------------------------------------------------------------
+struct ModelDone {  // a bound stream finished (or failed) its part of run `run`
+  static constexpr std::string_view kKind = "StreamFinished";
+  StreamId stream = 0;
+  std::uint64_t run = 0;
+  VTime end = 0;
+  Status status;
+};
+struct BindModelStream {  // Ask<void>
+  static constexpr std::string_view kKind = "BindStream";
+  StreamId stream = 0;
+  StreamAddr addr;
+};
+struct ExecuteModel {  // Ask<VTime>: one run of every bound stream's task list; replies with its end
+  static constexpr std::string_view kKind = "ExecuteModel";
+  VTime at = 0;
+};
+struct AbortModel {  // Ask<void>: stops every bound stream; the running and queued executions fail
+  static constexpr std::string_view kKind = "AbortModel";
+  Status why;
+};
+using ModelMsg = std::variant<ModelDone, BindModelStream, ExecuteModel, AbortModel>;
+
+// ---- to a stream --------------------------------------------------------------------------------
+// Host submissions carry a per-stream sequence number given by the host API under the stream's
+// lock: the stream applies them in that order, whichever host threads sent them.
+struct Submit {  // host stream: append tasks, submitted at host virtual time `at`
+  static constexpr std::string_view kKind = "Submit";
+  std::uint64_t seq = 0;
+  std::vector<Task> tasks;
+  VTime at = 0;
+};
+struct Synchronize {  // Ask<VTime>: completes when every submission with seq < upto has finished
+  static constexpr std::string_view kKind = "Synchronize";
+  std::uint64_t upto = 0;
+};
+struct LoadProgram {  // model stream: the task list executed on every model run
+  static constexpr std::string_view kKind = "LoadProgram";
+  std::vector<Task> tasks;
+};
+struct StartModel {  // run the program from its first task
+  static constexpr std::string_view kKind = "StartModel";
+  std::uint64_t run = 0;
+  VTime at = 0;
+  actors::Address<ModelMsg> model;  // hears ModelDone
+};
+struct UnitDone {  // a kernel, AICPU kernel or copy this stream started has finished
+  static constexpr std::string_view kKind = "UnitDone";
+  std::uint64_t epoch = 0;
+  std::uint32_t task = 0;
+  VTime end = 0;
+  Status status;
+};
+struct EventFired {  // the event this stream waits on was recorded
+  static constexpr std::string_view kKind = "EventFired";
+  std::uint64_t epoch = 0;
+  std::uint32_t task = 0;
+  VTime at = 0;
+};
+struct PatchTask {  // Ask<void>: a task update from another stream
+  static constexpr std::string_view kKind = "PatchTask";
+  std::uint32_t target_task = 0;
+  std::uint32_t block_dim = 0;
+  std::uint64_t tiling_key = 0;
+  StreamId from_stream = 0;
+  std::uint32_t from_task = 0;
+};
+struct AbortStream {  // stop: the current and queued work fails with `why`
+  static constexpr std::string_view kKind = "AbortStream";
+  Status why;
+};
+struct ResetStream {  // Ask<void>: back to an empty, idle stream (reuse after destroy)
+  static constexpr std::string_view kKind = "ResetStream";
+};
+struct SetStreamFault {  // Ask<void>
+  static constexpr std::string_view kKind = "SetFault";
+  Fault fault;
+};
+
+// ---- to the AICore cluster / AICPU units -------------------------------------------------------
+// One kernel run, owned by the cluster from RunKernel until its last block reports.
+struct KernelJob {
+  const KernelDef* def = nullptr;
+  std::vector<std::uint64_t> args;  // a copy: the stream may be aborted and reloaded meanwhile
+  std::uint32_t block_dim = 1;
+  std::uint64_t tiling_key = 0;
+  std::string name;
+  StreamAddr stream;
+  StreamId stream_id = 0;
+  std::uint64_t epoch = 0;
+  std::uint32_t task = 0;
+  // cluster-owned bookkeeping
+  std::uint32_t parts_left = 0;
+  VTime end = 0;
+  Status status;
+};
+struct RunKernel {
+  static constexpr std::string_view kKind = "RunKernel";
+  std::unique_ptr<KernelJob> job;
+  VTime at = 0;
+};
+struct BlocksDone {
+  static constexpr std::string_view kKind = "BlocksDone";
+  KernelJob* job = nullptr;
+  VTime end = 0;
+  Status status;
+};
+struct SetUnitFault {  // Ask<void>, forwarded by the cluster to one unit
+  static constexpr std::string_view kKind = "SetFault";
+  int unit = 0;
+  Fault fault;
+};
+struct RunBlocks;
+using UnitMsg = std::variant<RunBlocks, SetUnitFault>;
+struct AttachUnits {  // Ask<void>, once, right after spawning
+  static constexpr std::string_view kKind = "AttachUnits";
+  std::vector<actors::Address<UnitMsg>> units;
+};
+using ClusterMsg = std::variant<RunKernel, BlocksDone, SetUnitFault, AttachUnits>;
+
+struct RunBlocks {
+  static constexpr std::string_view kKind = "RunBlocks";
+  KernelJob* job = nullptr;
+  std::uint32_t first = 0;
+  std::uint32_t count = 0;
+  VTime at = 0;
+};
+
+// ---- to the DMA engine ------------------------------------------------------------------------
+struct CopyRequest {
+  static constexpr std::string_view kKind = "Copy";
+  CopyKind kind = CopyKind::kHostToDevice;
+  DevicePtr dst_dev, src_dev;
+  void* dst_host = nullptr;
+  const void* src_host = nullptr;
+  std::uint64_t bytes = 0;
+  std::string name;
+  StreamAddr stream;
+  std::uint64_t epoch = 0;
+  std::uint32_t task = 0;
+  VTime at = 0;
+};
+struct AttachChannels;
+using DmaMsg = std::variant<CopyRequest, SetUnitFault, AttachChannels>;
+struct AttachChannels {  // Ask<void>, once, right after spawning (to the engine)
+  static constexpr std::string_view kKind = "AttachChannels";
+  std::vector<actors::Address<DmaMsg>> channels;
+};
+
+// ---- to the event table -----------------------------------------------------------------------
+struct CreateEvent {  // Ask<EventId>
+  static constexpr std::string_view kKind = "CreateEvent";
+};
+struct DestroyEvent {  // Ask<void>
+  static constexpr std::string_view kKind = "DestroyEvent";
+  EventId event = 0;
+};
+struct RecordEvent {
+  static constexpr std::string_view kKind = "RecordEvent";
+  EventId event = 0;
+  VTime at = 0;
+};
+struct WaitEvent {  // a stream's wait task: consumes one record, now or when it comes
+  static constexpr std::string_view kKind = "WaitEvent";
+  EventId event = 0;
+  StreamAddr stream;
+  StreamId stream_id = 0;
+  std::uint64_t epoch = 0;
+  std::uint32_t task = 0;
+};
+struct QueryEvent {  // Ask<bool>: is a record pending (not yet consumed)?
+  static constexpr std::string_view kKind = "QueryEvent";
+  EventId event = 0;
+};
+struct HostWaitEvent {  // Ask<VTime>: completes when the event has been recorded at least once
+  static constexpr std::string_view kKind = "HostWaitEvent";
+  EventId event = 0;
+};
+struct ResetEvent {  // Ask<void>: forget pending records
+  static constexpr std::string_view kKind = "ResetEvent";
+  EventId event = 0;
+};
+struct CancelWaits {  // an aborted stream's pending waits are dropped
+  static constexpr std::string_view kKind = "CancelWaits";
+  StreamId stream = 0;
+};
+using EventMsg = std::variant<CreateEvent, DestroyEvent, RecordEvent, WaitEvent, QueryEvent, HostWaitEvent, ResetEvent,
+                              CancelWaits>;
+
+}  // namespace npuflow::npu_sim

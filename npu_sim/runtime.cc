@@ -1,0 +1,458 @@
+#include "npu_sim/runtime.h"
+
+#include <atomic>
+
+#include <fmt/format.h>
+
+#include "npu_sim/builtin_kernels.h"
+#include "npu_sim/device_model.h"
+#include "npu_sim/event_table.h"
+#include "npu_sim/stream_actor.h"
+#include "npu_sim/units.h"
+
+namespace npuflow::npu_sim {
+namespace {
+
+std::atomic<std::uint64_t> g_runtime_uid{1};
+
+// The calling thread's host side: its virtual clock and trace tracks, for one runtime.
+struct HostThread {
+  std::uint64_t runtime = 0;
+  VTime clock = 0;
+  std::vector<TraceTrack*> tracks;  // per device
+};
+thread_local HostThread tl_host;
+
+}  // namespace
+
+Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)), uid_(g_runtime_uid.fetch_add(1)) {}
+
+Runtime::~Runtime() {
+  if (system_) system_->Shutdown();
+}
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Create(RuntimeOptions options) {
+  if (options.chips.empty()) return Status::ParamInvalid("npu_sim: at least one device (chip) is required");
+  if (options.chips.size() > 64) return Status::ParamInvalid("npu_sim: at most 64 devices, got {}", options.chips.size());
+  NPUFLOW_RETURN_IF_ERROR(actors::System::CheckOptions({.workers = options.workers}));
+  RegisterBuiltinKernels();
+  std::unique_ptr<Runtime> rt(new Runtime(std::move(options)));
+  NPUFLOW_RETURN_IF_ERROR(rt->Init());
+  return rt;
+}
+
+Status Runtime::Init() {
+  std::vector<ChipSpec> chips;
+  for (const auto& name : options_.chips) {
+    NPUFLOW_ASSIGN_OR_RETURN(ChipSpec spec, LoadChipSpec(name));
+    chips.push_back(std::move(spec));
+  }
+  trace_ = std::make_unique<TraceRecorder>(options_.trace, /*wall_times=*/!options_.deterministic);
+  system_ = std::make_unique<actors::System>(
+      actors::SystemOptions{.workers = options_.workers, .deterministic = options_.deterministic});
+  for (std::size_t i = 0; i < chips.size(); ++i) {
+    const int id = static_cast<int>(i);
+    auto entry = std::make_unique<DeviceEntry>();
+    entry->device = std::make_unique<Device>(id, std::move(chips[i]), trace_.get(), options_.deterministic);
+    Device* dev = entry->device.get();
+    const ChipSpec& chip = dev->chip();
+    auto wire = [&](Engine engine, int count) -> StatusOr<actors::Address<ClusterMsg>> {
+      auto cluster = system_->Spawn<ClusterActor>(
+          fmt::format("dev{}.{}", id, engine == Engine::kAICore ? "aicore" : "aicpu"), dev, engine);
+      std::vector<actors::Address<UnitMsg>> units;
+      for (int u = 0; u < count; ++u)
+        units.push_back(system_->Spawn<UnitActor>(
+            fmt::format("dev{}.{}{}", id, engine == Engine::kAICore ? "aicore" : "aicpu", u), dev, engine, u, cluster));
+      NPUFLOW_RETURN_IF_ERROR(cluster.Ask(AttachUnits{std::move(units)}).Get());
+      return cluster;
+    };
+    NPUFLOW_ASSIGN_OR_RETURN(dev->aicore, wire(Engine::kAICore, chip.aicore_count));
+    NPUFLOW_ASSIGN_OR_RETURN(dev->aicpu, wire(Engine::kAICpu, chip.aicpu_count));
+    dev->dma = system_->Spawn<DmaEngineActor>(fmt::format("dev{}.dma", id), dev);
+    std::vector<actors::Address<DmaMsg>> channels;
+    for (int c = 0; c < chip.dma_channels; ++c)
+      channels.push_back(system_->Spawn<DmaChannelActor>(fmt::format("dev{}.dma{}", id, c), dev, c));
+    NPUFLOW_RETURN_IF_ERROR(dev->dma.Ask(AttachChannels{std::move(channels)}).Get());
+    dev->events = system_->Spawn<EventTableActor>(fmt::format("dev{}.events", id), dev);
+    devices_.push_back(std::move(entry));
+    NPUFLOW_RETURN_IF_ERROR(CreateStream(id).status());  // stream 0: the default stream
+  }
+  return Status::Ok();
+}
+
+StatusOr<Runtime::DeviceEntry*> Runtime::Dev(int device) const {
+  if (device < 0 || device >= device_count())
+    return Status::ParamInvalid("npu_sim: no device {} (there are {})", device, device_count());
+  return devices_[device].get();
+}
+
+StatusOr<const ChipSpec*> Runtime::chip(int device) const {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  return &dev->device->chip();
+}
+
+StatusOr<bool> Runtime::GetDeviceCapability(int device, Feature feature) const {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  switch (feature) {
+    case Feature::kTaskUpdate: return dev->device->chip().task_update_supported;
+  }
+  return Status::ParamInvalid("npu_sim: unknown feature");
+}
+
+VTime Runtime::HostClock() const { return tl_host.runtime == uid_ ? tl_host.clock : 0; }
+
+VTime Runtime::HostCall(DeviceEntry& dev, std::string_view what) {
+  if (tl_host.runtime != uid_) tl_host = HostThread{uid_, 0, {}};
+  const VTime start = tl_host.clock;
+  const VTime latency = dev.device->chip().host_launch_latency_ns;
+  tl_host.clock += latency;
+  dev.device->host_interactions.fetch_add(1, std::memory_order_relaxed);
+  if (dev.device->tracing()) {
+    const auto d = static_cast<std::size_t>(dev.device->id());
+    if (tl_host.tracks.size() <= d) tl_host.tracks.resize(d + 1, nullptr);
+    if (tl_host.tracks[d] == nullptr) {
+      tl_host.tracks[d] =
+          trace_->AddTrack(dev.device->id(), fmt::format("host thread {}", next_host_track_.fetch_add(1)));
+    }
+    tl_host.tracks[d]->Add(TraceEvent{std::string(what), start, latency, dev.device->deterministic() ? -1 : WallNs(), {}});
+  }
+  return tl_host.clock;
+}
+
+template <typename R>
+StatusOr<R> Runtime::Wait(actors::Future<StatusOr<R>>& future, Timeout timeout, std::string_view what) {
+  if (!timeout) return future.Get();
+  if (!future.WaitFor(*timeout))
+    return Status::Timeout("{} did not complete within {} ms", what, timeout->count());
+  return future.Get();
+}
+
+Status Runtime::WaitStatus(actors::Future<Status>& future, Timeout timeout, std::string_view what) {
+  if (!timeout) return future.Get();
+  if (!future.WaitFor(*timeout)) return Status::Timeout("{} did not complete within {} ms", what, timeout->count());
+  return future.Get();
+}
+
+// ---- memory -------------------------------------------------------------------------------------
+StatusOr<DevicePtr> Runtime::Malloc(int device, std::uint64_t bytes, Placement placement, std::string tag) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  HostCall(*dev, "malloc");
+  return dev->device->memory().Allocate(bytes, placement, tag.empty() ? fmt::format("malloc {} bytes", bytes) : tag);
+}
+
+Status Runtime::Free(int device, DevicePtr ptr) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  HostCall(*dev, "free");
+  return dev->device->memory().Free(ptr);
+}
+
+namespace {
+Task CopyTask(CopyKind kind, DevicePtr dst_dev, DevicePtr src_dev, void* dst_host, const void* src_host,
+              std::uint64_t bytes) {
+  Task t = Task::Copy(kind, bytes);
+  t.dst_dev = dst_dev;
+  t.src_dev = src_dev;
+  t.dst_host = dst_host;
+  t.src_host = src_host;
+  return t;
+}
+}  // namespace
+
+Status Runtime::MemcpyH2DAsync(Stream stream, DevicePtr dst, const void* src, std::uint64_t bytes) {
+  if (src == nullptr) return Status::ParamInvalid("memcpy H2D: null host source");
+  return SubmitTasks(stream, {CopyTask(CopyKind::kHostToDevice, dst, {}, nullptr, src, bytes)}, "memcpy H2D").status();
+}
+Status Runtime::MemcpyD2HAsync(Stream stream, void* dst, DevicePtr src, std::uint64_t bytes) {
+  if (dst == nullptr) return Status::ParamInvalid("memcpy D2H: null host destination");
+  return SubmitTasks(stream, {CopyTask(CopyKind::kDeviceToHost, {}, src, dst, nullptr, bytes)}, "memcpy D2H").status();
+}
+Status Runtime::MemcpyD2DAsync(Stream stream, DevicePtr dst, DevicePtr src, std::uint64_t bytes) {
+  return SubmitTasks(stream, {CopyTask(CopyKind::kDeviceToDevice, dst, src, nullptr, nullptr, bytes)}, "memcpy D2D")
+      .status();
+}
+Status Runtime::MemcpyH2D(int device, DevicePtr dst, const void* src, std::uint64_t bytes) {
+  NPUFLOW_RETURN_IF_ERROR(MemcpyH2DAsync(DefaultStream(device), dst, src, bytes));
+  return SynchronizeStream(DefaultStream(device));
+}
+Status Runtime::MemcpyD2H(int device, void* dst, DevicePtr src, std::uint64_t bytes) {
+  NPUFLOW_RETURN_IF_ERROR(MemcpyD2HAsync(DefaultStream(device), dst, src, bytes));
+  return SynchronizeStream(DefaultStream(device));
+}
+Status Runtime::MemcpyD2D(int device, DevicePtr dst, DevicePtr src, std::uint64_t bytes) {
+  NPUFLOW_RETURN_IF_ERROR(MemcpyD2DAsync(DefaultStream(device), dst, src, bytes));
+  return SynchronizeStream(DefaultStream(device));
+}
+
+// ---- streams ------------------------------------------------------------------------------------
+StatusOr<Stream> Runtime::CreateStream(int device) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  HostCall(*dev, "create stream");
+  std::lock_guard<std::mutex> lock(dev->mu);
+  if (auto reused = dev->device->ReuseStream()) {
+    HostStream& hs = *dev->streams[*reused];
+    NPUFLOW_RETURN_IF_ERROR(hs.addr.Ask(ResetStream{}).Get());
+    std::lock_guard<std::mutex> slock(hs.mu);
+    hs.next_seq = hs.next_task = 0;
+    hs.model = -1;
+    hs.live = true;
+    return Stream{device, *reused};
+  }
+  const auto id = static_cast<StreamId>(dev->streams.size());
+  auto hs = std::make_unique<HostStream>();
+  hs->addr = system_->Spawn<StreamActor>(fmt::format("dev{}.stream{}", device, id), dev->device.get(), id);
+  hs->live = true;
+  const StreamId registered = dev->device->AddStream(hs->addr);
+  if (registered != id) return Status::Internal("npu_sim: stream table out of step ({} vs {})", registered, id);
+  dev->streams.push_back(std::move(hs));
+  return Stream{device, id};
+}
+
+StatusOr<Runtime::HostStream*> Runtime::HostStreamOf(Stream stream) const {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
+  std::lock_guard<std::mutex> lock(dev->mu);
+  if (stream.id >= dev->streams.size() || !dev->streams[stream.id]->live)
+    return Status::NotFound("npu_sim: device {} has no stream {}", stream.device, stream.id);
+  return dev->streams[stream.id].get();
+}
+
+Status Runtime::DestroyStream(Stream stream) {
+  if (stream.id == 0) return Status::ParamInvalid("npu_sim: the default stream of device {} cannot be destroyed", stream.device);
+  NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
+  HostCall(*dev, "destroy stream");
+  {
+    std::lock_guard<std::mutex> lock(hs->mu);
+    if (hs->model >= 0)
+      return Status::ParamInvalid("npu_sim: stream {} of device {} is bound to model {}; destroy the model first",
+                                  stream.id, stream.device, hs->model);
+    hs->live = false;
+  }
+  hs->addr.Send(AbortStream{Status::Aborted("device {} stream {}: destroyed", stream.device, stream.id)});
+  std::lock_guard<std::mutex> lock(dev->mu);
+  return dev->device->RetireStream(stream.id);
+}
+
+Status Runtime::SynchronizeStream(Stream stream, Timeout timeout) {
+  NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
+  HostCall(*dev, "synchronize stream");
+  std::uint64_t upto;
+  {
+    std::lock_guard<std::mutex> lock(hs->mu);
+    upto = hs->next_seq;
+  }
+  auto done = hs->addr.Ask<VTime>(Synchronize{upto});
+  auto end = Wait(done, timeout, fmt::format("device {} stream {} synchronize", stream.device, stream.id));
+  if (!end.ok()) return end.status();
+  tl_host.clock = std::max(tl_host.clock, *end);
+  return Status::Ok();
+}
+
+StatusOr<std::uint32_t> Runtime::SubmitTasks(Stream stream, std::vector<Task> tasks, std::string_view what) {
+  NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
+  const VTime at = HostCall(*dev, what);
+  std::lock_guard<std::mutex> lock(hs->mu);
+  if (hs->model >= 0)
+    return Status::ParamInvalid("npu_sim: device {} stream {} is bound to model {}; launch on a host stream",
+                                stream.device, stream.id, hs->model);
+  const auto first = static_cast<std::uint32_t>(hs->next_task);
+  hs->next_task += tasks.size();
+  hs->addr.Send(npu_sim::Submit{hs->next_seq++, std::move(tasks), at});
+  return first;
+}
+
+StatusOr<std::uint32_t> Runtime::Submit(Stream stream, std::vector<Task> tasks) {
+  if (tasks.empty()) return Status::ParamInvalid("npu_sim: Submit of no tasks");
+  return SubmitTasks(stream, std::move(tasks), "submit");
+}
+
+// ---- events -------------------------------------------------------------------------------------
+StatusOr<Event> Runtime::CreateEvent(int device) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  HostCall(*dev, "create event");
+  NPUFLOW_ASSIGN_OR_RETURN(EventId id, dev->device->events.Ask<EventId>(npu_sim::CreateEvent{}).Get());
+  return Event{device, id};
+}
+Status Runtime::DestroyEvent(Event event) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(event.device));
+  HostCall(*dev, "destroy event");
+  return dev->device->events.Ask(npu_sim::DestroyEvent{event.id}).Get();
+}
+Status Runtime::RecordEvent(Event event, Stream stream) {
+  if (event.device != stream.device)
+    return Status::ParamInvalid("npu_sim: event of device {} recorded on a stream of device {}", event.device,
+                                stream.device);
+  return SubmitTasks(stream, {Task::Record(event.id)}, "record event").status();
+}
+Status Runtime::StreamWaitEvent(Stream stream, Event event) {
+  if (event.device != stream.device)
+    return Status::ParamInvalid("npu_sim: stream of device {} waits on an event of device {}", stream.device,
+                                event.device);
+  return SubmitTasks(stream, {Task::Wait(event.id)}, "wait event").status();
+}
+StatusOr<bool> Runtime::QueryEvent(Event event) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(event.device));
+  HostCall(*dev, "query event");
+  return dev->device->events.Ask<bool>(npu_sim::QueryEvent{event.id}).Get();
+}
+Status Runtime::SynchronizeEvent(Event event, Timeout timeout) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(event.device));
+  HostCall(*dev, "synchronize event");
+  auto f = dev->device->events.Ask<VTime>(HostWaitEvent{event.id});
+  auto at = Wait(f, timeout, fmt::format("device {} event {} synchronize", event.device, event.id));
+  if (!at.ok()) return at.status();
+  tl_host.clock = std::max(tl_host.clock, *at);
+  return Status::Ok();
+}
+Status Runtime::ResetEvent(Event event) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(event.device));
+  HostCall(*dev, "reset event");
+  return dev->device->events.Ask(npu_sim::ResetEvent{event.id}).Get();
+}
+
+// ---- kernels ------------------------------------------------------------------------------------
+Status Runtime::LaunchKernel(Stream stream, std::string_view kernel, std::uint32_t block_dim,
+                             std::vector<std::uint64_t> args, std::uint64_t tiling_key) {
+  NPUFLOW_ASSIGN_OR_RETURN(const KernelDef* def, KernelRegistry::Global().Find(kernel));
+  if (def->engine != Engine::kAICore)
+    return Status::ParamInvalid("npu_sim: kernel '{}' runs on {}, not AICore: use LaunchAicpuKernel", kernel,
+                                EngineName(def->engine));
+  if (block_dim == 0 || (block_dim > 65535 && block_dim != kTilingSinkBlockDim))
+    return Status::ParamInvalid("npu_sim: kernel '{}': block_dim {} out of range (1 to 65535)", kernel, block_dim);
+  return SubmitTasks(stream, {Task::Kernel(def, block_dim, std::move(args), tiling_key)}, def->name).status();
+}
+
+Status Runtime::LaunchAicpuKernel(Stream stream, std::string_view kernel, std::vector<std::uint64_t> args) {
+  NPUFLOW_ASSIGN_OR_RETURN(const KernelDef* def, KernelRegistry::Global().Find(kernel));
+  if (def->engine != Engine::kAICpu)
+    return Status::ParamInvalid("npu_sim: kernel '{}' runs on {}, not AICPU: use LaunchKernel", kernel,
+                                EngineName(def->engine));
+  return SubmitTasks(stream, {Task::Kernel(def, 1, std::move(args))}, def->name).status();
+}
+
+// ---- models -------------------------------------------------------------------------------------
+StatusOr<Model> Runtime::CreateModel(int device) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  HostCall(*dev, "create model");
+  std::lock_guard<std::mutex> lock(dev->mu);
+  const auto id = static_cast<std::uint32_t>(dev->models.size());
+  dev->models.push_back(ModelEntry{
+      system_->Spawn<DeviceModelActor>(fmt::format("dev{}.model{}", device, id), dev->device.get(), id), {}});
+  return Model{device, id};
+}
+
+StatusOr<Runtime::ModelEntry*> Runtime::ModelOf(Model model) const {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
+  std::lock_guard<std::mutex> lock(dev->mu);
+  if (model.id >= dev->models.size())
+    return Status::NotFound("npu_sim: device {} has no model {}", model.device, model.id);
+  return &dev->models[model.id];
+}
+
+Status Runtime::BindStream(Model model, Stream stream) {
+  if (model.device != stream.device)
+    return Status::ParamInvalid("npu_sim: model of device {} cannot bind a stream of device {}", model.device,
+                                stream.device);
+  NPUFLOW_ASSIGN_OR_RETURN(ModelEntry * m, ModelOf(model));
+  NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
+  HostCall(*dev, "bind stream");
+  {
+    std::lock_guard<std::mutex> lock(hs->mu);
+    if (hs->model >= 0)
+      return Status::ParamInvalid("npu_sim: device {} stream {} is already bound to model {}", stream.device, stream.id,
+                                  hs->model);
+    if (hs->next_seq > 0 || stream.id == 0)
+      return Status::ParamInvalid("npu_sim: device {} stream {} has host work; bind a fresh stream to a model",
+                                  stream.device, stream.id);
+    hs->model = model.id;
+  }
+  Status s = m->addr.Ask(BindModelStream{stream.id, hs->addr}).Get();
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(hs->mu);
+    hs->model = -1;
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(dev->mu);
+  m->streams.push_back(stream.id);
+  return Status::Ok();
+}
+
+Status Runtime::LoadTasks(Model model, Stream stream, std::vector<Task> tasks) {
+  NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
+  {
+    std::lock_guard<std::mutex> lock(hs->mu);
+    if (hs->model != static_cast<std::int64_t>(model.id) || model.device != stream.device)
+      return Status::ParamInvalid("npu_sim: device {} stream {} is not bound to model {}", stream.device, stream.id,
+                                  model.id);
+  }
+  for (const Task& t : tasks) {
+    if ((t.kind == TaskKind::kKernel || t.kind == TaskKind::kAicpuKernel) && t.kernel == nullptr)
+      return Status::ParamInvalid("npu_sim: task list for stream {} has a kernel task without a kernel", stream.id);
+  }
+  HostCall(*dev, "load tasks");
+  return hs->addr.Ask(LoadProgram{std::move(tasks)}).Get();
+}
+
+actors::Future<StatusOr<VTime>> Runtime::ExecuteModelAsync(Model model) {
+  auto m = ModelOf(model);
+  if (!m.ok()) return actors::Future<StatusOr<VTime>>::Ready(m.status());
+  auto dev = Dev(model.device);
+  const VTime at = HostCall(**dev, "execute model");
+  return (*m)->addr.Ask<VTime>(npu_sim::ExecuteModel{at});
+}
+
+StatusOr<VTime> Runtime::ExecuteModel(Model model, Timeout timeout) {
+  auto future = ExecuteModelAsync(model);
+  auto end = Wait(future, timeout, fmt::format("device {} model {} execute", model.device, model.id));
+  if (!end.ok()) {
+    if (end.status().code() == StatusCode::kTimeout) {
+      // As on hardware: a run that times out is aborted, so nothing is left running.
+      (void)AbortModel(model);
+      return Status::Timeout("device {} model {}: execution did not complete within {} ms; aborted", model.device,
+                             model.id, timeout->count());
+    }
+    return end.status();
+  }
+  tl_host.clock = std::max(tl_host.clock, *end);
+  return *end;
+}
+
+Status Runtime::AbortModel(Model model) {
+  NPUFLOW_ASSIGN_OR_RETURN(ModelEntry * m, ModelOf(model));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
+  HostCall(*dev, "abort model");
+  return m->addr.Ask(npu_sim::AbortModel{Status::Aborted("device {} model {}: aborted", model.device, model.id)}).Get();
+}
+
+// ---- faults and stats ----------------------------------------------------------------------------
+Status Runtime::InjectFault(int device, FaultTarget target, int index, Fault fault) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  if (fault.nth == 0) return Status::ParamInvalid("npu_sim: fault nth counts from 1, got 0");
+  switch (target) {
+    case FaultTarget::kStream: {
+      NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(Stream{device, static_cast<StreamId>(index)}));
+      return hs->addr.Ask(SetStreamFault{fault}).Get();
+    }
+    case FaultTarget::kAICore: return dev->device->aicore.Ask(SetUnitFault{index, fault}).Get();
+    case FaultTarget::kAICpu: return dev->device->aicpu.Ask(SetUnitFault{index, fault}).Get();
+    case FaultTarget::kDma: return dev->device->dma.Ask(SetUnitFault{index, fault}).Get();
+  }
+  return Status::ParamInvalid("npu_sim: unknown fault target");
+}
+
+StatusOr<DeviceStats> Runtime::Stats(int device) const {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  DeviceStats s;
+  s.host_interactions = dev->device->host_interactions.load(std::memory_order_relaxed);
+  s.tasks_executed = dev->device->tasks_executed.load(std::memory_order_relaxed);
+  s.kernels_executed = dev->device->kernels_executed.load(std::memory_order_relaxed);
+  s.memory = dev->device->memory().Stats();
+  s.streams = dev->device->live_streams();
+  s.events = dev->device->live_events.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace npuflow::npu_sim

@@ -1,0 +1,165 @@
+// Runtime: the rt/acl-style host API over the simulated devices. Every runtime above npu_sim
+// talks to the device through this class only.
+//
+//   auto rt = npu_sim::Runtime::Create({.chips = {"910B"}}).value();
+//   DevicePtr buf = rt->Malloc(0, 4096).value();
+//   Stream s = rt->CreateStream(0).value();
+//   rt->LaunchKernel(s, "vector_add_f32", 8, {a.value, b.value, c.value, n});
+//   rt->SynchronizeStream(s);
+//
+// Calls are thread-safe. Each host API call that reaches a device advances the calling thread's
+// host virtual clock by the chip's host launch latency and counts as one host interaction.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/system.h"
+#include "npu_sim/device.h"
+#include "npu_sim/messages.h"
+#include "npu_sim/task.h"
+#include "npu_sim/trace.h"
+
+namespace npuflow::npu_sim {
+
+struct RuntimeOptions {
+  std::vector<std::string> chips = {"910B"};  // one device per entry: a shipped chip name or a JSON path
+  int workers = 0;                            // actor worker threads; 0: one per hardware thread
+  bool deterministic = false;                 // one worker, FIFO delivery, byte-identical traces
+  bool trace = false;                         // record the Chrome trace
+};
+
+struct Stream {
+  int device = -1;
+  StreamId id = 0;
+};
+struct Event {
+  int device = -1;
+  EventId id = 0;
+};
+struct Model {
+  int device = -1;
+  std::uint32_t id = 0;
+};
+
+enum class Feature : std::uint8_t { kTaskUpdate };
+enum class FaultTarget : std::uint8_t { kStream, kAICore, kAICpu, kDma };
+
+using Timeout = std::optional<std::chrono::milliseconds>;  // nullopt: wait forever
+
+class Runtime {
+ public:
+  static StatusOr<std::unique_ptr<Runtime>> Create(RuntimeOptions options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  StatusOr<const ChipSpec*> chip(int device) const;
+  StatusOr<bool> GetDeviceCapability(int device, Feature feature) const;
+
+  // ---- memory
+  StatusOr<DevicePtr> Malloc(int device, std::uint64_t bytes, Placement placement = Placement::kHbm,
+                             std::string tag = "");
+  Status Free(int device, DevicePtr ptr);
+  // Synchronous copies, through the device's default stream.
+  Status MemcpyH2D(int device, DevicePtr dst, const void* src, std::uint64_t bytes);
+  Status MemcpyD2H(int device, void* dst, DevicePtr src, std::uint64_t bytes);
+  Status MemcpyD2D(int device, DevicePtr dst, DevicePtr src, std::uint64_t bytes);
+  // Asynchronous copies on a stream. The host buffer must stay valid until the stream has run it.
+  Status MemcpyH2DAsync(Stream stream, DevicePtr dst, const void* src, std::uint64_t bytes);
+  Status MemcpyD2HAsync(Stream stream, void* dst, DevicePtr src, std::uint64_t bytes);
+  Status MemcpyD2DAsync(Stream stream, DevicePtr dst, DevicePtr src, std::uint64_t bytes);
+
+  // ---- streams
+  StatusOr<Stream> CreateStream(int device);
+  Status DestroyStream(Stream stream);
+  Stream DefaultStream(int device) const { return Stream{device, 0}; }
+  // Waits for everything submitted to `stream` before this call. A failed task's error is
+  // returned here (once). On timeout: a Timeout status; the stream goes on.
+  Status SynchronizeStream(Stream stream, Timeout timeout = std::nullopt);
+
+  // ---- events
+  StatusOr<Event> CreateEvent(int device);
+  Status DestroyEvent(Event event);
+  Status RecordEvent(Event event, Stream stream);
+  Status StreamWaitEvent(Stream stream, Event event);
+  StatusOr<bool> QueryEvent(Event event);  // a record not yet consumed by a stream's wait
+  Status SynchronizeEvent(Event event, Timeout timeout = std::nullopt);
+  Status ResetEvent(Event event);
+
+  // ---- kernels and tasks
+  Status LaunchKernel(Stream stream, std::string_view kernel, std::uint32_t block_dim, std::vector<std::uint64_t> args,
+                      std::uint64_t tiling_key = 0);
+  Status LaunchAicpuKernel(Stream stream, std::string_view kernel, std::vector<std::uint64_t> args);
+  // Any tasks (NOPs, updates, ...), in one host interaction. Returns the first task's id.
+  StatusOr<std::uint32_t> Submit(Stream stream, std::vector<Task> tasks);
+
+  // ---- device models (task sink)
+  StatusOr<Model> CreateModel(int device);
+  Status BindStream(Model model, Stream stream);
+  // Sends the stream its task list once. The stream must be bound to the model.
+  Status LoadTasks(Model model, Stream stream, std::vector<Task> tasks);
+  // One message to the device; the host hears only the completion. On timeout the model is
+  // aborted and a Timeout status returned. Returns the run's virtual end time.
+  StatusOr<VTime> ExecuteModel(Model model, Timeout timeout = std::nullopt);
+  actors::Future<StatusOr<VTime>> ExecuteModelAsync(Model model);
+  Status AbortModel(Model model);
+
+  // ---- faults, stats, trace
+  // The `fault.nth` task (from now) of the target fails, hangs or is delayed. index: stream id,
+  // or unit / channel index.
+  Status InjectFault(int device, FaultTarget target, int index, Fault fault);
+  StatusOr<DeviceStats> Stats(int device) const;
+  TraceRecorder& trace() { return *trace_; }
+  Status WriteTrace(const std::string& path) const { return trace_->WriteFile(path); }
+  VTime HostClock() const;  // this thread's host virtual clock
+  actors::System& system() { return *system_; }
+
+ private:
+  struct HostStream {
+    std::mutex mu;
+    StreamAddr addr;
+    std::uint64_t next_seq = 0;
+    std::uint64_t next_task = 0;
+    std::int64_t model = -1;  // bound model id, -1 for a host stream
+    bool live = false;
+  };
+  struct ModelEntry {
+    actors::Address<ModelMsg> addr;
+    std::vector<StreamId> streams;
+  };
+  struct DeviceEntry {
+    std::unique_ptr<Device> device;
+    std::mutex mu;  // streams and models tables
+    std::vector<std::unique_ptr<HostStream>> streams;
+    std::vector<ModelEntry> models;
+  };
+
+  explicit Runtime(RuntimeOptions options);
+  Status Init();
+  StatusOr<DeviceEntry*> Dev(int device) const;
+  StatusOr<HostStream*> HostStreamOf(Stream stream) const;
+  StatusOr<ModelEntry*> ModelOf(Model model) const;
+  // Host side of a call that reaches the device: advances this thread's host clock.
+  VTime HostCall(DeviceEntry& dev, std::string_view what);
+  StatusOr<std::uint32_t> SubmitTasks(Stream stream, std::vector<Task> tasks, std::string_view what);
+  template <typename R>
+  static StatusOr<R> Wait(actors::Future<StatusOr<R>>& future, Timeout timeout, std::string_view what);
+  static Status WaitStatus(actors::Future<Status>& future, Timeout timeout, std::string_view what);
+
+  RuntimeOptions options_;
+  std::unique_ptr<TraceRecorder> trace_;
+  std::unique_ptr<actors::System> system_;
+  std::vector<std::unique_ptr<DeviceEntry>> devices_;
+  const std::uint64_t uid_;  // tells this runtime's host clocks from another's
+  std::atomic<int> next_host_track_{0};
+};
+
+}  // namespace npuflow::npu_sim

@@ -1,0 +1,354 @@
+#include "npu_sim/stream_actor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace npuflow::npu_sim {
+
+StreamActor::StreamActor(Device* device, StreamId id) : device_(device), id_(id) {
+  name_ = fmt::format("stream {}", id);
+  if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), name_);
+}
+
+void StreamActor::Trace(std::string_view name, VTime start, VTime duration, std::uint32_t task) {
+  track_->Add(TraceEvent{std::string(name), start, duration, device_->deterministic() ? -1 : WallNs(),
+                         fmt::format("\"task\":{}", task)});
+}
+
+Status StreamActor::Receive(Message& msg, actors::Context<Message>& ctx) {
+  if (!self_.valid()) self_ = ctx.self();
+  return std::visit(
+      [&](auto& m) -> Status {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, Submit>) {
+          if (mode_ == Mode::kModel)
+            return Status::ParamInvalid("device {} {}: is bound to a model; host submissions are refused",
+                                        device_->id(), name_);
+          if (m.seq != next_seq_) {
+            reorder_.emplace(m.seq, std::move(m));  // an earlier submission is still on its way
+            return Status::Ok();
+          }
+          AcceptSubmit(m);
+          while (!reorder_.empty() && reorder_.begin()->first == next_seq_) {
+            AcceptSubmit(reorder_.begin()->second);
+            reorder_.erase(reorder_.begin());
+          }
+          if (state_ == State::kIdle && exec_ < tasks_.size()) {
+            state_ = State::kRunning;
+            Advance();
+          }
+          AnswerSyncs();
+        } else if constexpr (std::is_same_v<M, Synchronize>) {
+          PendingSync sync{m.upto, kUnknownTarget, ctx.template TakeReply<VTime>()};
+          if (mode_ == Mode::kHost && next_seq_ >= m.upto) sync.target = base_ + tasks_.size();
+          syncs_.push_back(std::move(sync));
+          AnswerSyncs();
+        } else if constexpr (std::is_same_v<M, LoadProgram>) {
+          if (state_ != State::kIdle)
+            return Status::ParamInvalid("device {} {}: cannot load a task list while it runs", device_->id(), name_);
+          mode_ = Mode::kModel;
+          tasks_ = std::move(m.tasks);
+          live_.resize(tasks_.size());
+          snap_.resize(tasks_.size());
+          for (std::size_t i = 0; i < tasks_.size(); ++i) live_[i] = {tasks_[i].block_dim, tasks_[i].tiling_key};
+          ready_at_.assign(tasks_.size(), 0);
+          base_ = 0;
+          exec_ = fetch_end_ = 0;
+          ctx.Reply();
+        } else if constexpr (std::is_same_v<M, StartModel>) {
+          if (state_ != State::kIdle) {
+            m.model.Send(ModelDone{id_, m.run, clock_,
+                                   Status::Internal("device {} {}: model run {} started while the stream was busy",
+                                                    device_->id(), name_, m.run)});
+            return Status::Ok();
+          }
+          mode_ = Mode::kModel;
+          run_ = m.run;
+          model_ = m.model;
+          exec_ = fetch_end_ = 0;
+          clock_ = std::max(clock_, m.at);
+          ++epoch_;
+          state_ = State::kRunning;
+          Advance();
+        } else if constexpr (std::is_same_v<M, UnitDone>) {
+          if (m.epoch != epoch_ || state_ != State::kWaiting || m.task != TaskId(exec_)) return Status::Ok();  // stale
+          if (!m.status.ok()) {
+            Fail(std::move(m.status));
+            return Status::Ok();
+          }
+          CompleteWaitingTask(m.end);
+          Advance();
+        } else if constexpr (std::is_same_v<M, EventFired>) {
+          if (m.epoch != epoch_ || state_ != State::kWaiting || m.task != TaskId(exec_)) return Status::Ok();
+          CompleteWaitingTask(std::max(clock_, m.at));
+          Advance();
+        } else if constexpr (std::is_same_v<M, PatchTask>) {
+          const std::uint64_t target = m.target_task;
+          if (target < base_ || target - base_ >= tasks_.size()) {
+            ctx.ReplyError(Status::NotFound("device {}: task update from stream {} task {}: stream {} has no task {}",
+                                            device_->id(), m.from_stream, m.from_task, id_, target));
+          } else if (target - base_ < fetch_end_) {
+            ctx.ReplyError(Status::Aborted(
+                "device {}: task update race: stream {} task {} updates stream {} task {}, which the stream had "
+                "already fetched (prefetch_num {}, executing task {}); tiling-sink ordering needs at least {} NOPs "
+                "between the event wait and the kernel",
+                device_->id(), m.from_stream, m.from_task, id_, target, device_->chip().prefetch_num, TaskId(exec_),
+                device_->chip().prefetch_num));
+          } else {
+            live_[target - base_] = {m.block_dim, m.tiling_key};
+            ctx.Reply();
+          }
+        } else if constexpr (std::is_same_v<M, AbortStream>) {
+          if (state_ != State::kIdle) Fail(std::move(m.why));
+        } else if constexpr (std::is_same_v<M, ResetStream>) {
+          if (state_ != State::kIdle) Fail(Status::Aborted("device {} {}: reset", device_->id(), name_));
+          tasks_.clear();
+          live_.clear();
+          snap_.clear();
+          ready_at_.clear();
+          reorder_.clear();
+          exec_ = fetch_end_ = 0;
+          base_ = 0;
+          next_seq_ = 0;
+          mode_ = Mode::kHost;
+          sticky_error_ = Status::Ok();
+          fault_.reset();
+          for (auto& s : syncs_) s.reply.Fail(Status::Aborted("device {} {}: destroyed", device_->id(), name_));
+          syncs_.clear();
+          ctx.Reply();
+        } else if constexpr (std::is_same_v<M, SetStreamFault>) {
+          fault_ = m.fault;
+          fault_count_ = 0;
+          ctx.Reply();
+        }
+        return Status::Ok();
+      },
+      msg);
+}
+
+void StreamActor::AcceptSubmit(Submit& submit) {
+  for (Task& t : submit.tasks) {
+    live_.push_back({t.block_dim, t.tiling_key});
+    snap_.push_back({});
+    ready_at_.push_back(submit.at);
+    tasks_.push_back(std::move(t));
+  }
+  ++next_seq_;
+  for (auto& s : syncs_)
+    if (s.target == kUnknownTarget && s.upto <= next_seq_) s.target = base_ + tasks_.size();
+}
+
+// Host stream: a sync is answered once the tasks before its target have finished. Model stream:
+// once the stream is idle.
+void StreamActor::AnswerSyncs() {
+  if (syncs_.empty()) return;
+  const std::uint64_t done = base_ + exec_;
+  for (auto it = syncs_.begin(); it != syncs_.end();) {
+    const bool reached = mode_ == Mode::kModel ? state_ == State::kIdle
+                                               : it->target != kUnknownTarget && it->target <= done;
+    if (reached) {
+      if (!sticky_error_.ok()) {
+        it->reply.Fail(std::move(sticky_error_));
+        sticky_error_ = Status::Ok();
+      } else {
+        it->reply.Reply(clock_);
+      }
+      it = syncs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void StreamActor::FetchAhead() {
+  const std::size_t want = std::min(tasks_.size(), exec_ + 1 + static_cast<std::size_t>(device_->chip().prefetch_num));
+  for (; fetch_end_ < want; ++fetch_end_) snap_[fetch_end_] = live_[fetch_end_];
+}
+
+void StreamActor::Advance() {
+  const ChipSpec& chip = device_->chip();
+  const std::uint64_t start_executed = executed_;
+  while (state_ == State::kRunning && exec_ < tasks_.size()) {
+    FetchAhead();
+    if (mode_ == Mode::kHost) clock_ = std::max(clock_, ready_at_[exec_]);
+    if (fault_) {
+      ++fault_count_;
+      if (fault_count_ == fault_->nth) {
+        if (fault_->kind == FaultKind::kHang) {
+          state_ = State::kWaiting;  // nothing will complete this task
+          wait_start_ = clock_;
+          break;
+        }
+        if (fault_->kind == FaultKind::kFail) {
+          Fail(Status::Failed("device {} {} task {} ({}): injected fault", device_->id(), name_, TaskId(exec_),
+                              tasks_[exec_].display_name()));
+          break;
+        }
+        clock_ += fault_->delay;
+      }
+    }
+    Task& t = tasks_[exec_];
+    switch (t.kind) {
+      case TaskKind::kNop:
+        if (track_) Trace("nop", clock_, chip.nop_latency_ns, TaskId(exec_));
+        clock_ += chip.nop_latency_ns;
+        break;
+      case TaskKind::kEventRecord:
+        device_->events.Send(RecordEvent{t.event, clock_ + chip.event_record_latency_ns});
+        if (track_) Trace(fmt::format("record e{}", t.event), clock_, chip.event_record_latency_ns, TaskId(exec_));
+        clock_ += chip.event_record_latency_ns;
+        break;
+      default:
+        // Work another actor does: the stream waits for its completion message.
+        device_->tasks_executed.fetch_add(executed_ - start_executed, std::memory_order_relaxed);
+        StartTask(t, static_cast<std::uint32_t>(exec_));
+        return;
+    }
+    ++exec_;
+    ++executed_;
+  }
+  device_->tasks_executed.fetch_add(executed_ - start_executed, std::memory_order_relaxed);
+  if (state_ == State::kRunning && exec_ >= tasks_.size()) Finish();
+}
+
+// Starts a task another actor completes; the stream then waits (or has failed).
+void StreamActor::StartTask(Task& t, std::uint32_t index) {
+  const ChipSpec& chip = device_->chip();
+  const std::uint32_t task_id = TaskId(index);
+  wait_start_ = clock_;
+  switch (t.kind) {
+    case TaskKind::kEventWait:
+      state_ = State::kWaiting;
+      device_->events.Send(WaitEvent{t.event, self_, id_, epoch_, task_id});
+      return;
+    case TaskKind::kKernel:
+    case TaskKind::kAicpuKernel: {
+      const Param& p = snap_[index];
+      if (t.kernel == nullptr) {
+        Fail(Status::ParamInvalid("device {} {} task {}: kernel task without a kernel", device_->id(), name_, task_id));
+        return;
+      }
+      if (p.block_dim == kTilingSinkBlockDim) {
+        Fail(Status::Failed("kernel {} on stream {} task {} started with unresolved tiling placeholder",
+                            t.display_name(), id_, task_id));
+        return;
+      }
+      if (p.block_dim == 0) {
+        Fail(Status::ParamInvalid("kernel {} on stream {} task {}: block_dim 0", t.display_name(), id_, task_id));
+        return;
+      }
+      auto job = std::make_unique<KernelJob>();
+      job->def = t.kernel;
+      job->args = t.args;
+      job->block_dim = t.kind == TaskKind::kAicpuKernel ? 1 : p.block_dim;
+      job->tiling_key = p.tiling_key;
+      job->name = std::string(t.display_name());
+      job->stream = self_;
+      job->stream_id = id_;
+      job->epoch = epoch_;
+      job->task = task_id;
+      state_ = State::kWaiting;
+      device_->kernels_executed.fetch_add(1, std::memory_order_relaxed);
+      if (t.kind == TaskKind::kKernel) {
+        device_->aicore.Send(RunKernel{std::move(job), clock_ + chip.kernel_launch_overhead_ns});
+      } else {
+        device_->aicpu.Send(RunKernel{std::move(job), clock_ + chip.aicpu_launch_overhead_ns});
+      }
+      return;
+    }
+    case TaskKind::kMemcpy: {
+      state_ = State::kWaiting;
+      device_->dma.Send(CopyRequest{t.copy, t.dst_dev, t.src_dev, t.dst_host, t.src_host, t.bytes,
+                                    std::string(t.display_name()), self_, epoch_, task_id, clock_});
+      return;
+    }
+    case TaskKind::kTaskUpdate: {
+      // The new values are read from device memory when the update executes.
+      auto bd = device_->memory().Map(t.block_dim_addr, sizeof(std::uint32_t));
+      auto tk = device_->memory().Map(t.tiling_key_addr, sizeof(std::uint64_t));
+      if (!bd.ok() || !tk.ok()) {
+        Fail((bd.ok() ? tk.status() : bd.status())
+                 .WithContext(fmt::format("device {} {} task {} (task update)", device_->id(), name_, task_id)));
+        return;
+      }
+      PatchTask patch{t.target_task, 0, 0, id_, task_id};
+      std::memcpy(&patch.block_dim, bd->data(), sizeof(patch.block_dim));
+      std::memcpy(&patch.tiling_key, tk->data(), sizeof(patch.tiling_key));
+      auto target = device_->stream(t.target_stream);
+      if (!target.ok()) {
+        Fail(target.status().WithContext(fmt::format("device {} {} task {} (task update)", device_->id(), name_, task_id)));
+        return;
+      }
+      state_ = State::kWaiting;
+      // The update completes when the target has applied (or refused) it: what follows on this
+      // stream (the event record) happens after the patch, whatever the message timing. The
+      // answer comes back as this task's UnitDone.
+      const VTime end = clock_ + chip.task_update_latency_ns;
+      (void)target->Ask(std::move(patch)).Then([self = self_, epoch = epoch_, task_id, end](Status s) {
+        self.Send(UnitDone{epoch, task_id, end, std::move(s)});
+      });
+      return;
+    }
+    default:
+      Fail(Status::Internal("device {} {} task {}: unknown task kind", device_->id(), name_, task_id));
+      return;
+  }
+}
+
+void StreamActor::CompleteWaitingTask(VTime end) {
+  clock_ = std::max(clock_, end);
+  if (track_) Trace(tasks_[exec_].display_name(), wait_start_, clock_ - wait_start_, TaskId(exec_));
+  ++exec_;
+  ++executed_;
+  device_->tasks_executed.fetch_add(1, std::memory_order_relaxed);
+  state_ = State::kRunning;
+}
+
+void StreamActor::Finish() {
+  state_ = State::kIdle;
+  if (mode_ == Mode::kModel) {
+    fetch_end_ = 0;  // an idle stream has nothing fetched
+    model_.Send(ModelDone{id_, run_, clock_, Status::Ok()});
+  }
+  AnswerSyncs();
+  Compact();
+}
+
+void StreamActor::Fail(Status status) {
+  const bool was_waiting_event = state_ == State::kWaiting && exec_ < tasks_.size() &&
+                                 tasks_[exec_].kind == TaskKind::kEventWait;
+  ++epoch_;
+  state_ = State::kIdle;
+  if (was_waiting_event) device_->events.Send(CancelWaits{id_});
+  if (mode_ == Mode::kModel) {
+    fetch_end_ = 0;
+    exec_ = 0;
+    model_.Send(ModelDone{id_, run_, clock_, status});
+    AnswerSyncs();
+    return;
+  }
+  // A host stream in error drops what is queued; the next Synchronize reports the error.
+  exec_ = tasks_.size();
+  if (!syncs_.empty()) {
+    for (auto& s : syncs_) s.reply.Fail(status);
+    syncs_.clear();
+  } else {
+    sticky_error_ = std::move(status);
+  }
+  Compact();
+}
+
+void StreamActor::Compact() {
+  if (mode_ != Mode::kHost || exec_ < 1024 || exec_ * 2 < tasks_.size()) return;
+  tasks_.erase(tasks_.begin(), tasks_.begin() + static_cast<std::ptrdiff_t>(exec_));
+  live_.erase(live_.begin(), live_.begin() + static_cast<std::ptrdiff_t>(exec_));
+  snap_.erase(snap_.begin(), snap_.begin() + static_cast<std::ptrdiff_t>(exec_));
+  ready_at_.erase(ready_at_.begin(), ready_at_.begin() + static_cast<std::ptrdiff_t>(exec_));
+  base_ += exec_;
+  fetch_end_ = fetch_end_ > exec_ ? fetch_end_ - exec_ : 0;
+  exec_ = 0;
+}
+
+}  // namespace npuflow::npu_sim

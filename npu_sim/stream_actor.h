@@ -1,0 +1,94 @@
+// StreamActor: one device stream, an in-order submission queue.
+//
+// A host stream runs tasks the host submits; a model stream (bound to a device model) runs its
+// loaded task list once per model run. The task loop is plain data: a vector of tasks and an
+// index; NOPs, event records and host-side bookkeeping run inline, and the loop only stops for
+// work another actor does (a kernel on the AICore cluster, a copy on the DMA engine, an event
+// wait, a task update on another stream).
+//
+// Prefetch. As on the hardware, the stream fetches up to prefetch_num tasks ahead of the one
+// executing and snapshots their parameters (block_dim, tiling_key) when it fetches them. A task
+// update patches a task only if it has not been fetched yet; otherwise the update fails as a
+// detected race naming both tasks (the hazard the tiling-sink NOPs exist to prevent). A kernel
+// that starts with block_dim still kTilingSinkBlockDim fails, never runs silently.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "npu_sim/device.h"
+#include "npu_sim/messages.h"
+
+namespace npuflow::npu_sim {
+
+class StreamActor {
+ public:
+  using Message = StreamMsg;
+  StreamActor(Device* device, StreamId id);
+  Status Receive(Message& msg, actors::Context<Message>& ctx);
+
+ private:
+  enum class Mode : std::uint8_t { kHost, kModel };
+  enum class State : std::uint8_t { kIdle, kRunning, kWaiting };
+  struct Param {
+    std::uint32_t block_dim;
+    std::uint64_t tiling_key;
+  };
+  struct PendingSync {
+    std::uint64_t upto;    // submissions with seq < upto
+    std::uint64_t target;  // absolute task id to reach; kUnknownTarget until submission upto-1 arrives
+    actors::Replier<VTime> reply;
+  };
+
+  static constexpr std::uint64_t kUnknownTarget = ~std::uint64_t{0};
+  void Advance();
+  void StartTask(Task& t, std::uint32_t index);
+  void CompleteWaitingTask(VTime end);
+  void Fail(Status status);
+  void Finish();
+  void FetchAhead();
+  void Compact();
+  void AcceptSubmit(Submit& submit);
+  void AnswerSyncs();
+  std::uint32_t TaskId(std::size_t index) const { return static_cast<std::uint32_t>(base_ + index); }
+  void Trace(std::string_view name, VTime start, VTime duration, std::uint32_t task);
+
+  Device* device_;
+  const StreamId id_;
+  std::string name_;
+  TraceTrack* track_ = nullptr;
+  StreamAddr self_;
+  Mode mode_ = Mode::kHost;
+  State state_ = State::kIdle;
+
+  std::vector<Task> tasks_;      // host: the queue (executed prefix compacted away); model: the program
+  std::vector<Param> live_;      // current parameters, patchable until fetched
+  std::vector<Param> snap_;      // parameters as fetched
+  std::vector<VTime> ready_at_;  // host: a task cannot start before its submission
+  std::size_t exec_ = 0;         // the task executing (or next to)
+  std::size_t fetch_end_ = 0;    // tasks [.., fetch_end_) are fetched
+  std::uint64_t base_ = 0;       // host: id of tasks_[0]
+  std::uint64_t epoch_ = 1;      // bumped on failure/abort: stale completions are ignored
+  VTime clock_ = 0;
+  VTime wait_start_ = 0;
+
+  // host submissions
+  std::uint64_t next_seq_ = 0;
+  std::map<std::uint64_t, Submit> reorder_;
+  std::deque<PendingSync> syncs_;
+  Status sticky_error_;  // a failure no Synchronize has reported yet
+
+  // model runs
+  std::uint64_t run_ = 0;
+  actors::Address<ModelMsg> model_;
+
+  std::optional<Fault> fault_;
+  std::uint64_t fault_count_ = 0;
+  std::uint64_t executed_ = 0;
+};
+
+}  // namespace npuflow::npu_sim

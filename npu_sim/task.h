@@ -1,0 +1,74 @@
+// Tasks: what a stream executes. Plain data: a stream's list is a vector of these, and its loop
+// is a switch over `kind`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "npu_sim/chip_spec.h"
+#include "npu_sim/device_memory.h"
+#include "npu_sim/kernel.h"
+
+namespace npuflow::npu_sim {
+
+// The tiling-sink placeholder: a kernel whose block_dim is this when it starts was never
+// updated by its tiling task.
+inline constexpr std::uint32_t kTilingSinkBlockDim = 0xFFFFFFFFu;
+
+enum class TaskKind : std::uint8_t {
+  kKernel,       // AICore kernel: block_dim blocks over the AICore cluster
+  kAicpuKernel,  // AICPU kernel: one run on an AICPU unit
+  kMemcpy,       // DMA copy
+  kEventRecord,
+  kEventWait,
+  kNop,
+  kTaskUpdate,   // patch block_dim / tiling_key of a task on another stream
+};
+std::string_view TaskKindName(TaskKind kind);
+
+enum class CopyKind : std::uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+std::string_view CopyKindName(CopyKind kind);
+
+using StreamId = std::uint32_t;
+using EventId = std::uint32_t;
+
+struct Task {
+  TaskKind kind = TaskKind::kNop;
+  std::string name;  // for traces and errors; empty: the kind's name
+
+  // kKernel, kAicpuKernel
+  const KernelDef* kernel = nullptr;
+  std::uint32_t block_dim = 1;
+  std::uint64_t tiling_key = 0;
+  std::vector<std::uint64_t> args;
+
+  // kMemcpy: host pointers are raw addresses on the host side of a copy
+  CopyKind copy = CopyKind::kHostToDevice;
+  DevicePtr dst_dev, src_dev;
+  void* dst_host = nullptr;
+  const void* src_host = nullptr;
+  std::uint64_t bytes = 0;
+
+  // kEventRecord, kEventWait
+  EventId event = 0;
+
+  // kTaskUpdate: the target task, and the device words holding its new values (a u32
+  // block_dim, a u64 tiling_key)
+  StreamId target_stream = 0;
+  std::uint32_t target_task = 0;
+  DevicePtr block_dim_addr, tiling_key_addr;
+
+  static Task Nop() { return Task{}; }
+  static Task Kernel(const KernelDef* def, std::uint32_t block_dim, std::vector<std::uint64_t> args,
+                     std::uint64_t tiling_key = 0);
+  static Task Copy(CopyKind kind, std::uint64_t bytes);  // fill the endpoints
+  static Task Record(EventId event);
+  static Task Wait(EventId event);
+  static Task Update(StreamId target_stream, std::uint32_t target_task, DevicePtr block_dim_addr,
+                     DevicePtr tiling_key_addr);
+  std::string_view display_name() const { return name.empty() ? TaskKindName(kind) : std::string_view(name); }
+};
+
+}  // namespace npuflow::npu_sim

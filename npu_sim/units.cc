@@ -1,0 +1,217 @@
+#include "npu_sim/units.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace npuflow::npu_sim {
+
+double CopyBandwidth(const ChipSpec& chip, CopyKind kind) {
+  switch (kind) {
+    case CopyKind::kHostToDevice: return chip.h2d_bandwidth_gbps;
+    case CopyKind::kDeviceToHost: return chip.d2h_bandwidth_gbps;
+    case CopyKind::kDeviceToDevice: return chip.d2d_bandwidth_gbps;
+  }
+  return 1;
+}
+
+// ---- UnitActor ------------------------------------------------------------------------------------
+UnitActor::UnitActor(Device* device, Engine engine, int index, actors::Address<ClusterMsg> cluster)
+    : device_(device), engine_(engine), index_(index), cluster_(cluster) {
+  name_ = fmt::format("{} {}", engine == Engine::kAICore ? "aicore" : "aicpu", index);
+  if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), name_);
+}
+
+void UnitActor::Receive(Message& msg, actors::Context<Message>& ctx) {
+  if (auto* f = std::get_if<SetUnitFault>(&msg)) {
+    fault_ = f->fault;
+    runs_ = 0;
+    ctx.Reply();
+    return;
+  }
+  Run(std::get<RunBlocks>(msg));
+}
+
+void UnitActor::Run(RunBlocks& run) {
+  KernelJob& job = *run.job;
+  ++runs_;
+  VTime start = std::max(clock_, run.at);
+  VTime t = start;
+  Status status;
+  if (fault_ && runs_ == fault_->nth) {
+    switch (fault_->kind) {
+      case FaultKind::kHang:
+        return;  // never reports: the stream, and whoever waits on it, times out
+      case FaultKind::kFail:
+        status = Status::Failed("device {} stream {} task {} ({}): injected fault on {}", device_->id(), job.stream_id,
+                                job.task, job.name, name_);
+        break;
+      case FaultKind::kDelay:
+        t += fault_->delay;
+        break;
+    }
+  }
+  for (std::uint32_t b = run.first; status.ok() && b < run.first + run.count; ++b) {
+    KernelContext kctx(&device_->memory(), job.args, b, job.block_dim, job.tiling_key);
+    status = job.def->run(kctx);
+    if (!status.ok()) {
+      status = status.WithContext(fmt::format("device {} stream {} task {} ({}) block {} on {}", device_->id(),
+                                              job.stream_id, job.task, job.name, b, name_));
+      break;
+    }
+    t += job.def->cost ? std::max<VTime>(job.def->cost(kctx, device_->chip()), 0) : 0;
+  }
+  clock_ = t;
+  if (track_) {
+    track_->Add(TraceEvent{run.count == job.block_dim ? job.name : fmt::format("{} [{}+{}]", job.name, run.first, run.count),
+                           start, t - start, device_->deterministic() ? -1 : WallNs(),
+                           fmt::format("\"stream\":{},\"task\":{},\"block_dim\":{},\"tiling_key\":{}", job.stream_id,
+                                       job.task, job.block_dim, job.tiling_key)});
+  }
+  cluster_.Send(BlocksDone{run.job, t, std::move(status)});
+}
+
+// ---- ClusterActor ---------------------------------------------------------------------------------
+ClusterActor::ClusterActor(Device* device, Engine engine) : device_(device), engine_(engine) {}
+
+void ClusterActor::Receive(Message& msg, actors::Context<Message>& ctx) {
+  if (auto* run = std::get_if<RunKernel>(&msg)) {
+    KernelJob* job = run->job.get();
+    live_.emplace(job, std::move(run->job));
+    const std::uint32_t n = static_cast<std::uint32_t>(units_.size());
+    const std::uint32_t parts = std::min<std::uint32_t>(job->block_dim, n);
+    job->parts_left = parts;
+    job->end = run->at;
+    // Blocks [0, block_dim) split into `parts` contiguous ranges on consecutive units.
+    std::uint32_t first = 0;
+    for (std::uint32_t p = 0; p < parts; ++p) {
+      const std::uint32_t count = job->block_dim / parts + (p < job->block_dim % parts ? 1 : 0);
+      units_[(next_unit_ + p) % n].Send(RunBlocks{job, first, count, run->at});
+      first += count;
+    }
+    next_unit_ = (next_unit_ + parts) % n;
+    return;
+  }
+  if (auto* done = std::get_if<BlocksDone>(&msg)) {
+    KernelJob* job = done->job;
+    job->end = std::max(job->end, done->end);
+    if (job->status.ok() && !done->status.ok()) job->status = std::move(done->status);
+    if (--job->parts_left == 0) {
+      job->stream.Send(UnitDone{job->epoch, job->task, job->end, std::move(job->status)});
+      live_.erase(job);
+    }
+    return;
+  }
+  if (auto* attach = std::get_if<AttachUnits>(&msg)) {
+    units_ = std::move(attach->units);
+    ctx.Reply();
+    return;
+  }
+  auto& fault = std::get<SetUnitFault>(msg);
+  if (fault.unit < 0 || fault.unit >= static_cast<int>(units_.size())) {
+    ctx.ReplyError(Status::ParamInvalid("device {}: no {} unit {} (it has {})", device_->id(), EngineName(engine_),
+                                        fault.unit, units_.size()));
+    return;
+  }
+  actors::Replier<void> reply = ctx.TakeReply();
+  ctx.Then(units_[fault.unit].Ask(SetUnitFault{fault}), [reply = std::move(reply)](Status s) mutable {
+    if (s.ok()) reply.Reply(); else reply.Fail(s);
+  });
+}
+
+// ---- DMA ------------------------------------------------------------------------------------------
+DmaChannelActor::DmaChannelActor(Device* device, int index) : device_(device), index_(index) {
+  if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), fmt::format("dma {}", index));
+}
+
+Status DmaChannelActor::Copy(const CopyRequest& req) {
+  DeviceMemory& mem = device_->memory();
+  switch (req.kind) {
+    case CopyKind::kHostToDevice: {
+      if (req.src_host == nullptr) return Status::ParamInvalid("H2D copy with a null host source");
+      NPUFLOW_ASSIGN_OR_RETURN(auto dst, mem.Map(req.dst_dev, req.bytes));
+      std::memcpy(dst.data(), req.src_host, req.bytes);
+      return Status::Ok();
+    }
+    case CopyKind::kDeviceToHost: {
+      if (req.dst_host == nullptr) return Status::ParamInvalid("D2H copy with a null host destination");
+      NPUFLOW_ASSIGN_OR_RETURN(auto src, mem.Map(req.src_dev, req.bytes));
+      std::memcpy(req.dst_host, src.data(), req.bytes);
+      return Status::Ok();
+    }
+    case CopyKind::kDeviceToDevice: {
+      NPUFLOW_ASSIGN_OR_RETURN(auto src, mem.Map(req.src_dev, req.bytes));
+      NPUFLOW_ASSIGN_OR_RETURN(auto dst, mem.Map(req.dst_dev, req.bytes));
+      std::memmove(dst.data(), src.data(), req.bytes);
+      return Status::Ok();
+    }
+  }
+  return Status::Internal("unknown copy kind");
+}
+
+void DmaChannelActor::Receive(Message& msg, actors::Context<Message>& ctx) {
+  if (auto* f = std::get_if<SetUnitFault>(&msg)) {
+    fault_ = f->fault;
+    runs_ = 0;
+    ctx.Reply();
+    return;
+  }
+  if (std::holds_alternative<AttachChannels>(msg)) return ctx.Reply();
+  auto& req = std::get<CopyRequest>(msg);
+  ++runs_;
+  VTime start = std::max(clock_, req.at);
+  VTime cost = device_->chip().CopyCost(req.bytes, CopyBandwidth(device_->chip(), req.kind));
+  Status status;
+  if (fault_ && runs_ == fault_->nth) {
+    if (fault_->kind == FaultKind::kHang) return;
+    if (fault_->kind == FaultKind::kDelay) cost += fault_->delay;
+    if (fault_->kind == FaultKind::kFail)
+      status = Status::Failed("device {} stream {} task {} ({}): injected fault on dma {}", device_->id(),
+                              req.stream.id(), req.task, req.name, index_);
+  }
+  if (status.ok()) {
+    status = Copy(req);
+    if (!status.ok())
+      status = status.WithContext(fmt::format("device {} task {} ({} {} bytes) on dma {}", device_->id(), req.task,
+                                              CopyKindName(req.kind), req.bytes, index_));
+  }
+  clock_ = start + cost;
+  if (track_) {
+    track_->Add(TraceEvent{req.name.empty() ? std::string(CopyKindName(req.kind)) : req.name, start, cost,
+                           device_->deterministic() ? -1 : WallNs(),
+                           fmt::format("\"bytes\":{},\"task\":{}", req.bytes, req.task)});
+  }
+  req.stream.Send(UnitDone{req.epoch, req.task, clock_, std::move(status)});
+}
+
+void DmaEngineActor::Receive(Message& msg, actors::Context<Message>& ctx) {
+  if (auto* attach = std::get_if<AttachChannels>(&msg)) {
+    channels_ = std::move(attach->channels);
+    free_at_.assign(channels_.size(), 0);
+    ctx.Reply();
+    return;
+  }
+  if (auto* f = std::get_if<SetUnitFault>(&msg)) {
+    if (f->unit < 0 || f->unit >= static_cast<int>(channels_.size())) {
+      ctx.ReplyError(Status::ParamInvalid("device {}: no dma channel {} (it has {})", device_->id(), f->unit,
+                                          channels_.size()));
+      return;
+    }
+    actors::Replier<void> reply = ctx.TakeReply();
+    ctx.Then(channels_[f->unit].Ask(SetUnitFault{*f}), [reply = std::move(reply)](Status s) mutable {
+      if (s.ok()) reply.Reply(); else reply.Fail(s);
+    });
+    return;
+  }
+  auto& req = std::get<CopyRequest>(msg);
+  // The channel that is free first; ties go to the lowest index (deterministic).
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < free_at_.size(); ++i)
+    if (free_at_[i] < free_at_[best]) best = i;
+  free_at_[best] = std::max(free_at_[best], req.at) +
+                   device_->chip().CopyCost(req.bytes, CopyBandwidth(device_->chip(), req.kind));
+  channels_[best].Send(std::move(req));
+}
+
+}  // namespace npuflow::npu_sim

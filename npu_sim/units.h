@@ -1,0 +1,86 @@
+// The device's execution units as actors.
+//
+//   ClusterActor   AICoreCluster (or the AICPU group): spreads a kernel's blocks over its units,
+//                  collects their completions, reports the kernel done to its stream.
+//   UnitActor      one AICore or AICPU unit with its own virtual clock: runs blocks on the CPU
+//                  over device memory, in order.
+//   DmaEngineActor picks the channel that frees up first (it knows every copy's cost).
+//   DmaChannelActor one copy channel with a virtual clock and the chip's bandwidth.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "npu_sim/device.h"
+#include "npu_sim/messages.h"
+
+namespace npuflow::npu_sim {
+
+class UnitActor {
+ public:
+  using Message = UnitMsg;
+  UnitActor(Device* device, Engine engine, int index, actors::Address<ClusterMsg> cluster);
+  void Receive(Message& msg, actors::Context<Message>& ctx);
+
+ private:
+  void Run(RunBlocks& run);
+  Device* device_;
+  Engine engine_;
+  int index_;
+  std::string name_;
+  actors::Address<ClusterMsg> cluster_;
+  TraceTrack* track_ = nullptr;
+  VTime clock_ = 0;
+  std::uint64_t runs_ = 0;  // RunBlocks handled since the fault was set
+  std::optional<Fault> fault_;
+};
+
+class ClusterActor {
+ public:
+  using Message = ClusterMsg;
+  ClusterActor(Device* device, Engine engine);
+  void Receive(Message& msg, actors::Context<Message>& ctx);
+
+ private:
+  Device* device_;
+  Engine engine_;
+  std::vector<actors::Address<UnitMsg>> units_;
+  std::size_t next_unit_ = 0;  // round-robin start, so single-block kernels share the units
+  // Jobs whose blocks are out. A hung unit never reports; its job is freed with the cluster.
+  std::unordered_map<KernelJob*, std::unique_ptr<KernelJob>> live_;
+};
+
+class DmaChannelActor {
+ public:
+  using Message = DmaMsg;
+  DmaChannelActor(Device* device, int index);
+  void Receive(Message& msg, actors::Context<Message>& ctx);
+
+ private:
+  Status Copy(const CopyRequest& req);
+  Device* device_;
+  int index_;
+  TraceTrack* track_ = nullptr;
+  VTime clock_ = 0;
+  std::uint64_t runs_ = 0;
+  std::optional<Fault> fault_;
+};
+
+class DmaEngineActor {
+ public:
+  using Message = DmaMsg;
+  explicit DmaEngineActor(Device* device) : device_(device) {}
+  void Receive(Message& msg, actors::Context<Message>& ctx);
+
+ private:
+  Device* device_;
+  std::vector<actors::Address<DmaMsg>> channels_;
+  std::vector<VTime> free_at_;  // when each channel is predicted to be free
+};
+
+// The bandwidth of a copy kind on `chip`, in GB/s.
+double CopyBandwidth(const ChipSpec& chip, CopyKind kind);
+
+}  // namespace npuflow::npu_sim

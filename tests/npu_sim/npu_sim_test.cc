@@ -1,0 +1,432 @@
+// The simulated device through its host API: chips, memory, streams, events, prefetch and task
+// update, faults, timeouts, device models, traces.
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "npu_sim/runtime.h"
+
+namespace npuflow::npu_sim {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::unique_ptr<Runtime> MakeRuntime(RuntimeOptions options = {}) {
+  auto rt = Runtime::Create(std::move(options));
+  EXPECT_TRUE(rt.ok()) << rt.status();
+  return std::move(rt).value();
+}
+
+std::uint64_t FloatBits(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return bits;
+}
+
+std::vector<float> Read(Runtime& rt, DevicePtr p, std::size_t n) {
+  std::vector<float> out(n);
+  EXPECT_TRUE(rt.MemcpyD2H(0, out.data(), p, n * sizeof(float)).ok());
+  return out;
+}
+
+const KernelDef* Kernel(std::string_view name) { return KernelRegistry::Global().Find(name).value(); }
+
+// ---- chips ------------------------------------------------------------------------------------------
+TEST(ChipSpec, ShippedChipsLoadWithTheirPrefetchAndFeatures) {
+  auto b = LoadChipSpec("910B");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->prefetch_num, 8);
+  EXPECT_TRUE(b->task_update_supported);
+  auto p = LoadChipSpec("310P");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->prefetch_num, 5);
+  EXPECT_FALSE(p->task_update_supported);
+}
+
+TEST(ChipSpec, MalformedFilesNameTheField) {
+  std::string good = R"({"name":"x","aicore_count":2,"aicpu_count":1,"hbm_capacity_bytes":1073741824,
+    "hbm_bandwidth_gbps":100,"h2d_bandwidth_gbps":10,"d2h_bandwidth_gbps":10,"d2d_bandwidth_gbps":50,
+    "dma_latency_ns":100,"dma_channels":2,"host_launch_latency_ns":1000,"event_record_latency_ns":10,
+    "event_wait_latency_ns":10,"nop_latency_ns":5,"kernel_launch_overhead_ns":100,"aicpu_launch_overhead_ns":100,
+    "task_update_latency_ns":50,"aicore_gflops":10,"aicpu_gflops":1,"prefetch_num":4,"features":{"task_update":true}})";
+  ASSERT_TRUE(ParseChipSpec(good, "x.json").ok());
+  std::string missing = good;
+  missing.replace(missing.find("\"dma_channels\":2,"), 17, "");
+  auto s = ParseChipSpec(missing, "x.json").status();
+  EXPECT_EQ(s.code(), StatusCode::kParamInvalid);
+  EXPECT_NE(s.message().find("'dma_channels'"), std::string_view::npos) << s;
+  EXPECT_NE(s.message().find("x.json"), std::string_view::npos) << s;
+  std::string wrong = good;
+  wrong.replace(wrong.find("\"prefetch_num\":4"), 16, "\"prefetch_num\":\"8\"");
+  EXPECT_NE(ParseChipSpec(wrong, "x.json").status().message().find("'prefetch_num'"), std::string_view::npos);
+  std::string negative = good;
+  negative.replace(negative.find("\"aicore_count\":2"), 16, "\"aicore_count\":0");
+  EXPECT_NE(ParseChipSpec(negative, "x.json").status().message().find("'aicore_count'"), std::string_view::npos);
+  EXPECT_NE(ParseChipSpec("{not json", "x.json").status().message().find("not valid JSON"), std::string_view::npos);
+  EXPECT_EQ(LoadChipSpec("no-such-chip").status().code(), StatusCode::kNotFound);
+}
+
+// ---- memory -----------------------------------------------------------------------------------------
+TEST(DeviceMemory, OverCapacityIsAMemoryAllocationError) {
+  DeviceMemory mem(0, 1 << 20);
+  auto a = mem.Allocate(600 * 1024, Placement::kHbm, "a");
+  ASSERT_TRUE(a.ok());
+  auto b = mem.Allocate(600 * 1024, Placement::kHbm, "b");
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kMemoryAllocation);
+  EXPECT_NE(b.status().message().find("'b'"), std::string_view::npos) << b.status();
+  auto stats = mem.Stats();
+  EXPECT_EQ(stats.allocations, 1u);
+  EXPECT_EQ(stats.in_use, 600u * 1024);
+  ASSERT_TRUE(mem.Free(*a).ok());
+  EXPECT_TRUE(mem.Allocate(600 * 1024, Placement::kHbm, "b").ok());
+  EXPECT_EQ(mem.Stats().peak, 600u * 1024);
+}
+
+TEST(DeviceMemory, AccessOutsideAnAllocationNamesAddressAndAllocation) {
+  DeviceMemory mem(0, 1 << 20);
+  DevicePtr p = mem.Allocate(100, Placement::kHbm, "weights").value();
+  EXPECT_TRUE(mem.Map(p, 100).ok());
+  EXPECT_TRUE(mem.Map(p + 60, 40).ok());
+  auto bad = mem.Map(p + 60, 41);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'weights'"), std::string_view::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find(ToString(p + 60)), std::string_view::npos) << bad.status();
+  ASSERT_TRUE(mem.Free(p).ok());
+  EXPECT_FALSE(mem.Map(p, 1).ok());
+  EXPECT_EQ(mem.Free(p).code(), StatusCode::kParamInvalid);  // double free
+}
+
+// ---- streams ----------------------------------------------------------------------------------------
+TEST(Streams, KernelsRunInSubmissionOrderAndComputeRealResults) {
+  auto rt = MakeRuntime();
+  constexpr std::uint64_t n = 1000;
+  DevicePtr a = rt->Malloc(0, n * 4).value(), c = rt->Malloc(0, n * 4).value();
+  Stream s = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->LaunchKernel(s, "fill_f32", 4, {a.value, n, FloatBits(1.5f)}).ok());
+  ASSERT_TRUE(rt->LaunchKernel(s, "fill_f32", 3, {c.value, n, FloatBits(0.f)}).ok());
+  // c += a, 20 times, with various block_dims: only in-order execution gives 30.
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(rt->LaunchKernel(s, "vector_add_f32", 1 + i % 7, {c.value, a.value, c.value, n}).ok());
+  ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+  for (float v : Read(*rt, c, n)) ASSERT_EQ(v, 30.f);
+  EXPECT_GT(rt->HostClock(), 0);
+}
+
+TEST(Streams, SubmissionsFromManyThreadsAreAppliedInLockOrder) {
+  auto rt = MakeRuntime();
+  Stream s = rt->CreateStream(0).value();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) ASSERT_TRUE(rt->Submit(s, {Task::Nop(), Task::Nop()}).ok());
+    });
+  for (auto& th : threads) th.join();
+  ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+  EXPECT_GE(rt->Stats(0)->tasks_executed, 1600u);
+}
+
+TEST(Streams, UnknownKernelAndBadBlockDimAreRefusedAtLaunch) {
+  auto rt = MakeRuntime();
+  Stream s = rt->CreateStream(0).value();
+  EXPECT_EQ(rt->LaunchKernel(s, "nope", 1, {}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(rt->LaunchKernel(s, "noop", 0, {}).code(), StatusCode::kParamInvalid);
+  EXPECT_EQ(rt->LaunchKernel(s, "tiling_write", 1, {}).code(), StatusCode::kParamInvalid);
+  EXPECT_EQ(rt->LaunchKernel(Stream{0, 99}, "noop", 1, {}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(rt->LaunchKernel(Stream{3, 0}, "noop", 1, {}).code(), StatusCode::kParamInvalid);
+}
+
+TEST(Streams, OutOfBoundsKernelAccessFailsTheStreamNamingTheAllocation) {
+  auto rt = MakeRuntime();
+  DevicePtr a = rt->Malloc(0, 64, Placement::kHbm, "small").value();
+  Stream s = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->LaunchKernel(s, "fill_f32", 1, {a.value, 1000, FloatBits(1.f)}).ok());
+  Status st = rt->SynchronizeStream(s);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'small'"), std::string_view::npos) << st;
+  EXPECT_NE(st.message().find("stream 1 task 0"), std::string_view::npos) << st;
+  // The error is reported once; the stream serves again.
+  ASSERT_TRUE(rt->LaunchKernel(s, "fill_f32", 1, {a.value, 16, FloatBits(1.f)}).ok());
+  EXPECT_TRUE(rt->SynchronizeStream(s).ok());
+}
+
+TEST(Streams, SynchronizeTimesOutOnAHungTask) {
+  auto rt = MakeRuntime();
+  Stream s = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kStream, s.id, Fault{FaultKind::kHang, 2}).ok());
+  ASSERT_TRUE(rt->Submit(s, {Task::Nop(), Task::Nop(), Task::Nop()}).ok());
+  Status st = rt->SynchronizeStream(s, 50ms);
+  EXPECT_EQ(st.code(), StatusCode::kTimeout) << st;
+  EXPECT_TRUE(rt->DestroyStream(s).ok());  // the hung stream is reset, not leaked
+}
+
+TEST(Faults, AUnitFailureReachesTheHostWithDeviceStreamUnitAndTask) {
+  auto rt = MakeRuntime();
+  Stream s = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kFail, 1}).ok());
+  // Round-robin puts the first single-block kernel on aicore 0.
+  ASSERT_TRUE(rt->LaunchKernel(s, "noop", 1, {}).ok());
+  Status st = rt->SynchronizeStream(s);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("device 0"), std::string_view::npos) << st;
+  EXPECT_NE(st.message().find("stream 1"), std::string_view::npos) << st;
+  EXPECT_NE(st.message().find("task 0"), std::string_view::npos) << st;
+  EXPECT_NE(st.message().find("aicore 0"), std::string_view::npos) << st;
+  EXPECT_EQ(rt->InjectFault(0, FaultTarget::kAICore, 99, Fault{}).code(), StatusCode::kParamInvalid);
+}
+
+TEST(Faults, ADelayMovesVirtualTimeOnly) {
+  auto base = MakeRuntime();
+  Stream s0 = base->CreateStream(0).value();
+  ASSERT_TRUE(base->Submit(s0, {Task::Nop(), Task::Nop()}).ok());
+  ASSERT_TRUE(base->SynchronizeStream(s0).ok());
+  auto delayed = MakeRuntime();
+  Stream s1 = delayed->CreateStream(0).value();
+  ASSERT_TRUE(delayed->InjectFault(0, FaultTarget::kStream, s1.id, Fault{FaultKind::kDelay, 1, 1'000'000}).ok());
+  ASSERT_TRUE(delayed->Submit(s1, {Task::Nop(), Task::Nop()}).ok());
+  ASSERT_TRUE(delayed->SynchronizeStream(s1).ok());
+  EXPECT_GE(delayed->HostClock() - base->HostClock(), 1'000'000 - 1);
+}
+
+// ---- events across streams ---------------------------------------------------------------------------
+// Perturbs every delivery a little, at random, so cross-stream order comes only from events.
+class JitterTap : public actors::DeliveryTap {
+ public:
+  explicit JitterTap(std::uint32_t seed) : rng_(seed) {}
+  std::chrono::nanoseconds OnDelivery(const actors::Delivery&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return rng_() % 4 == 0 ? std::chrono::nanoseconds(rng_() % 20'000) : std::chrono::nanoseconds(0);
+  }
+
+ private:
+  std::mutex mu_;
+  std::mt19937 rng_;
+};
+
+TEST(Events, CrossStreamOrderHoldsUnder1000RandomizedSchedules) {
+  auto rt = MakeRuntime({.workers = 2});
+  constexpr std::uint64_t n = 256;
+  DevicePtr x = rt->Malloc(0, n * 4).value(), y = rt->Malloc(0, n * 4).value(), zero = rt->Malloc(0, n * 4).value();
+  Stream producer = rt->CreateStream(0).value(), consumer = rt->CreateStream(0).value();
+  Event ready = rt->CreateEvent(0).value();
+  JitterTap tap(7);
+  ASSERT_TRUE(rt->system().SetTap(&tap).ok());
+  for (int iter = 0; iter < 1000; ++iter) {
+    const float v = static_cast<float>(iter);
+    // producer: x = v (in two steps, so a reader that runs early sees a half-written state)
+    ASSERT_TRUE(rt->LaunchKernel(producer, "fill_f32", 2, {x.value, n, FloatBits(-1.f)}).ok());
+    ASSERT_TRUE(rt->LaunchKernel(producer, "fill_f32", 4, {x.value, n, FloatBits(v)}).ok());
+    ASSERT_TRUE(rt->RecordEvent(ready, producer).ok());
+    // consumer: waits, then y = x + 0
+    ASSERT_TRUE(rt->StreamWaitEvent(consumer, ready).ok());
+    ASSERT_TRUE(rt->LaunchKernel(consumer, "vector_add_f32", 3, {x.value, zero.value, y.value, n}).ok());
+    ASSERT_TRUE(rt->SynchronizeStream(consumer).ok());
+    ASSERT_TRUE(rt->SynchronizeStream(producer).ok());
+    auto out = Read(*rt, y, n);
+    for (float f : out) ASSERT_EQ(f, v) << "iteration " << iter;
+  }
+  ASSERT_TRUE(rt->system().SetTap(nullptr).ok());
+}
+
+TEST(Events, QueryAndHostSynchronize) {
+  auto rt = MakeRuntime();
+  Stream s = rt->CreateStream(0).value();
+  Event e = rt->CreateEvent(0).value();
+  EXPECT_FALSE(rt->QueryEvent(e).value());
+  EXPECT_EQ(rt->SynchronizeEvent(e, 20ms).code(), StatusCode::kTimeout);
+  ASSERT_TRUE(rt->RecordEvent(e, s).ok());
+  EXPECT_TRUE(rt->SynchronizeEvent(e, 5s).ok());
+  EXPECT_TRUE(rt->QueryEvent(e).value());
+  EXPECT_TRUE(rt->ResetEvent(e).ok());
+  EXPECT_FALSE(rt->QueryEvent(e).value());
+  EXPECT_TRUE(rt->DestroyEvent(e).ok());
+  EXPECT_EQ(rt->QueryEvent(e).status().code(), StatusCode::kNotFound);
+}
+
+// ---- prefetch and task update (the tiling-sink hazard) -----------------------------------------------
+struct TilingSinkProgram {
+  Model model;
+  Stream main, tiling;
+  DevicePtr out, data;
+};
+
+// tiling stream: AICPU tiling (writes block_dim 8, tiling_key 42) -> update -> record
+// main stream:   wait -> NOP x nops -> record_launch kernel (placeholder) -> fill kernel
+TilingSinkProgram BuildTilingSink(Runtime& rt, int nops) {
+  TilingSinkProgram p;
+  p.model = rt.CreateModel(0).value();
+  p.main = rt.CreateStream(0).value();
+  p.tiling = rt.CreateStream(0).value();
+  EXPECT_TRUE(rt.BindStream(p.model, p.main).ok());
+  EXPECT_TRUE(rt.BindStream(p.model, p.tiling).ok());
+  DevicePtr ctx = rt.Malloc(0, 64, Placement::kHbm, "tiling context").value();
+  p.out = rt.Malloc(0, 16, Placement::kHbm, "launch record").value();
+  Event ev = rt.CreateEvent(0).value();
+  std::vector<Task> main;
+  main.push_back(Task::Wait(ev.id));
+  for (int i = 0; i < nops; ++i) main.push_back(Task::Nop());
+  const auto kernel_index = static_cast<std::uint32_t>(main.size());
+  main.push_back(Task::Kernel(Kernel("record_launch"), kTilingSinkBlockDim, {p.out.value}));
+  std::vector<Task> tiling;
+  tiling.push_back(Task::Kernel(Kernel("tiling_write"), 1, {ctx.value, (ctx + 8).value, 8, 42}));
+  tiling.push_back(Task::Update(p.main.id, kernel_index, ctx, ctx + 8));
+  tiling.push_back(Task::Record(ev.id));
+  EXPECT_TRUE(rt.LoadTasks(p.model, p.main, std::move(main)).ok());
+  EXPECT_TRUE(rt.LoadTasks(p.model, p.tiling, std::move(tiling)).ok());
+  return p;
+}
+
+TEST(Prefetch, EnoughNopsLetTheUpdateLandAndTheKernelRunsWithIt) {
+  auto rt = MakeRuntime();
+  ASSERT_EQ(rt->chip(0).value()->prefetch_num, 8);
+  auto p = BuildTilingSink(*rt, 8);
+  for (int run = 0; run < 20; ++run) {
+    auto end = rt->ExecuteModel(p.model, 10s);
+    ASSERT_TRUE(end.ok()) << end.status();
+    std::uint64_t launch[2];
+    ASSERT_TRUE(rt->MemcpyD2H(0, launch, p.out, sizeof(launch)).ok());
+    EXPECT_EQ(launch[0], 8u);   // block_dim from the AICPU tiling
+    EXPECT_EQ(launch[1], 42u);  // tiling_key
+  }
+}
+
+TEST(Prefetch, AnUpdateAfterTheKernelWasFetchedIsADetectedRace) {
+  for (int nops : {0, 3, 7}) {
+    auto rt = MakeRuntime();
+    auto p = BuildTilingSink(*rt, nops);
+    auto end = rt->ExecuteModel(p.model, 10s);
+    ASSERT_FALSE(end.ok()) << "nops " << nops;
+    const std::string msg(end.status().message());
+    EXPECT_NE(msg.find("task update race"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(fmt::format("stream {} task 1", p.tiling.id)), std::string::npos) << msg;  // the update
+    EXPECT_NE(msg.find(fmt::format("stream {} task {}", p.main.id, nops + 1)), std::string::npos) << msg;  // the kernel
+  }
+}
+
+TEST(Prefetch, AKernelStartingWithThePlaceholderFails) {
+  auto rt = MakeRuntime();
+  Stream s = rt->CreateStream(0).value();
+  DevicePtr out = rt->Malloc(0, 16).value();
+  ASSERT_TRUE(rt->Submit(s, {Task::Kernel(Kernel("record_launch"), kTilingSinkBlockDim, {out.value})}).ok());
+  Status st = rt->SynchronizeStream(s);
+  EXPECT_NE(st.message().find("kernel record_launch on stream 1 task 0 started with unresolved tiling placeholder"),
+            std::string_view::npos)
+      << st;
+}
+
+// ---- device models ----------------------------------------------------------------------------------
+TEST(DeviceModel, OneExecuteIsOneHostInteraction) {
+  auto rt = MakeRuntime();
+  Model m = rt->CreateModel(0).value();
+  Stream a = rt->CreateStream(0).value(), b = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->BindStream(m, a).ok());
+  ASSERT_TRUE(rt->BindStream(m, b).ok());
+  Event e = rt->CreateEvent(0).value();
+  std::vector<Task> ta, tb;
+  for (int i = 0; i < 50; ++i) ta.push_back(Task::Kernel(Kernel("noop"), 2, {}));
+  ta.push_back(Task::Record(e.id));
+  tb.push_back(Task::Wait(e.id));
+  for (int i = 0; i < 50; ++i) tb.push_back(Task::Kernel(Kernel("noop"), 1, {}));
+  ASSERT_TRUE(rt->LoadTasks(m, a, ta).ok());
+  ASSERT_TRUE(rt->LoadTasks(m, b, tb).ok());
+  ASSERT_TRUE(rt->ExecuteModel(m).ok());  // warm
+  const auto before = rt->Stats(0)->host_interactions;
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(rt->ExecuteModel(m).ok());
+  EXPECT_EQ(rt->Stats(0)->host_interactions - before, 10u);
+  EXPECT_EQ(rt->Submit(a, {Task::Nop()}).status().code(), StatusCode::kParamInvalid);  // bound: no host launches
+}
+
+TEST(DeviceModel, AHangEndsInTimeoutAndAbortAndTheModelRunsAgain) {
+  auto rt = MakeRuntime();
+  Model m = rt->CreateModel(0).value();
+  Stream a = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->BindStream(m, a).ok());
+  ASSERT_TRUE(rt->LoadTasks(m, a, {Task::Kernel(Kernel("noop"), 1, {}), Task::Nop()}).ok());
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kHang, 1}).ok());
+  auto end = rt->ExecuteModel(m, 50ms);
+  ASSERT_FALSE(end.ok());
+  EXPECT_EQ(end.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(end.status().message().find("aborted"), std::string_view::npos) << end.status();
+  // The fault fired once; the next run uses the next AICore (round-robin) and completes.
+  EXPECT_TRUE(rt->ExecuteModel(m, 10s).ok());
+  // Queued executions fail on abort rather than hang.
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kStream, a.id, Fault{FaultKind::kHang, 1}).ok());
+  auto first = rt->ExecuteModelAsync(m);
+  auto second = rt->ExecuteModelAsync(m);
+  ASSERT_TRUE(rt->AbortModel(m).ok());
+  EXPECT_EQ(first.Get().status().code(), StatusCode::kAborted);
+  EXPECT_EQ(second.Get().status().code(), StatusCode::kAborted);
+}
+
+TEST(DeviceModel, AFailingStreamFailsTheRunAndStopsTheOthers) {
+  auto rt = MakeRuntime();
+  Model m = rt->CreateModel(0).value();
+  Stream a = rt->CreateStream(0).value(), b = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->BindStream(m, a).ok());
+  ASSERT_TRUE(rt->BindStream(m, b).ok());
+  Event never = rt->CreateEvent(0).value();
+  DevicePtr tiny = rt->Malloc(0, 4, Placement::kHbm, "tiny").value();
+  ASSERT_TRUE(rt->LoadTasks(m, a, {Task::Kernel(Kernel("fill_f32"), 1, {tiny.value, 100, 0})}).ok());
+  ASSERT_TRUE(rt->LoadTasks(m, b, {Task::Wait(never.id)}).ok());  // would wait forever
+  auto end = rt->ExecuteModel(m, 10s);
+  ASSERT_FALSE(end.ok());
+  EXPECT_NE(end.status().message().find("'tiny'"), std::string_view::npos) << end.status();
+}
+
+// ---- trace and determinism ----------------------------------------------------------------------------
+std::string RunTracedProgram() {
+  auto rt = MakeRuntime({.chips = {"910B"}, .deterministic = true, .trace = true});
+  constexpr std::uint64_t n = 4096;
+  DevicePtr a = rt->Malloc(0, n * 4).value(), b = rt->Malloc(0, n * 4).value();
+  std::vector<float> host(n, 2.f);
+  Stream s1 = rt->CreateStream(0).value(), s2 = rt->CreateStream(0).value();
+  Event e = rt->CreateEvent(0).value();
+  EXPECT_TRUE(rt->MemcpyH2DAsync(s1, a, host.data(), n * 4).ok());
+  EXPECT_TRUE(rt->LaunchKernel(s1, "vector_add_f32", 8, {a.value, a.value, b.value, n}).ok());
+  EXPECT_TRUE(rt->RecordEvent(e, s1).ok());
+  EXPECT_TRUE(rt->LaunchKernel(s2, "fill_f32", 4, {a.value, n, FloatBits(1.f)}).ok());
+  EXPECT_TRUE(rt->StreamWaitEvent(s2, e).ok());
+  EXPECT_TRUE(rt->LaunchKernel(s2, "vector_add_f32", 16, {b.value, b.value, b.value, n}).ok());
+  EXPECT_TRUE(rt->Submit(s2, {Task::Nop(), Task::Nop()}).ok());
+  EXPECT_TRUE(rt->SynchronizeStream(s2).ok());
+  EXPECT_TRUE(rt->SynchronizeStream(s1).ok());
+  return rt->trace().ToJson();
+}
+
+TEST(Trace, DeterministicModeGivesAByteIdenticalTrace) {
+  std::string first = RunTracedProgram();
+  std::string second = RunTracedProgram();
+  EXPECT_EQ(first, second);
+  EXPECT_NE(first.find("\"stream 1\""), std::string::npos);
+  EXPECT_NE(first.find("\"aicore 0\""), std::string::npos);
+  EXPECT_NE(first.find("\"dma 0\""), std::string::npos);
+  EXPECT_NE(first.find("\"host thread"), std::string::npos);
+  EXPECT_NE(first.find("vector_add_f32"), std::string::npos);
+  EXPECT_EQ(first.find("wall_us"), std::string::npos);  // wall times would differ run to run
+}
+
+TEST(Runtime, BadOptionsAreNamed) {
+  EXPECT_EQ(Runtime::Create({.chips = {}}).status().code(), StatusCode::kParamInvalid);
+  auto s = Runtime::Create({.chips = {"920Z"}}).status();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("'920Z'"), std::string_view::npos);
+  EXPECT_EQ(Runtime::Create({.workers = -3}).status().code(), StatusCode::kParamInvalid);
+}
+
+TEST(Runtime, SeveralDevicesInOneProcess) {
+  auto rt = MakeRuntime({.chips = {"910B", "310P"}});
+  EXPECT_EQ(rt->device_count(), 2);
+  EXPECT_TRUE(rt->GetDeviceCapability(0, Feature::kTaskUpdate).value());
+  EXPECT_FALSE(rt->GetDeviceCapability(1, Feature::kTaskUpdate).value());
+  DevicePtr p = rt->Malloc(1, 1024).value();
+  std::vector<float> host(256, 3.f), back(256);
+  ASSERT_TRUE(rt->MemcpyH2D(1, p, host.data(), 1024).ok());
+  ASSERT_TRUE(rt->MemcpyD2H(1, back.data(), p, 1024).ok());
+  EXPECT_EQ(back, host);
+  EXPECT_FALSE(rt->MemcpyD2H(0, back.data(), p, 1024).ok());  // device 0 has no such allocation
+}
+
+}  // namespace
+}  // namespace npuflow::npu_sim
