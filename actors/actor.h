@@ -69,9 +69,11 @@ class Cell : public CellBase {
         bool trigger;
         {
           std::lock_guard<std::mutex> lock(core_->det_mu);
-          det_queue_.push_back(Env{std::move(msg), sender, std::move(reply)});
-          trigger = !core_->det_scheduled;
-          core_->DetEnqueue(this, /*closure=*/false);
+          (external ? det_external_ : det_queue_).push_back(Env{std::move(msg), sender, std::move(reply)});
+          SystemCore::DetEntry entry;
+          entry.cell = this;
+          entry.external = external;
+          trigger = core_->DetEnqueue(std::move(entry), external);
         }
         if (trigger) core_->sequencer->try_put(tbb::flow::continue_msg());
       } else {
@@ -101,7 +103,9 @@ class Cell : public CellBase {
     {
       std::lock_guard<std::mutex> lock(core_->det_mu);
       for (Env& e : det_queue_) drop(e);
+      for (Env& e : det_external_) drop(e);
       det_queue_.clear();
+      det_external_.clear();
     }
     std::lock_guard<std::mutex> lock(closure_mu_);
     dropped += static_cast<std::int64_t>(closures_.size());
@@ -172,7 +176,8 @@ class Cell : public CellBase {
   std::mutex lanes_mu_;
   std::vector<std::shared_ptr<LaneBase>> owned_lanes_;
   std::optional<Env> held_;      // the head message the tap postponed
-  std::deque<Env> det_queue_;    // deterministic mode's mailbox (guarded by core_->det_mu)
+  std::deque<Env> det_queue_;     // deterministic mode: messages from actors (guarded by det_mu)
+  std::deque<Env> det_external_;  // deterministic mode: messages from outside (guarded by det_mu)
 };
 
 template <typename A>
@@ -361,28 +366,34 @@ class CellImpl final : public Cell<typename A::Message> {
   void DropAll(const Status& why) override { this->DropQueued(why); }
   void DestroyActor() override { actor_.reset(); }
 
-  void DeliverOneDeterministic(bool closure) override {
+  void DeliverOneDeterministic(SystemCore::DetEntry& entry) override {
     if (this->core_->stopping.load(std::memory_order_acquire)) {
       this->DropQueued(Status::Aborted("actor system is shut down before delivery"));
       return;
     }
-    if (closure) {
-      this->RunOneClosure();
+    if (entry.closure) {
+      this->RunClosure(entry.closure);
       return;
     }
+    std::deque<Env>& queue = entry.external ? this->det_external_ : this->det_queue_;
     std::optional<Env> env;
     {
       std::lock_guard<std::mutex> lock(this->core_->det_mu);
-      if (this->det_queue_.empty()) return;
-      env.emplace(std::move(this->det_queue_.front()));
-      this->det_queue_.pop_front();
+      if (queue.empty()) return;
+      env.emplace(std::move(queue.front()));
+      queue.pop_front();
     }
     if (DeliveryTap* tap = this->core_->tap.load(std::memory_order_acquire); tap && !env->tapped) {
       env->tapped = true;
       if (tap->OnDelivery(Delivery{env->sender, this->id_, this->name_, KindOf(env->msg)}).count() > 0) {
+        // Postponed with no wall time: back to the head of its queue, delivered from the back
+        // of the delivery order. The sequencer is running, so no trigger is needed.
         std::lock_guard<std::mutex> lock(this->core_->det_mu);
-        this->det_queue_.push_front(std::move(*env));
-        this->core_->DetEnqueue(this, false);  // the sequencer is running: no trigger needed
+        queue.push_front(std::move(*env));
+        SystemCore::DetEntry again;
+        again.cell = this;
+        again.external = entry.external;
+        this->core_->DetEnqueue(std::move(again), entry.external);
         return;
       }
     }
@@ -420,10 +431,13 @@ class CellImpl final : public Cell<typename A::Message> {
           if (delay.count() > 0) {
             this->held_.emplace(std::move(*env));
             env.reset();
-            // The bias goes on before the timer can fire: the resumed pass removes it.
-            this->pending_.fetch_add(CellBase::kParkBias, std::memory_order_acq_rel);
+            // Everything this pass owes the counter is settled before the timer can fire: once
+            // armed, the resumed drain owns the actor and this one must not touch it again. The
+            // bias keeps sends from taking the token meanwhile; the resumed pass removes it.
+            this->pending_.fetch_add(CellBase::kParkBias - r.handled - (r.resumed ? CellBase::kParkBias : 0),
+                                     std::memory_order_acq_rel);
+            r = PassResult{0, true, false};
             this->core_->ArmTimer(this, delay);
-            r.parked = true;
             return r;
           }
         }

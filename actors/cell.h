@@ -12,7 +12,8 @@
 // A sender pushes, then counts, so a drain may handle a message before it is counted and the
 // counter may dip below zero for a moment; the late increments bring it back, and the one that
 // moves it from 0 to 1 schedules whatever is left, so nothing waits. While the tap has parked
-// an actor, the counter carries kParkBias, so no send can take the token the timer holds.
+// an actor, the counter carries kParkBias, so no send can take the token the timer holds; the
+// parking pass settles its count before arming the timer, since the timer may fire at once.
 //
 // Scheduling. The receiver's drain runs as the body of its own tbb::flow::function_node. When a
 // handler sends to an idle actor, that actor is not spawned but handed off: it runs on this
@@ -79,16 +80,22 @@ struct SystemCore {
   tbb::flow::graph* graph = nullptr;
   Supervisor default_supervisor;
 
-  // Deterministic mode: every delivery goes through one FIFO, run by one serial node.
+  // Deterministic mode: deliveries go through FIFOs run by one serial node. Messages sent from
+  // inside the system are delivered first; a message from outside (a host thread) is taken only
+  // when no inside delivery is pending, so the system runs to quiescence between outside inputs
+  // and what it does is a function of the sequence of outside inputs, not of their timing.
   struct DetEntry {
-    CellBase* cell;
-    bool closure;
+    CellBase* cell = nullptr;
+    bool external = false;          // the message is in the cell's external queue
+    UniqueFunction<void()> closure;  // set: run this in the cell instead of a message
   };
   std::mutex det_mu;
-  std::deque<DetEntry> det_order;
+  std::deque<DetEntry> det_internal;
+  std::deque<DetEntry> det_external;
   bool det_scheduled = false;
   tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>* sequencer = nullptr;
-  void DetEnqueue(CellBase* cell, bool closure);  // caller holds det_mu
+  // Caller holds det_mu. Returns whether the sequencer must be triggered.
+  bool DetEnqueue(DetEntry entry, bool from_outside);
   void DetRun();
 
   // Wall-clock resumption of cells parked by the tap.
@@ -226,8 +233,8 @@ class CellBase {
   virtual void DropAll(const Status& why) = 0;
   // Shutdown, after DropAll: destroy the actor object (its held Repliers fail their futures).
   virtual void DestroyActor() = 0;
-  // Deterministic mode: deliver the head message (or closure).
-  virtual void DeliverOneDeterministic(bool closure) = 0;
+  // Deterministic mode: deliver the head message of the entry's queue, or run its closure.
+  virtual void DeliverOneDeterministic(SystemCore::DetEntry& entry) = 0;
 
   // The token holder's entry point: drains this actor, then those it handed off to.
   static void RunDrains(CellBase* cell);
@@ -240,7 +247,7 @@ class CellBase {
  protected:
   // Runs queued closures; returns how many ran.
   std::int64_t RunClosures();
-  void RunOneClosure();  // deterministic mode
+  void RunClosure(UniqueFunction<void()>& fn);
   bool TakeToken(std::int64_t count) {
     return pending_.fetch_add(count, std::memory_order_acq_rel) == 0;
   }

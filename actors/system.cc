@@ -69,15 +69,16 @@ void CellBase::RunDrains(CellBase* cell) {
     const PassResult r = cell->pass_fn_(cell);
     ts.current = nullptr;
     CellBase* next = std::exchange(ts.handoff, nullptr);
-    // A park added kParkBias before arming its timer; the pass that resumes removes it here, in
-    // the same subtraction that returns what the pass handled.
-    const std::int64_t sub = r.handled + (r.resumed ? kParkBias : 0);
-    const std::int64_t left = cell->pending_.fetch_sub(sub, std::memory_order_acq_rel) - sub;
     if (r.parked) {
-      // The tap holds the head message: the timer owns the token.
+      // The tap holds the head message and the timer owns the token: the pass has settled the
+      // counter already, and `cell` may be draining on another thread by now.
       if (next != nullptr) next->Spawn();
       break;
     }
+    // A park added kParkBias; the pass that resumes removes it here, in the same subtraction
+    // that returns what the pass handled.
+    const std::int64_t sub = r.handled + (r.resumed ? kParkBias : 0);
+    const std::int64_t left = cell->pending_.fetch_sub(sub, std::memory_order_acq_rel) - sub;
     if (left > 0) {
       // More arrived while draining: this drain keeps the token. A woken actor is spawned so it
       // can run in parallel.
@@ -114,12 +115,10 @@ void CellBase::PostClosure(UniqueFunction<void()> fn) {
     bool trigger;
     {
       std::lock_guard<std::mutex> lock(core_->det_mu);
-      {
-        std::lock_guard<std::mutex> closures(closure_mu_);
-        closures_.push_back(std::move(fn));
-      }
-      trigger = !core_->det_scheduled;
-      core_->DetEnqueue(this, /*closure=*/true);
+      SystemCore::DetEntry entry;
+      entry.cell = this;
+      entry.closure = std::move(fn);
+      trigger = core_->DetEnqueue(std::move(entry), external);
     }
     if (trigger) core_->sequencer->try_put(tbb::flow::continue_msg());
     return;
@@ -140,31 +139,17 @@ std::int64_t CellBase::RunClosures() {
   }
   const auto n = static_cast<std::int64_t>(batch.size());
   closure_count_.fetch_sub(n, std::memory_order_relaxed);
-  for (auto& fn : batch) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      ReportFailure("continuation", Status::Internal("actor '{}' continuation threw: {}", name_, e.what()));
-    } catch (...) {
-      ReportFailure("continuation", Status::Internal("actor '{}' continuation threw", name_));
-    }
-  }
-  handled_.store(handled_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  for (auto& fn : batch) RunClosure(fn);
   return n;
 }
 
-void CellBase::RunOneClosure() {
-  UniqueFunction<void()> fn;
-  {
-    std::lock_guard<std::mutex> lock(closure_mu_);
-    if (closures_.empty()) return;
-    fn = std::move(closures_.front());
-    closures_.pop_front();
-  }
+void CellBase::RunClosure(UniqueFunction<void()>& fn) {
   try {
     fn();
   } catch (const std::exception& e) {
     ReportFailure("continuation", Status::Internal("actor '{}' continuation threw: {}", name_, e.what()));
+  } catch (...) {
+    ReportFailure("continuation", Status::Internal("actor '{}' continuation threw", name_));
   }
   handled_.store(handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
@@ -181,9 +166,11 @@ void CellBase::ReportFailure(std::string_view kind, Status status) {
   }
 }
 
-void SystemCore::DetEnqueue(CellBase* cell, bool closure) {
-  det_order.push_back(DetEntry{cell, closure});
+bool SystemCore::DetEnqueue(DetEntry entry, bool from_outside) {
+  (from_outside ? det_external : det_internal).push_back(std::move(entry));
+  const bool trigger = !det_scheduled;
   det_scheduled = true;
+  return trigger;
 }
 
 void SystemCore::DetRun() {
@@ -194,15 +181,16 @@ void SystemCore::DetRun() {
     DetEntry entry;
     {
       std::lock_guard<std::mutex> lock(det_mu);
-      if (det_order.empty()) {
+      std::deque<DetEntry>& from = !det_internal.empty() ? det_internal : det_external;
+      if (from.empty()) {
         det_scheduled = false;
         break;
       }
-      entry = det_order.front();
-      det_order.pop_front();
+      entry = std::move(from.front());
+      from.pop_front();
     }
     ts.current = entry.cell;
-    entry.cell->DeliverOneDeterministic(entry.closure);
+    entry.cell->DeliverOneDeterministic(entry);
     ts.current = nullptr;
   }
   ts = saved;

@@ -225,7 +225,7 @@ class FlowNodeCell final : public actors::detail::Cell<typename A::Message> {
 
   void DropAll(const Status&) override {}   // the node's buffer owns undelivered envelopes
   void DestroyActor() override {}
-  void DeliverOneDeterministic(bool) override {}
+  void DeliverOneDeterministic(actors::detail::SystemCore::DetEntry&) override {}
 
  private:
   // CellImpl::Deliver's path: tap hook, Context, handler, reply bookkeeping.

@@ -204,7 +204,7 @@ class Overlap {
       last = item->seq;
       ++total_;
       // a little work widens the window in which a second drain would be seen
-      for (volatile int i = 0; i < 200; ++i) {
+      for (volatile int i = 0; i < (g_inject ? 2000 : 200); ++i) {
       }
     } else {
       ctx.Reply<Result>(Result{total_, overlaps_.load(), order_});
@@ -245,7 +245,7 @@ TEST(Review, ParkResumeRaceRunsTwoDrains) {
     System system({.workers = 2, .batch = 2});
     // Park now and then, after the parking pass has delivered some messages (handled > 0), and
     // so that the resumed pass finds the lanes empty and decides from pending_ alone.
-    EveryNthTap tap(g_inject ? 20 : 2);
+    EveryNthTap tap(g_inject ? 400 : 2);
     ASSERT_TRUE(system.SetTap(&tap).ok());
     auto sink = system.Spawn<Overlap>("sink");
     const long kPer = g_inject ? 3000 : 20000;
