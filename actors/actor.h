@@ -42,7 +42,7 @@ template <typename Msg>
 struct Envelope {
   Msg msg;
   ActorId sender = kExternal;
-  CoreRef reply;        // null for Send
+  ReplyRef reply;       // null for Send; fails the Ask if the envelope dies unanswered
   bool tapped = false;  // already offered to the delivery tap
 };
 
@@ -56,7 +56,8 @@ class Cell : public CellBase {
   // From any thread, inside or outside the system.
   void Post(Msg&& msg, CoreRef reply) {
     DrainThreadState& ts = ThisThread();
-    const bool external = !ts.in_drain;
+    // From another system's handler counts as outside: this system's shutdown must wait for it.
+    const bool external = !PostingFromInside();
     if (external) core_->external_posts.fetch_add(1, std::memory_order_seq_cst);
     if (core_->stopping.load(std::memory_order_seq_cst)) {
       if (reply) {
@@ -64,12 +65,12 @@ class Cell : public CellBase {
                                        KindOf(msg), name_));
       }
     } else {
-      const ActorId sender = ts.current ? ts.current->id() : kExternal;
+      const ActorId sender = !external ? ts.current->id() : kExternal;
       if (core_->deterministic) {
         bool trigger;
         {
           std::lock_guard<std::mutex> lock(core_->det_mu);
-          (external ? det_external_ : det_queue_).push_back(Env{std::move(msg), sender, std::move(reply)});
+          (external ? det_external_ : det_queue_).push_back(Env{std::move(msg), sender, ReplyRef(std::move(reply))});
           SystemCore::DetEntry entry;
           entry.cell = this;
           entry.external = external;
@@ -77,7 +78,7 @@ class Cell : public CellBase {
         }
         if (trigger) core_->sequencer->try_put(tbb::flow::continue_msg());
       } else {
-        static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, std::move(reply)});
+        static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply))});
         if (TakeToken(1)) Schedule();
       }
     }
@@ -244,6 +245,8 @@ class Replier {
   }
 
   bool valid() const { return static_cast<bool>(core_); }
+  // False once the asker has dropped its future (nobody would see the reply).
+  bool listened() const { return core_ && core_->shared(); }
 
   template <typename U = R, typename = std::enable_if_t<!std::is_void_v<U>>>
   void Reply(U value) { Complete(T(std::move(value))); }
@@ -300,16 +303,19 @@ class Context {
   // Takes the reply out, to answer after this handler returns.
   template <typename R = void>
   Replier<R> TakeReply() {
-    return Replier<R>(std::move(env_->reply), cell_->name(), std::string(KindOf(env_->msg)));
+    return Replier<R>(env_->reply.Release(), cell_->name(), std::string(KindOf(env_->msg)));
   }
 
   // Runs fn(value) in this actor (one handler at a time, like a message) when `future`
   // completes: the way an actor waits for another without blocking a worker.
   template <typename T, typename F>
   void Then(Future<T> future, F fn) {
-    detail::CellBase* cell = cell_;
-    (void)std::move(future).Then([cell, fn = std::move(fn)](T&& value) mutable {
-      cell->PostClosure([fn = std::move(fn), value = std::move(value)]() mutable { fn(std::move(value)); });
+    // Through the cell's link: a future completed after the system is gone drops the
+    // continuation instead of touching a destroyed cell.
+    (void)std::move(future).Then([link = cell_->link(), fn = std::move(fn)](T&& value) mutable {
+      std::lock_guard<std::recursive_mutex> lock(link->mu);
+      if (link->cell == nullptr) return;
+      link->cell->PostClosure([fn = std::move(fn), value = std::move(value)]() mutable { fn(std::move(value)); });
     });
   }
 
@@ -385,7 +391,7 @@ class CellImpl final : public Cell<typename A::Message> {
     }
     if (DeliveryTap* tap = this->core_->tap.load(std::memory_order_acquire); tap && !env->tapped) {
       env->tapped = true;
-      if (tap->OnDelivery(Delivery{env->sender, this->id_, this->name_, KindOf(env->msg)}).count() > 0) {
+      if (this->AskTap(tap, Delivery{env->sender, this->id_, this->name_, KindOf(env->msg)}).count() > 0) {
         // Postponed with no wall time: back to the head of its queue, delivered from the back
         // of the delivery order. The sequencer is running, so no trigger is needed.
         std::lock_guard<std::mutex> lock(this->core_->det_mu);
@@ -408,6 +414,7 @@ class CellImpl final : public Cell<typename A::Message> {
   PassResult Pass() {
     PassResult r;
     if (this->core_->stopping.load(std::memory_order_acquire)) {
+      r.resumed = this->held_.has_value();  // a parked message's bias goes with it
       r.handled = this->DropQueued(Status::Aborted("actor system is shut down before delivery"));
       return r;
     }
@@ -419,16 +426,23 @@ class CellImpl final : public Cell<typename A::Message> {
       Deliver(env);
       ++r.handled;
     }
-    DeliveryTap* tap = kTapHook ? this->core_->tap.load(std::memory_order_relaxed) : nullptr;
+    DeliveryTap* tap = kTapHook ? this->core_->tap.load(std::memory_order_acquire) : nullptr;
     const int batch = this->core_->batch;
     std::optional<Env> env;
     for (LaneBase* lane = this->lanes_head_.load(std::memory_order_acquire); lane; lane = lane->next) {
       auto* typed = static_cast<Lane<Env>*>(lane);
       for (int n = 0; n < batch && typed->Pop(env); ++n) {
+        if (this->core_->stopping.load(std::memory_order_relaxed)) {
+          // Shutdown began: the handler that ran finishes, no new one starts.
+          env.reset();  // its reply fails through the envelope
+          r.handled += 1 + this->DropQueued(Status::Aborted("actor system shut down before delivery"));
+          return r;
+        }
         if (kTapHook && tap != nullptr && !env->tapped) {
           env->tapped = true;
-          auto delay = tap->OnDelivery(Delivery{env->sender, this->id_, this->name_, KindOf(env->msg)});
-          if (delay.count() > 0) {
+          auto delay = this->AskTap(tap, Delivery{env->sender, this->id_, this->name_, KindOf(env->msg)});
+          // No parking once shutdown has begun: the timer is (or is about to be) gone.
+          if (delay.count() > 0 && !this->core_->stopping.load(std::memory_order_acquire)) {
             this->held_.emplace(std::move(*env));
             env.reset();
             // Everything this pass owes the counter is settled before the timer can fire: once

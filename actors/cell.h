@@ -188,6 +188,44 @@ class Lane final : public LaneBase {
   Segment* tail_;  // producer
 };
 
+// The reply slot of an envelope: an owning reference to an Ask's shared state that fails the
+// Ask if the envelope is destroyed before anyone answered (so an Ask never outlives its message
+// unanswered, however the message was lost).
+class ReplyRef {
+ public:
+  ReplyRef() = default;
+  explicit ReplyRef(CoreRef core) : core_(std::move(core)) {}
+  ReplyRef(ReplyRef&&) noexcept = default;
+  ReplyRef& operator=(ReplyRef&& o) noexcept {
+    if (this != &o) {
+      FailIfPending();
+      core_ = std::move(o.core_);
+    }
+    return *this;
+  }
+  ~ReplyRef() { FailIfPending(); }
+  explicit operator bool() const { return static_cast<bool>(core_); }
+  CoreBase* operator->() const { return core_.get(); }
+  CoreBase* get() const { return core_.get(); }
+  CoreRef Release() { return std::move(core_); }
+  void reset() {
+    FailIfPending();
+    core_.reset();
+  }
+
+ private:
+  void FailIfPending() {
+    if (core_ && !core_->ready()) core_->TryFail(Status::Aborted("message dropped before it was handled"));
+  }
+  CoreRef core_;
+};
+
+// Lets continuations reach a cell only while it exists (Context::Then).
+struct CellLink {
+  std::recursive_mutex mu;
+  CellBase* cell = nullptr;
+};
+
 // Per-thread state of the drain loop.
 struct DrainThreadState {
   CellBase* current = nullptr;   // the actor whose handler runs on this thread
@@ -216,6 +254,7 @@ class CellBase {
   static constexpr std::int64_t kParkBias = std::int64_t{1} << 40;
 
   CellBase(SystemCore* core, ActorId id, std::string name, Supervisor supervisor);
+  const std::shared_ptr<CellLink>& link() const { return link_; }
   virtual ~CellBase();
   CellBase(const CellBase&) = delete;
   CellBase& operator=(const CellBase&) = delete;
@@ -238,8 +277,16 @@ class CellBase {
 
   // The token holder's entry point: drains this actor, then those it handed off to.
   static void RunDrains(CellBase* cell);
-  // Schedules this actor's drain (the caller owns the token).
+  // Schedules this actor's drain (the caller owns the token): a handoff when the caller is a
+  // drain of the same system on this thread, else a spawn in this system's graph.
   void Schedule();
+  // Whether the calling thread is running a handler (or continuation) of this cell's system.
+  bool PostingFromInside() const {
+    const DrainThreadState& ts = ThisThread();
+    return ts.in_drain && ts.current != nullptr && ts.current->core_ == core_;
+  }
+  // Asks the tap about a delivery; a throwing tap is reported and means "no delay".
+  std::chrono::nanoseconds AskTap(DeliveryTap* tap, const Delivery& delivery);
   void Spawn();  // through the flow-graph node, never a handoff
 
   void ReportFailure(std::string_view kind, Status status);
@@ -268,6 +315,7 @@ class CellBase {
   std::atomic<std::int64_t> closure_count_{0};
 
   // Lanes from this actor to others (used only by this actor's token holder).
+  std::shared_ptr<CellLink> link_ = std::make_shared<CellLink>();
   std::unordered_map<std::uint64_t, LaneBase*> out_lanes_;
   std::uint64_t out_last_uid_ = 0;
   LaneBase* out_last_lane_ = nullptr;

@@ -62,6 +62,9 @@ class CoreBase {
   virtual bool TryFail(Status status) = 0;
 
   bool ready() const { return (state_.load(std::memory_order_acquire) & kReady) != 0; }
+  // Whether anyone besides the caller's one reference still holds this state (a future, a
+  // continuation): a completer holding the last reference talks to nobody.
+  bool shared() const { return refs_.load(std::memory_order_acquire) > 1; }
   const std::type_info& value_type() const { return value_type_; }
 
   void AddRef() { refs_.fetch_add(1, std::memory_order_relaxed); }

@@ -42,15 +42,32 @@ std::uint64_t NextCellUid() {
 }
 
 CellBase::CellBase(SystemCore* core, ActorId id, std::string name, Supervisor supervisor)
-    : core_(core), id_(id), name_(std::move(name)), uid_(NextCellUid()), supervisor_(std::move(supervisor)) {}
+    : core_(core), id_(id), name_(std::move(name)), uid_(NextCellUid()), supervisor_(std::move(supervisor)) {
+  link_->cell = this;
+}
 
-CellBase::~CellBase() = default;
+CellBase::~CellBase() {
+  std::lock_guard<std::recursive_mutex> lock(link_->mu);
+  link_->cell = nullptr;
+}
+
+std::chrono::nanoseconds CellBase::AskTap(DeliveryTap* tap, const Delivery& delivery) {
+  try {
+    return tap->OnDelivery(delivery);
+  } catch (const std::exception& e) {
+    ReportFailure(delivery.kind, Status::Internal("delivery tap threw on {} to actor '{}': {}", delivery.kind,
+                                                  name_, e.what()));
+  } catch (...) {
+    ReportFailure(delivery.kind, Status::Internal("delivery tap threw on {} to actor '{}'", delivery.kind, name_));
+  }
+  return std::chrono::nanoseconds(0);
+}
 
 void CellBase::Spawn() { node_->try_put(tbb::flow::continue_msg()); }
 
 void CellBase::Schedule() {
   DrainThreadState& ts = ThisThread();
-  if (ts.in_drain && ts.handoff == nullptr) {
+  if (ts.handoff == nullptr && PostingFromInside()) {
     ts.handoff = this;
     return;
   }
@@ -59,10 +76,20 @@ void CellBase::Schedule() {
 
 // The drain loop. The indirect call through pass_fn_ is one per pass (a batch of messages), and
 // replaces the virtual execute() and task allocation that a spawned task would cost per hop.
+namespace {
+// Restores the thread's drain state however the drain ends: a handler that waits inside oneTBB
+// may nest drains on this thread.
+struct DrainScope {
+  DrainThreadState& ts;
+  const DrainThreadState saved;
+  explicit DrainScope(DrainThreadState& state) : ts(state), saved(state) { ts = DrainThreadState{nullptr, nullptr, true}; }
+  ~DrainScope() { ts = saved; }
+};
+}  // namespace
+
 void CellBase::RunDrains(CellBase* cell) {
   DrainThreadState& ts = ThisThread();
-  const DrainThreadState saved = ts;  // a handler that waits inside oneTBB may nest drains
-  ts = DrainThreadState{nullptr, nullptr, true};
+  DrainScope scope(ts);
   int hops = 0;
   while (cell != nullptr) {
     ts.current = cell;
@@ -84,7 +111,8 @@ void CellBase::RunDrains(CellBase* cell) {
       // can run in parallel.
       if (next != nullptr) next->Spawn();
       if (r.handled == 0 || ++hops >= kMaxHandoffs) {
-        cell->Spawn();
+        // Once shutdown has begun, what is left is swept by Shutdown itself: no respawn loop.
+        if (!cell->core_->stopping.load(std::memory_order_acquire)) cell->Spawn();
         break;
       }
       continue;
@@ -96,12 +124,11 @@ void CellBase::RunDrains(CellBase* cell) {
     }
     cell = next;
   }
-  ts = saved;
 }
 
 void CellBase::PostClosure(UniqueFunction<void()> fn) {
   // Same shutdown handshake as Cell::Post: an outside poster is counted while it posts.
-  const bool external = !ThisThread().in_drain;
+  const bool external = !PostingFromInside();
   if (external) core_->external_posts.fetch_add(1, std::memory_order_seq_cst);
   struct Done {
     SystemCore* core;
@@ -175,8 +202,7 @@ bool SystemCore::DetEnqueue(DetEntry entry, bool from_outside) {
 
 void SystemCore::DetRun() {
   DrainThreadState& ts = ThisThread();
-  const DrainThreadState saved = ts;
-  ts = DrainThreadState{nullptr, nullptr, true};
+  DrainScope scope(ts);
   for (;;) {
     DetEntry entry;
     {
@@ -193,13 +219,21 @@ void SystemCore::DetRun() {
     entry.cell->DeliverOneDeterministic(entry);
     ts.current = nullptr;
   }
-  ts = saved;
 }
 
 void SystemCore::ArmTimer(CellBase* cell, std::chrono::nanoseconds delay) {
-  graph->reserve_wait();  // WaitIdle and Shutdown see the parked delivery as work in flight
+  {
+    std::unique_lock<std::mutex> lock(timer_mu_);
+    if (timer_stop_) {
+      // Shutdown stopped the timer: resume at once; the pass drops what it finds.
+      lock.unlock();
+      cell->Spawn();
+      return;
+    }
+    graph->reserve_wait();  // WaitIdle and Shutdown see the parked delivery as work in flight
+  }
   std::lock_guard<std::mutex> lock(timer_mu_);
-  if (!timer_thread_.joinable() && !timer_stop_) timer_thread_ = std::thread([this] { TimerLoop(); });
+  if (!timer_thread_.joinable()) timer_thread_ = std::thread([this] { TimerLoop(); });
   timers_.push(Timed{std::chrono::steady_clock::now() + delay, cell});
   timer_cv_.notify_one();
 }

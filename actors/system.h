@@ -64,16 +64,13 @@ class System {
 
   template <typename A, typename... Args>
   Address<typename A::Message> Spawn(SpawnOptions options, Args&&... args) {
-    std::lock_guard<std::mutex> lock(cells_mu_);
-    const ActorId id = static_cast<ActorId>(cells_.size() + 1);
+    // The cell is built outside the lock: a handler may Spawn (or read Stats) meanwhile.
+    const ActorId id = next_id_.fetch_add(1, std::memory_order_relaxed);
     if (options.name.empty()) options.name = "actor-" + std::to_string(id);
-    std::unique_ptr<detail::CellImpl<A>> cell;
-    arena_->execute([&] {
-      cell = std::make_unique<detail::CellImpl<A>>(&core_, id, std::move(options.name),
-                                                   std::move(options.supervisor),
-                                                   std::forward<Args>(args)...);
-    });
+    auto cell = std::make_unique<detail::CellImpl<A>>(&core_, id, std::move(options.name),
+                                                      std::move(options.supervisor), std::forward<Args>(args)...);
     Address<typename A::Message> address(cell.get());
+    std::lock_guard<std::mutex> lock(cells_mu_);
     cells_.push_back(std::move(cell));
     return address;
   }
@@ -119,6 +116,7 @@ class System {
   std::unique_ptr<tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>> sequencer_;
   detail::SystemCore core_;
   mutable std::mutex cells_mu_;
+  std::atomic<ActorId> next_id_{1};
   std::vector<std::unique_ptr<detail::CellBase>> cells_;
   std::once_flag shutdown_once_;
 };

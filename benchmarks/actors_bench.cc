@@ -204,12 +204,18 @@ class FlowNodeCell final : public actors::detail::Cell<typename A::Message> {
  public:
   using Msg = typename A::Message;
   using Env = actors::detail::Envelope<Msg>;
+  // What the node buffers: oneTBB's queues copy their items, so a copyable twin of Env.
+  struct NodeItem {
+    Msg msg;
+    actors::ActorId sender = actors::kExternal;
+    actors::detail::CoreRef reply;
+  };
 
   struct Ref {
     FlowNodeCell* cell = nullptr;
     void Send(Msg msg) const {
       auto* current = actors::detail::ThisThread().current;
-      cell->node_.try_put(Env{std::move(msg), current ? current->id() : actors::kExternal, {}});
+      cell->node_.try_put(NodeItem{std::move(msg), current ? current->id() : actors::kExternal, {}});
     }
   };
 
@@ -217,9 +223,11 @@ class FlowNodeCell final : public actors::detail::Cell<typename A::Message> {
   FlowNodeCell(actors::detail::SystemCore* core, actors::ActorId id, Args&&... args)
       : actors::detail::Cell<Msg>(core, id, "flow-node-actor", {}),
         actor_(std::forward<Args>(args)...),
-        node_(*core->graph, flow::serial, [this](const Env& e) {
+        node_(*core->graph, flow::serial, [this](const NodeItem& item) {
           // The node owns its buffered copy until the body returns: moving out of it is safe.
-          Deliver(const_cast<Env&>(e));
+          auto& owned = const_cast<NodeItem&>(item);
+          Env env{std::move(owned.msg), owned.sender, actors::detail::ReplyRef(std::move(owned.reply))};
+          Deliver(env);
           return flow::continue_msg();
         }) {}
 
@@ -245,7 +253,7 @@ class FlowNodeCell final : public actors::detail::Cell<typename A::Message> {
   }
 
   A actor_;
-  flow::function_node<Env, flow::continue_msg, flow::queueing> node_;
+  flow::function_node<NodeItem, flow::continue_msg, flow::queueing> node_;
 };
 
 // A SystemCore + arena + graph like actors::System's, for flow-node cells.

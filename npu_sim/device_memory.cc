@@ -43,7 +43,8 @@ StatusOr<DevicePtr> DeviceMemory::Allocate(std::uint64_t bytes, Placement placem
                                     bytes, tag);
   const std::uint64_t rounded = (bytes + kGranularity - 1) / kGranularity * kGranularity;
   std::unique_lock<std::shared_mutex> lock(mu_);
-  if (rounded > capacity_ - stats_.in_use)
+  const bool on_device = placement != Placement::kHost;
+  if (on_device && rounded > capacity_ - stats_.in_use)
     return Status::MemoryAllocation("device {}: cannot allocate {} bytes ('{}', {}): {} of {} bytes free", device_,
                                     bytes, tag, PlacementName(placement), capacity_ - stats_.in_use, capacity_);
   void* raw = std::aligned_alloc(kGranularity, rounded);
@@ -63,7 +64,7 @@ StatusOr<DevicePtr> DeviceMemory::Allocate(std::uint64_t bytes, Placement placem
   }
   table_[id] = std::make_shared<Allocation>(
       Allocation{id, bytes, rounded, placement, std::move(tag), std::shared_ptr<void>(raw, &std::free)});
-  stats_.in_use += rounded;
+  (on_device ? stats_.in_use : stats_.host_in_use) += rounded;
   stats_.peak = std::max(stats_.peak, stats_.in_use);
   ++stats_.allocations;
   ++stats_.total_allocations;
@@ -78,7 +79,7 @@ Status DeviceMemory::Free(DevicePtr ptr) {
   if (ptr.offset() != 0)
     return Status::ParamInvalid("device {}: free of {}: not the start of allocation '{}'", device_, ToString(ptr),
                                 table_[id]->tag);
-  stats_.in_use -= table_[id]->rounded;
+  (table_[id]->placement != Placement::kHost ? stats_.in_use : stats_.host_in_use) -= table_[id]->rounded;
   --stats_.allocations;
   table_[id].reset();  // Mappings still alive keep the backing
   free_ids_.push_back(id);

@@ -38,7 +38,8 @@ std::string_view PlacementName(Placement placement);
 
 struct MemoryStats {
   std::uint64_t capacity = 0;
-  std::uint64_t in_use = 0;
+  std::uint64_t in_use = 0;             // device memory (HBM and P2P placements)
+  std::uint64_t host_in_use = 0;        // host-placed memory: not the device's capacity
   std::uint64_t peak = 0;
   std::uint64_t allocations = 0;       // live
   std::uint64_t total_allocations = 0; // ever

@@ -227,7 +227,7 @@ Status Runtime::DestroyStream(Stream stream) {
                                   stream.id, stream.device, hs->model);
     hs->live = false;
   }
-  hs->addr.Send(AbortStream{Status::Aborted("device {} stream {}: destroyed", stream.device, stream.id)});
+  hs->addr.Send(npu_sim::AbortStream{Status::Aborted("device {} stream {}: destroyed", stream.device, stream.id)});
   std::lock_guard<std::mutex> lock(dev->mu);
   return dev->device->RetireStream(stream.id);
 }
@@ -245,6 +245,20 @@ Status Runtime::SynchronizeStream(Stream stream, Timeout timeout) {
   auto end = Wait(done, timeout, fmt::format("device {} stream {} synchronize", stream.device, stream.id));
   if (!end.ok()) return end.status();
   tl_host.clock = std::max(tl_host.clock, *end);
+  return Status::Ok();
+}
+
+Status Runtime::AbortStream(Stream stream) {
+  NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
+  HostCall(*dev, "abort stream");
+  {
+    std::lock_guard<std::mutex> lock(hs->mu);
+    if (hs->model >= 0)
+      return Status::ParamInvalid("npu_sim: device {} stream {} is bound to model {}; abort the model", stream.device,
+                                  stream.id, hs->model);
+  }
+  hs->addr.Send(npu_sim::AbortStream{Status::Aborted("device {} stream {}: aborted", stream.device, stream.id)});
   return Status::Ok();
 }
 

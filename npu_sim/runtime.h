@@ -84,6 +84,9 @@ class Runtime {
   // Waits for everything submitted to `stream` before this call. A failed task's error is
   // returned here (once). On timeout: a Timeout status; the stream goes on.
   Status SynchronizeStream(Stream stream, Timeout timeout = std::nullopt);
+  // Stops a host stream: the running and queued tasks fail with Aborted (reported by the next
+  // Synchronize); the stream then serves new submissions. The way out of a hung task.
+  Status AbortStream(Stream stream);
 
   // ---- events
   StatusOr<Event> CreateEvent(int device);

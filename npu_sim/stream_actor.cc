@@ -265,6 +265,11 @@ void StreamActor::StartTask(Task& t, std::uint32_t index) {
       return;
     }
     case TaskKind::kTaskUpdate: {
+      if (!chip.task_update_supported) {
+        Fail(Status::Unsupported("device {} ({}) {} task {}: the chip does not support task update", device_->id(),
+                                 chip.name, name_, task_id));
+        return;
+      }
       // The new values are read from device memory when the update executes.
       auto bd = device_->memory().Map(t.block_dim_addr, sizeof(std::uint32_t));
       auto tk = device_->memory().Map(t.tiling_key_addr, sizeof(std::uint64_t));
@@ -329,14 +334,16 @@ void StreamActor::Fail(Status status) {
     AnswerSyncs();
     return;
   }
-  // A host stream in error drops what is queued; the next Synchronize reports the error.
+  // A host stream in error drops what is queued. The error goes to the Synchronize calls waiting
+  // for it; if none is listening any more (e.g. it timed out), the next Synchronize reports it.
   exec_ = tasks_.size();
-  if (!syncs_.empty()) {
-    for (auto& s : syncs_) s.reply.Fail(status);
-    syncs_.clear();
-  } else {
-    sticky_error_ = std::move(status);
+  bool reported = false;
+  for (auto& s : syncs_) {
+    reported = reported || s.reply.listened();
+    s.reply.Fail(status);
   }
+  syncs_.clear();
+  if (!reported) sticky_error_ = std::move(status);
   Compact();
 }
 

@@ -152,6 +152,33 @@ TEST(Streams, OutOfBoundsKernelAccessFailsTheStreamNamingTheAllocation) {
   EXPECT_TRUE(rt->SynchronizeStream(s).ok());
 }
 
+TEST(Streams, AHungHostStreamEndsInTimeoutThenAbortAndServesAgain) {
+  auto rt = MakeRuntime();
+  Stream s = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kHang, 1}).ok());
+  ASSERT_TRUE(rt->LaunchKernel(s, "noop", 1, {}).ok());
+  ASSERT_TRUE(rt->Submit(s, {Task::Nop()}).ok());
+  EXPECT_EQ(rt->SynchronizeStream(s, 30ms).code(), StatusCode::kTimeout);
+  ASSERT_TRUE(rt->AbortStream(s).ok());
+  Status aborted = rt->SynchronizeStream(s, 5s);
+  EXPECT_EQ(aborted.code(), StatusCode::kAborted) << aborted;
+  ASSERT_TRUE(rt->LaunchKernel(s, "noop", 1, {}).ok());  // next AICore: round-robin
+  EXPECT_TRUE(rt->SynchronizeStream(s, 5s).ok());
+}
+
+TEST(Streams, OutOfDeviceMemoryThroughTheHostApi) {
+  auto rt = MakeRuntime({.chips = {"310P"}});
+  const auto capacity = rt->chip(0).value()->hbm_capacity_bytes;
+  auto big = rt->Malloc(0, capacity + 1);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), StatusCode::kMemoryAllocation);
+  // Host-placed memory is not the device's.
+  auto host = rt->Malloc(0, 1 << 20, Placement::kHost, "pinned");
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(rt->Stats(0)->memory.in_use, 0u);
+  EXPECT_EQ(rt->Stats(0)->memory.host_in_use, 1u << 20);
+}
+
 TEST(Streams, SynchronizeTimesOutOnAHungTask) {
   auto rt = MakeRuntime();
   Stream s = rt->CreateStream(0).value();
@@ -303,6 +330,16 @@ TEST(Prefetch, AnUpdateAfterTheKernelWasFetchedIsADetectedRace) {
     EXPECT_NE(msg.find(fmt::format("stream {} task 1", p.tiling.id)), std::string::npos) << msg;  // the update
     EXPECT_NE(msg.find(fmt::format("stream {} task {}", p.main.id, nops + 1)), std::string::npos) << msg;  // the kernel
   }
+}
+
+TEST(Prefetch, TaskUpdateIsRefusedOnAChipWithoutTheFeature) {
+  auto rt = MakeRuntime({.chips = {"310P"}});
+  Stream s = rt->CreateStream(0).value();
+  DevicePtr words = rt->Malloc(0, 16).value();
+  ASSERT_TRUE(rt->Submit(s, {Task::Nop(), Task::Update(s.id, 0, words, words + 8)}).ok());
+  Status st = rt->SynchronizeStream(s);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st;
+  EXPECT_NE(st.message().find("310P"), std::string_view::npos) << st;
 }
 
 TEST(Prefetch, AKernelStartingWithThePlaceholderFails) {

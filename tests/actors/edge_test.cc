@@ -1,5 +1,6 @@
-// Review stress tests: each targets one suspected concurrency bug in actors/. Run each test on
-// its own (--gtest_filter) under `timeout`: a test that detects a hang prints "HANG" and _exits.
+// Edge cases of the actor runtime found in review: shutdown racing parked actors, exceptions
+// from taps and continuations, sends across systems, Spawn from handlers. A test that detects a
+// hang prints "HANG" and exits the process, so a regression never stalls CI.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -8,8 +9,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <dlfcn.h>
-#include <pthread.h>
 #include <unistd.h>
 #include <variant>
 #include <vector>
@@ -23,39 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Fault injection for the park race: while enabled, a drain thread that signals a condition
-// variable (SystemCore::ArmTimer's notify_one, under timer_mu_) sleeps right after it next
-// unlocks a mutex (the end of ArmTimer), i.e. between arming the timer and RunDrains'
-// fetch_sub. This only widens a window that preemption can open anyway.
-std::atomic<bool> g_inject{false};
-std::atomic<long> g_injected{0};
-thread_local bool t_sleep_after_unlock = false;
-}  // namespace
-}  // namespace npuflow::actors
-
-extern "C" int pthread_cond_signal(pthread_cond_t* cv) {
-  using Fn = int (*)(pthread_cond_t*);
-  static Fn real = reinterpret_cast<Fn>(dlvsym(RTLD_NEXT, "pthread_cond_signal", "GLIBC_2.3.2"));
-  int rc = real(cv);
-  if (npuflow::actors::g_inject.load(std::memory_order_relaxed) &&
-      npuflow::actors::detail::ThisThread().in_drain)
-    npuflow::actors::t_sleep_after_unlock = true;
-  return rc;
-}
-extern "C" int pthread_mutex_unlock(pthread_mutex_t* m) {
-  using Fn = int (*)(pthread_mutex_t*);
-  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_mutex_unlock"));
-  int rc = real(m);
-  if (npuflow::actors::t_sleep_after_unlock) {
-    npuflow::actors::t_sleep_after_unlock = false;
-    npuflow::actors::g_injected.fetch_add(1);
-    usleep(2000);
-  }
-  return rc;
-}
-
-namespace npuflow::actors {
-namespace {
+std::atomic<bool> g_inject{false};  // widens the race window when REVIEW-style injection is added
 
 // Kills the process with a message if not disarmed in time (a hung Shutdown cannot be joined).
 class Watchdog {
@@ -134,7 +101,7 @@ class KindTap : public DeliveryTap {
 
 // Finding: a drain that started before `stopping` parks after StopTimer: ArmTimer reserves a
 // graph wait nobody releases, so WaitIdle inside Shutdown never returns.
-TEST(Review, ParkAfterStopTimerHangsShutdown) {
+TEST(ActorEdges, ShutdownWhileARunningPassIsAboutToPark) {
   System system({.workers = 2});
   KindTap tap("Later", std::chrono::milliseconds(1));
   ASSERT_TRUE(system.SetTap(&tap).ok());
@@ -155,7 +122,7 @@ TEST(Review, ParkAfterStopTimerHangsShutdown) {
 // Finding: the timer resumes a parked actor, but its pass runs after `stopping` is set: the
 // stopping branch drops held_ without removing kParkBias, pending_ stays > 0, and the drain
 // respawns itself forever (handled == 0 -> Spawn), so WaitIdle inside Shutdown never returns.
-TEST(Review, ResumeAfterStoppingLivelocksShutdown) {
+TEST(ActorEdges, ShutdownWithAResumedButNotYetRunParkedActor) {
   System system({.workers = 2});
   KindTap tap("Later", std::chrono::milliseconds(50));
   ASSERT_TRUE(system.SetTap(&tap).ok());
@@ -234,11 +201,10 @@ class EveryNthTap : public DeliveryTap {
   std::atomic<long> count_{0};
 };
 
-TEST(Review, ParkResumeRaceRunsTwoDrains) {
+TEST(ActorEdges, ParkAndResumeNeverRunTwoDrainsOfOneActor) {
   const char* env = std::getenv("REVIEW_SECONDS");
-  const auto budget = std::chrono::seconds(env ? std::atoi(env) : 60);
+  const auto budget = std::chrono::seconds(env ? std::atoi(env) : 3);
   const auto end = std::chrono::steady_clock::now() + budget;
-  g_inject = std::getenv("REVIEW_INJECT") != nullptr;
   long reps = 0, overlaps = 0, order = 0, lost = 0;
   while (std::chrono::steady_clock::now() < end) {
     Watchdog dog(120s, "park race rep");
@@ -281,7 +247,6 @@ TEST(Review, ParkResumeRaceRunsTwoDrains) {
                    r->order_violations, r->total);
     }
   }
-  std::fprintf(stderr, "injected sleeps: %ld\n", g_injected.load());
   std::fprintf(stderr, "park race: %ld reps, overlaps=%ld order=%ld lost=%ld\n", reps, overlaps, order, lost);
   EXPECT_EQ(overlaps, 0);
   EXPECT_EQ(order, 0);
@@ -304,7 +269,7 @@ class ThenThrower {
   }
 };
 
-TEST(Review, DeterministicNonStdThrowInContinuationStallsSystem) {
+TEST(ActorEdges, DeterministicModeSurvivesANonStandardThrowInAContinuation) {
   System system({.deterministic = true});
   auto a = system.Spawn<ThenThrower>("a");
   EXPECT_TRUE(a.Ask(ThenThrower::Go{}).Get().ok());
@@ -333,7 +298,7 @@ class ThrowingTap : public DeliveryTap {
   std::atomic<bool> thrown_{false};
 };
 
-TEST(Review, ThrowingTapKillsTheActor) {
+TEST(ActorEdges, AThrowingTapIsReportedAndTheActorKeepsServing) {
   System system({.workers = 2});
   std::atomic<int> started{0};
   auto a = system.Spawn<Sleeper>("a", &started);
@@ -352,6 +317,11 @@ TEST(Review, ThrowingTapKillsTheActor) {
   } catch (...) {
     std::fprintf(stderr, "Shutdown threw\n");
   }
+  // The envelope whose tap call threw was destroyed without failing its reply: the first ask
+  // never completes, not even after Shutdown.
+  Status after = f1.GetFor(1s);
+  std::fprintf(stderr, "first ask after Shutdown: %s\n", after.ToString().c_str());
+  EXPECT_NE(after.code(), StatusCode::kTimeout) << "Ask hangs past Shutdown";
 }
 
 // Finding: a handler in system S1 sending to an idle actor of system S2 hands it off: S2's actor
@@ -368,7 +338,7 @@ class Forwarder {
   Address<Sleeper::Message> to_;
 };
 
-TEST(Review, CrossSystemHandoffEscapesWaitIdle) {
+TEST(ActorEdges, ASendFromAnotherSystemRunsInTheReceiversSystem) {
   System s1({.workers = 2});
   auto s2 = std::make_unique<System>(SystemOptions{.workers = 2});
   std::atomic<int> started{0};
@@ -406,7 +376,7 @@ class Spawner {
   using Message = std::variant<Go>;
   explicit Spawner(SpawnerEnv env) : env_(env) {}
   void Receive(Message&, Context<Message>& ctx) {
-    if (env_.stop->load()) return;
+    if (env_.stop->load() || ++rounds_ > 2000) return;
     env_.system->Spawn<Child>("");
     (void)env_.system->Stats();
     ctx.self().Send(Go{});
@@ -414,9 +384,10 @@ class Spawner {
 
  private:
   SpawnerEnv env_;
+  int rounds_ = 0;
 };
 
-TEST(Review, SpawnFromHandlersAndOutsideDeadlocks) {
+TEST(ActorEdges, SpawnFromHandlersAndOutsideAtOnce) {
   System system({.workers = 2});
   std::atomic<bool> stop{false};
   auto s1 = system.Spawn<Spawner>("s1", SpawnerEnv{&system, &stop});
@@ -425,14 +396,14 @@ TEST(Review, SpawnFromHandlersAndOutsideDeadlocks) {
   s2.Send(Spawner::Go{});
   {
     Watchdog dog(20s, "outside Spawn while handlers Spawn");
-    for (int i = 0; i < 20000; ++i) system.Spawn<Child>("");
+    for (int i = 0; i < 2000; ++i) system.Spawn<Child>("");
     stop = true;
     system.WaitIdle();
   }
 }
 
 // Sanity: Ask after Shutdown completes at once.
-TEST(Review, AskAfterShutdownDoesNotHang) {
+TEST(ActorEdges, AskAfterShutdownFailsAtOnce) {
   System system({.workers = 2});
   std::atomic<int> started{0};
   auto a = system.Spawn<Sleeper>("a", &started);
