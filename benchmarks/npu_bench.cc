@@ -5,7 +5,9 @@
 //   H2D of 1 GiB in 10 MiB chunks vs plain memcpy of the same chunks
 #include "benchmarks/npu_bench.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -149,30 +151,46 @@ struct CopyFixture {
   }
 };
 
-void BM_NpuH2D1GiB(benchmark::State& state) {
-  CopyFixture& f = CopyFixture::Get();
-  if (!f.ok) return state.SkipWithError("runtime setup failed");
-  for (auto _ : state) {
-    for (std::uint64_t off = 0; off < kCopyBytes; off += kChunk) {
-      const std::uint64_t n = std::min(kChunk, kCopyBytes - off);
-      if (!f.rt->MemcpyH2DAsync(f.stream, f.dev + off, f.host.data() + off, n).ok())
-        return state.SkipWithError("copy failed");
-    }
-    if (!f.rt->SynchronizeStream(f.stream).ok()) return state.SkipWithError("copy failed");
+// One pass of each, back to back, per round: the machine's noise hits a pair alike, and the
+// figure is the median over all rounds of each.
+Status H2DPass(CopyFixture& f) {
+  for (std::uint64_t off = 0; off < kCopyBytes; off += kChunk) {
+    const std::uint64_t n = std::min(kChunk, kCopyBytes - off);
+    NPUFLOW_RETURN_IF_ERROR(f.rt->MemcpyH2DAsync(f.stream, f.dev + off, f.host.data() + off, n));
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kCopyBytes));
+  return f.rt->SynchronizeStream(f.stream);
 }
 
-void BM_MemcpyChunks1GiB(benchmark::State& state) {
-  CopyFixture& f = CopyFixture::Get();
-  for (auto _ : state) {
-    for (std::uint64_t off = 0; off < kCopyBytes; off += kChunk) {
-      const std::uint64_t n = std::min(kChunk, kCopyBytes - off);
-      std::memcpy(f.host_dst.data() + off, f.host.data() + off, n);
-    }
-    benchmark::ClobberMemory();
+void MemcpyPass(CopyFixture& f) {
+  for (std::uint64_t off = 0; off < kCopyBytes; off += kChunk) {
+    const std::uint64_t n = std::min(kChunk, kCopyBytes - off);
+    std::memcpy(f.host_dst.data() + off, f.host.data() + off, n);
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kCopyBytes));
+  benchmark::ClobberMemory();
+}
+
+double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void BM_H2DPairedWithMemcpy(benchmark::State& state) {
+  CopyFixture& f = CopyFixture::Get();
+  if (!f.ok) return state.SkipWithError("runtime setup failed");
+  std::vector<double> h2d, plain;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    MemcpyPass(f);
+    auto t1 = Clock::now();
+    if (!H2DPass(f).ok()) return state.SkipWithError("copy failed");
+    auto t2 = Clock::now();
+    plain.push_back(static_cast<double>(kCopyBytes) / std::chrono::duration<double>(t1 - t0).count());
+    h2d.push_back(static_cast<double>(kCopyBytes) / std::chrono::duration<double>(t2 - t1).count());
+  }
+  state.counters["h2d_bytes_per_second"] = MedianOf(h2d);
+  state.counters["memcpy_bytes_per_second"] = MedianOf(plain);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * kCopyBytes));
 }
 
 double Counter(const Results& r, const std::string& bench, const std::string& counter) {
@@ -190,8 +208,7 @@ void RegisterNpuBenchmarks() {
            {"BM_RawTaskLoop", BM_RawTaskLoop},
            {"BM_NpuTinyKernels", BM_NpuTinyKernels},
            {"BM_RawFourHopRoundTrips", BM_RawFourHopRoundTrips},
-           {"BM_NpuH2D1GiB", BM_NpuH2D1GiB},
-           {"BM_MemcpyChunks1GiB", BM_MemcpyChunks1GiB}}) {
+           {"BM_H2DPairedWithMemcpy", BM_H2DPairedWithMemcpy}}) {
     benchmark::RegisterBenchmark(name, fn)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
 }
@@ -199,8 +216,8 @@ void RegisterNpuBenchmarks() {
 std::vector<Figure> NpuFigures(const Results& r) {
   const double nops = Counter(r, "BM_NpuNopStream", "items_per_second");
   const double kernels = Counter(r, "BM_NpuTinyKernels", "items_per_second");
-  const double h2d = Counter(r, "BM_NpuH2D1GiB", "bytes_per_second") / 1e9;
-  const double memcpy_bw = Counter(r, "BM_MemcpyChunks1GiB", "bytes_per_second") / 1e9;
+  const double h2d = Counter(r, "BM_H2DPairedWithMemcpy", "h2d_bytes_per_second") / 1e9;
+  const double memcpy_bw = Counter(r, "BM_H2DPairedWithMemcpy", "memcpy_bytes_per_second") / 1e9;
   return {
       {"nop_tasks_per_s", nops, "task/s", Counter(r, "BM_RawTaskLoop", "items_per_second"),
        "plain loop over the same tasks", "value >= 2e7"},
@@ -208,7 +225,7 @@ std::vector<Figure> NpuFigures(const Results& r) {
       {"tiny_kernels_per_s", kernels, "kernel/s", Counter(r, "BM_RawFourHopRoundTrips", "items_per_second"),
        "raw function_node 4-hop round trips", "value >= 5e5"},
       {"tiny_kernels_vs_target", kernels, "kernel/s", 500e3, "the issue's floor, 500 k/s", "ratio >= 1"},
-      {"h2d_1gib_10mib_chunks", h2d, "GB/s", memcpy_bw, "plain memcpy, same chunks", "ratio >= 0.8"},
+      {"h2d_1gib_10mib_chunks", h2d, "GB/s", memcpy_bw, "plain memcpy, same chunks, paired rounds", "ratio >= 0.8"},
   };
 }
 
