@@ -16,6 +16,19 @@ double CopyBandwidth(const ChipSpec& chip, CopyKind kind) {
   return 1;
 }
 
+namespace {
+
+// Passes a SetUnitFault on to the unit or channel it names; the asker hears that one's answer.
+template <typename Msg, typename TargetMsg>
+void ForwardFault(actors::Context<Msg>& ctx, const actors::Address<TargetMsg>& target, const SetUnitFault& fault) {
+  actors::Replier<void> reply = ctx.TakeReply();
+  ctx.Then(target.Ask(SetUnitFault{fault}), [reply = std::move(reply)](Status s) mutable {
+    if (s.ok()) reply.Reply(); else reply.Fail(s);
+  });
+}
+
+}  // namespace
+
 // ---- UnitActor ------------------------------------------------------------------------------------
 UnitActor::UnitActor(Device* device, Engine engine, int index, actors::Address<ClusterMsg> cluster)
     : device_(device), engine_(engine), index_(index), cluster_(cluster) {
@@ -114,10 +127,7 @@ void ClusterActor::Receive(Message& msg, actors::Context<Message>& ctx) {
                                         fault.unit, units_.size()));
     return;
   }
-  actors::Replier<void> reply = ctx.TakeReply();
-  ctx.Then(units_[fault.unit].Ask(SetUnitFault{fault}), [reply = std::move(reply)](Status s) mutable {
-    if (s.ok()) reply.Reply(); else reply.Fail(s);
-  });
+  ForwardFault(ctx, units_[fault.unit], fault);
 }
 
 // ---- DMA ------------------------------------------------------------------------------------------
@@ -198,10 +208,7 @@ void DmaEngineActor::Receive(Message& msg, actors::Context<Message>& ctx) {
                                           channels_.size()));
       return;
     }
-    actors::Replier<void> reply = ctx.TakeReply();
-    ctx.Then(channels_[f->unit].Ask(SetUnitFault{*f}), [reply = std::move(reply)](Status s) mutable {
-      if (s.ok()) reply.Reply(); else reply.Fail(s);
-    });
+    ForwardFault(ctx, channels_[f->unit], *f);
     return;
   }
   auto& req = std::get<CopyRequest>(msg);
