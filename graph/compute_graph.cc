@@ -1,0 +1,167 @@
+#include "graph/compute_graph.h"
+
+#include <algorithm>
+#include <queue>
+#include <unordered_set>
+
+namespace npuflow::graph {
+
+StatusOr<Node*> ComputeGraph::AddNode(OpDesc op) {
+  if (op.name().empty()) return Status::ParamInvalid("graph '{}': a node needs a name (op {})", name_, op.type());
+  if (op.type().empty()) return Status::ParamInvalid("graph '{}': node '{}' needs an op type", name_, op.name());
+  if (by_name_.count(op.name()))
+    return Status::ParamInvalid("graph '{}': two nodes are named '{}'", name_, op.name());
+  auto node = std::make_unique<Node>();
+  node->op_ = std::move(op);
+  node->id_ = next_id_++;
+  node->graph_ = this;
+  Node* raw = node.get();
+  by_name_.emplace(raw->name(), raw);
+  nodes_.push_back(std::move(node));
+  return raw;
+}
+
+Status ComputeGraph::AddInput(Node* dst, Endpoint src) {
+  if (dst == nullptr || src.node == nullptr) return Status::ParamInvalid("graph '{}': edge with a null node", name_);
+  if (dst->graph_ != this || src.node->graph_ != this)
+    return Status::ParamInvalid("graph '{}': edge {} -> {} crosses graphs", name_, src.node->name(), dst->name());
+  if (src.index < 0) return Status::ParamInvalid("graph '{}': node '{}' reads output {} of '{}'", name_, dst->name(),
+                                                 src.index, src.node->name());
+  dst->inputs_.push_back(src);
+  return Status::Ok();
+}
+
+Status ComputeGraph::AddControlInput(Node* dst, Node* src) {
+  if (dst == nullptr || src == nullptr) return Status::ParamInvalid("graph '{}': control edge with a null node", name_);
+  if (dst->graph_ != this || src->graph_ != this)
+    return Status::ParamInvalid("graph '{}': control edge {} -> {} crosses graphs", name_, src->name(), dst->name());
+  if (std::find(dst->control_inputs_.begin(), dst->control_inputs_.end(), src) == dst->control_inputs_.end())
+    dst->control_inputs_.push_back(src);
+  return Status::Ok();
+}
+
+Status ComputeGraph::RemoveNode(Node* node) {
+  if (node == nullptr || node->graph_ != this) return Status::ParamInvalid("graph '{}': no such node to remove", name_);
+  for (const auto& other : nodes_) {
+    for (const Endpoint& in : other->inputs_)
+      if (in.node == node)
+        return Status::ParamInvalid("graph '{}': cannot remove '{}': '{}' reads it", name_, node->name(), other->name());
+    for (Node* c : other->control_inputs_)
+      if (c == node)
+        return Status::ParamInvalid("graph '{}': cannot remove '{}': '{}' depends on it", name_, node->name(),
+                                    other->name());
+  }
+  by_name_.erase(node->name());
+  nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n.get() == node; }));
+  return Status::Ok();
+}
+
+Node* ComputeGraph::FindNode(std::string_view name) const {
+  auto it = by_name_.find(std::string(name));
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+std::vector<Node*> ComputeGraph::nodes() const {
+  std::vector<Node*> out;
+  out.reserve(nodes_.size());
+  for (const auto& n : nodes_) out.push_back(n.get());
+  return out;
+}
+
+std::vector<Node*> ComputeGraph::Consumers(const Node* node) const {
+  std::vector<Node*> out;
+  for (const auto& n : nodes_) {
+    bool uses = std::any_of(n->inputs_.begin(), n->inputs_.end(), [&](const Endpoint& e) { return e.node == node; }) ||
+                std::find(n->control_inputs_.begin(), n->control_inputs_.end(), node) != n->control_inputs_.end();
+    if (uses) out.push_back(n.get());
+  }
+  return out;
+}
+
+StatusOr<ComputeGraph*> ComputeGraph::AddSubgraph(std::string name) {
+  if (parent_ != nullptr) return Status::ParamInvalid("graph '{}': only the root graph owns subgraphs", name_);
+  if (FindSubgraph(name) != nullptr || name == name_)
+    return Status::ParamInvalid("graph '{}': two graphs are named '{}'", name_, name);
+  auto g = std::make_unique<ComputeGraph>(std::move(name));
+  g->parent_ = this;
+  subgraphs_.push_back(std::move(g));
+  return subgraphs_.back().get();
+}
+
+ComputeGraph* ComputeGraph::FindSubgraph(std::string_view name) const {
+  for (const auto& g : subgraphs_)
+    if (g->name() == name) return g.get();
+  return nullptr;
+}
+
+std::vector<ComputeGraph*> ComputeGraph::subgraphs() const {
+  std::vector<ComputeGraph*> out;
+  for (const auto& g : subgraphs_) out.push_back(g.get());
+  return out;
+}
+
+Status ComputeGraph::SetSubgraph(Node* call, ComputeGraph* subgraph) {
+  if (call == nullptr || subgraph == nullptr) return Status::ParamInvalid("graph '{}': null subgraph binding", name_);
+  call->subgraph_ = subgraph;
+  call->op_.SetAttr("f", SubgraphRef{subgraph->name()});
+  return Status::Ok();
+}
+
+StatusOr<std::vector<Node*>> ComputeGraph::TopologicalOrder() const {
+  // Kahn's algorithm; the ready set is ordered by node id, so the order is stable.
+  std::unordered_map<const Node*, std::size_t> pending;
+  std::unordered_map<const Node*, std::vector<Node*>> consumers;
+  pending.reserve(nodes_.size());
+  consumers.reserve(nodes_.size());
+  for (const auto& n : nodes_) {
+    std::unordered_set<const Node*> preds;
+    for (const Endpoint& e : n->inputs_) preds.insert(e.node);
+    for (Node* c : n->control_inputs_) preds.insert(c);
+    pending[n.get()] = preds.size();
+    for (const Node* p : preds) consumers[p].push_back(n.get());
+  }
+  auto by_id = [](const Node* a, const Node* b) { return a->id() > b->id(); };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(by_id)> ready(by_id);
+  for (const auto& n : nodes_)
+    if (pending[n.get()] == 0) ready.push(n.get());
+  std::vector<Node*> order;
+  order.reserve(nodes_.size());
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    order.push_back(n);
+    for (Node* c : consumers[n])
+      if (--pending[c] == 0) ready.push(c);
+  }
+  if (order.size() == nodes_.size()) return order;
+
+  // Name one cycle: from a node left over, follow inputs that are left over until one repeats.
+  const Node* start = nullptr;
+  for (const auto& n : nodes_)
+    if (pending[n.get()] > 0) {
+      start = n.get();
+      break;
+    }
+  std::vector<const Node*> path;
+  std::unordered_map<const Node*, std::size_t> seen;
+  const Node* cur = start;
+  while (cur != nullptr && !seen.count(cur)) {
+    seen[cur] = path.size();
+    path.push_back(cur);
+    const Node* next = nullptr;
+    for (const Endpoint& e : cur->inputs_)
+      if (pending[e.node] > 0) next = e.node;
+    for (Node* c : cur->control_inputs_)
+      if (next == nullptr && pending[c] > 0) next = c;
+    cur = next;
+  }
+  std::string cycle;
+  if (cur != nullptr) {
+    // path[seen[cur]..] is the cycle, walked against the edges: print it along them.
+    for (std::size_t i = path.size(); i-- > seen[cur];) cycle += path[i]->name() + " -> ";
+    cycle += path.back()->name();
+  }
+  return Status::ParamInvalid("graph '{}': cycle: {}", name_, cycle.empty() ? start->name() : cycle);
+}
+
+}  // namespace npuflow::graph
