@@ -1,0 +1,84 @@
+#include "graph/op_registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace npuflow::graph {
+
+std::string_view OpEngineName(OpEngine engine) {
+  switch (engine) {
+    case OpEngine::kAICore: return "AICore";
+    case OpEngine::kAICpu: return "AICPU";
+    case OpEngine::kHostLocal: return "host";
+  }
+  return "unknown";
+}
+
+OpRegistry& OpRegistry::Global() {
+  static OpRegistry registry;
+  return registry;
+}
+
+void OpRegistry::Register(OpDef def) {
+  for (auto& d : defs_) {
+    if (d->type == def.type) {
+      *d = std::move(def);  // pointers handed out stay valid
+      return;
+    }
+  }
+  defs_.push_back(std::make_unique<OpDef>(std::move(def)));
+}
+
+StatusOr<const OpDef*> OpRegistry::Find(std::string_view type) const {
+  for (const auto& d : defs_)
+    if (d->type == type) return d.get();
+  return Status::NotFound("unknown op type '{}'", type);
+}
+
+std::vector<std::string> OpRegistry::Types() const {
+  std::vector<std::string> out;
+  for (const auto& d : defs_) out.push_back(d->type);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Status InferOutputs(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                    std::vector<TensorDesc>& outputs) {
+  const int n = static_cast<int>(inputs.size());
+  if (n < def.min_inputs || (def.max_inputs >= 0 && n > def.max_inputs)) {
+    if (def.max_inputs < 0)
+      return Status::ParamInvalid("node '{}' ({}): {} inputs, expected at least {}", op.name(), def.type, n,
+                                  def.min_inputs);
+    if (def.min_inputs == def.max_inputs)
+      return Status::ParamInvalid("node '{}' ({}): {} inputs, expected {}", op.name(), def.type, n, def.min_inputs);
+    return Status::ParamInvalid("node '{}' ({}): {} inputs, expected {} to {}", op.name(), def.type, n, def.min_inputs,
+                                def.max_inputs);
+  }
+  for (const std::string& attr : def.required_attrs)
+    if (!op.HasAttr(attr))
+      return Status::ParamInvalid("node '{}' ({}): missing attribute '{}'", op.name(), def.type, attr);
+  if (def.infer == nullptr) return Status::Internal("op {} has no shape inference", def.type);
+  outputs.clear();
+  return def.infer(op, inputs, outputs);
+}
+
+StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b, std::string_view node) {
+  const std::size_t rank = std::max(a.rank(), b.rank());
+  std::vector<Dim> out(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    // Align from the right.
+    const Dim* da = i + a.rank() >= rank ? &a.dim(i + a.rank() - rank) : nullptr;
+    const Dim* db = i + b.rank() >= rank ? &b.dim(i + b.rank() - rank) : nullptr;
+    if (!da) { out[i] = *db; continue; }
+    if (!db) { out[i] = *da; continue; }
+    if (*da == *db) { out[i] = *da; continue; }
+    if (da->is_static() && da->size == 1) { out[i] = *db; continue; }
+    if (db->is_static() && db->size == 1) { out[i] = *da; continue; }
+    if (!da->is_static() && db->is_static()) { out[i] = *db; continue; }
+    if (da->is_static() && !db->is_static()) { out[i] = *da; continue; }
+    return Status::ParamInvalid("node '{}': shapes {} and {} do not broadcast", node, a.ToString(), b.ToString());
+  }
+  return Shape(std::move(out));
+}
+
+}  // namespace npuflow::graph

@@ -1,0 +1,144 @@
+// The op registry and the first ops: shape inference (with broadcasting and symbolic dims),
+// reference kernels, tiling, f16/bf16 storage.
+#include <cmath>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "graph/half.h"
+#include "graph/op_registry.h"
+
+namespace npuflow::graph {
+namespace {
+
+Tensor F32(Shape shape, std::vector<float> values) {
+  Tensor t{TensorDesc{DataType::kFloat32, std::move(shape)}, {}};
+  t.data.resize(values.size() * 4);
+  std::memcpy(t.data.data(), values.data(), t.data.size());
+  return t;
+}
+
+std::vector<float> Floats(const Tensor& t) {
+  std::vector<float> v(t.data.size() / 4);
+  std::memcpy(v.data(), t.data.data(), t.data.size());
+  return v;
+}
+
+// Infers, allocates and runs the reference kernel of `type` on `inputs`.
+StatusOr<Tensor> RunOp(std::string_view type, std::vector<Tensor> inputs) {
+  RegisterBuiltinOps();
+  NPUFLOW_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(type));
+  OpDesc op("n", std::string(type));
+  std::vector<TensorDesc> in_desc;
+  std::vector<const Tensor*> in_ptr;
+  for (const Tensor& t : inputs) {
+    in_desc.push_back(t.desc);
+    in_ptr.push_back(&t);
+  }
+  std::vector<TensorDesc> out_desc;
+  NPUFLOW_RETURN_IF_ERROR(InferOutputs(*def, op, in_desc, out_desc));
+  std::vector<Tensor> out;
+  for (const TensorDesc& d : out_desc) out.push_back(Tensor{d, std::vector<std::uint8_t>(d.bytes().value())});
+  NPUFLOW_RETURN_IF_ERROR(def->reference(op, in_ptr, out));
+  return out[0];
+}
+
+TEST(Broadcast, NumpyRulesWithSymbolicDims) {
+  EXPECT_EQ(BroadcastShapes(Shape{2, 3}, Shape{3}, "n")->ToString(), "[2, 3]");
+  EXPECT_EQ(BroadcastShapes(Shape{2, 1}, Shape{1, 4}, "n")->ToString(), "[2, 4]");
+  Shape seq({Dim::Symbolic("seq"), Dim::Static(768)});
+  EXPECT_EQ(BroadcastShapes(seq, Shape{768}, "n")->ToString(), "[seq, 768]");
+  EXPECT_EQ(BroadcastShapes(Shape({Dim::Symbolic("seq"), Dim::Static(1)}), Shape({Dim::Static(1), Dim::Symbolic("seq")}),
+                            "n")->ToString(),
+            "[seq, seq]");
+  auto bad = BroadcastShapes(Shape{2, 3}, Shape{4, 3}, "sum");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "node 'sum': shapes [2, 3] and [4, 3] do not broadcast");
+  EXPECT_FALSE(BroadcastShapes(Shape({Dim::Symbolic("a")}), Shape({Dim::Symbolic("b")}), "n").ok());
+}
+
+TEST(Ops, ShapeInferenceErrorsNameTheNode) {
+  RegisterBuiltinOps();
+  const OpDef* add = OpRegistry::Global().Find("Add").value();
+  std::vector<TensorDesc> out;
+  OpDesc op("sum", "Add");
+  Status few = InferOutputs(*add, op, {TensorDesc{}}, out);
+  EXPECT_EQ(few.message(), "node 'sum' (Add): 1 inputs, expected 2");
+  Status mixed = InferOutputs(*add, op, {TensorDesc{DataType::kFloat32, Shape{2}}, TensorDesc{DataType::kFloat16, Shape{2}}}, out);
+  EXPECT_EQ(mixed.message(), "node 'sum' (Add): input dtypes differ: f32 and f16");
+  const OpDef* data = OpRegistry::Global().Find("Data").value();
+  EXPECT_EQ(InferOutputs(*data, OpDesc("x", "Data"), {}, out).message(), "node 'x' (Data): missing attribute 'dtype'");
+  const OpDef* relu = OpRegistry::Global().Find("Relu").value();
+  EXPECT_NE(InferOutputs(*relu, OpDesc("r", "Relu"), {TensorDesc{DataType::kInt32, Shape{2}}}, out).message().find("float"),
+            std::string_view::npos);
+  EXPECT_EQ(OpRegistry::Global().Find("Frobnicate").status().message(), "unknown op type 'Frobnicate'");
+}
+
+TEST(Ops, BinaryReferenceKernelsBroadcast) {
+  auto sum = RunOp("Add", {F32(Shape{2, 3}, {1, 2, 3, 4, 5, 6}), F32(Shape{3}, {10, 20, 30})});
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(sum->desc.shape.ToString(), "[2, 3]");
+  EXPECT_EQ(Floats(*sum), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  auto col = RunOp("Mul", {F32(Shape{2, 1}, {2, 3}), F32(Shape{1, 3}, {1, 10, 100})});
+  EXPECT_EQ(Floats(*col), (std::vector<float>{2, 20, 200, 3, 30, 300}));
+  auto scalar = RunOp("Sub", {F32(Shape{3}, {1, 2, 3}), F32(Shape{}, {1})});
+  EXPECT_EQ(Floats(*scalar), (std::vector<float>{0, 1, 2}));
+  auto div = RunOp("Div", {F32(Shape{2}, {1, 3}), F32(Shape{2}, {2, 4})});
+  EXPECT_EQ(Floats(*div), (std::vector<float>{0.5f, 0.75f}));
+}
+
+TEST(Ops, IntegerDivisionByZeroIsAnError) {
+  Tensor a{TensorDesc{DataType::kInt32, Shape{1}}, std::vector<std::uint8_t>(4, 0)};
+  Tensor b = a;
+  auto r = RunOp("Div", {a, b});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("division by zero"), std::string_view::npos);
+}
+
+TEST(Ops, UnaryReferenceKernels) {
+  auto relu = RunOp("Relu", {F32(Shape{3}, {-1, 0, 2})});
+  EXPECT_EQ(Floats(*relu), (std::vector<float>{0, 0, 2}));
+  auto gelu = RunOp("Gelu", {F32(Shape{2}, {1, -1})});
+  EXPECT_NEAR(Floats(*gelu)[0], 0.841192f, 1e-5);   // tanh approximation at 1
+  EXPECT_NEAR(Floats(*gelu)[1], -0.158808f, 1e-5);
+  auto tanh = RunOp("Tanh", {F32(Shape{1}, {0.5f})});
+  EXPECT_NEAR(Floats(*tanh)[0], std::tanh(0.5f), 1e-7);
+}
+
+TEST(Ops, F16StorageAccumulatesInF32) {
+  Tensor a{TensorDesc{DataType::kFloat16, Shape{2}}, std::vector<std::uint8_t>(4)};
+  std::uint16_t h[2] = {FloatToHalf(1.5f), FloatToHalf(-2.25f)};
+  std::memcpy(a.data.data(), h, 4);
+  auto sum = RunOp("Add", {a, a});
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  std::uint16_t r[2];
+  std::memcpy(r, sum->data.data(), 4);
+  EXPECT_EQ(HalfToFloat(r[0]), 3.f);
+  EXPECT_EQ(HalfToFloat(r[1]), -4.5f);
+}
+
+TEST(Half, EveryF16RoundTripsAndRoundingIsToNearestEven) {
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    const auto bits = static_cast<std::uint16_t>(h);
+    if ((bits & 0x7C00u) == 0x7C00u && (bits & 0x3FFu)) continue;  // nan
+    ASSERT_EQ(FloatToHalf(HalfToFloat(bits)), bits) << std::hex << h;
+  }
+  EXPECT_EQ(FloatToHalf(65520.f), 0x7C00u);          // rounds to inf
+  EXPECT_EQ(FloatToHalf(1.f + 1.f / 2048), 0x3C00u); // halfway, to even
+  EXPECT_EQ(FloatToHalf(5.96046448e-08f), 0x0001u);  // smallest subnormal
+  EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(3.140625f)), 3.140625f);
+}
+
+TEST(Ops, ElementwiseTilingUsesOneBlockPer4096ElementsUpToTheCores) {
+  RegisterBuiltinOps();
+  const OpDef* add = OpRegistry::Global().Find("Add").value();
+  OpDesc op("sum", "Add");
+  auto t = add->tiling(op, {TensorDesc{DataType::kFloat32, Shape{10000}}}, {}, 24);
+  EXPECT_EQ(t->block_dim, 3u);
+  EXPECT_EQ(add->tiling(op, {TensorDesc{DataType::kFloat32, Shape{1 << 24}}}, {}, 24)->block_dim, 24u);
+  auto dynamic = add->tiling(op, {TensorDesc{DataType::kFloat32, Shape({Dim::Symbolic("n")})}}, {}, 24);
+  EXPECT_NE(dynamic.status().message().find("static shapes"), std::string_view::npos);
+}
+
+}  // namespace
+}  // namespace npuflow::graph
