@@ -19,27 +19,9 @@ OpRegistry& OpRegistry::Global() {
   return registry;
 }
 
-void OpRegistry::Register(OpDef def) {
-  for (auto& d : defs_) {
-    if (d->type == def.type) {
-      *d = std::move(def);  // pointers handed out stay valid
-      return;
-    }
-  }
-  defs_.push_back(std::make_unique<OpDef>(std::move(def)));
-}
-
 StatusOr<const OpDef*> OpRegistry::Find(std::string_view type) const {
-  for (const auto& d : defs_)
-    if (d->type == type) return d.get();
+  if (const OpDef* def = defs_.Find(type)) return def;
   return Status::NotFound("unknown op type '{}'", type);
-}
-
-std::vector<std::string> OpRegistry::Types() const {
-  std::vector<std::string> out;
-  for (const auto& d : defs_) out.push_back(d->type);
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 Status InferOutputs(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,

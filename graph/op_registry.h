@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/registry.h"
 #include "base/status.h"
 #include "graph/compute_graph.h"
 #include "graph/types.h"
@@ -61,13 +62,13 @@ struct OpDef {
 class OpRegistry {
  public:
   static OpRegistry& Global();
-  void Register(OpDef def);
+  void Register(OpDef def) { defs_.Register(std::move(def)); }
   // An unknown type is a NotFound naming it.
   StatusOr<const OpDef*> Find(std::string_view type) const;
-  std::vector<std::string> Types() const;
+  std::vector<std::string> Types() const { return defs_.Names(); }
 
  private:
-  std::vector<std::unique_ptr<OpDef>> defs_;
+  NamedRegistry<OpDef, &OpDef::type> defs_;
 };
 
 // Registers the ops npuflow ships (idempotent).

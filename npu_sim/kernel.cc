@@ -13,19 +13,8 @@ KernelRegistry& KernelRegistry::Global() {
   return registry;
 }
 
-void KernelRegistry::Register(KernelDef def) {
-  for (auto& d : defs_) {
-    if (d->name == def.name) {
-      *d = std::move(def);  // pointers handed out stay valid
-      return;
-    }
-  }
-  defs_.push_back(std::make_unique<KernelDef>(std::move(def)));
-}
-
 StatusOr<const KernelDef*> KernelRegistry::Find(std::string_view name) const {
-  for (const auto& d : defs_)
-    if (d->name == name) return d.get();
+  if (const KernelDef* def = defs_.Find(name)) return def;
   return Status::NotFound("no device kernel named '{}' is registered", name);
 }
 

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/registry.h"
 #include "base/status.h"
 #include "npu_sim/chip_spec.h"
 #include "npu_sim/device_memory.h"
@@ -65,12 +66,12 @@ struct KernelDef {
 class KernelRegistry {
  public:
   static KernelRegistry& Global();
-  void Register(KernelDef def);
+  void Register(KernelDef def) { defs_.Register(std::move(def)); }
   // A missing name is a NotFound naming it.
   StatusOr<const KernelDef*> Find(std::string_view name) const;
 
  private:
-  std::vector<std::unique_ptr<KernelDef>> defs_;
+  NamedRegistry<KernelDef, &KernelDef::name> defs_;
 };
 
 // Registers a kernel at static-initialization time: NPUFLOW_REGISTER_KERNEL(def_expr).
