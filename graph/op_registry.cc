@@ -1,5 +1,8 @@
 #include "graph/op_registry.h"
 
+#include "graph/op_library.h"
+#include "npu_sim/builtin_kernels.h"
+
 #include <algorithm>
 #include <mutex>
 
@@ -12,6 +15,20 @@ std::string_view OpEngineName(OpEngine engine) {
     case OpEngine::kHostLocal: return "host";
   }
   return "unknown";
+}
+
+void RegisterBuiltinOps() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    OpRegistry& r = OpRegistry::Global();
+    RegisterElementwiseOps(r);
+    RegisterTensorOps(r);
+    RegisterNnOps(r);
+    npu_sim::RegisterBuiltinKernels();
+    RegisterElementwiseKernels();
+    RegisterTensorKernels();
+    RegisterNnKernels();
+  });
 }
 
 OpRegistry& OpRegistry::Global() {

@@ -15,6 +15,7 @@
 #include "base/registry.h"
 #include "base/status.h"
 #include "graph/compute_graph.h"
+#include "graph/kernel_abi.h"
 #include "graph/types.h"
 
 namespace npuflow::graph {
@@ -53,8 +54,19 @@ struct OpDef {
   std::vector<int> tiling_depend_inputs;
   bool tiling_on_aicpu = false;
 
-  // The npu_sim kernel that runs this op on the device; empty for host-local ops.
+  // Fills the op-specific scalars of the device kernel's KernelParams (ints / floats; see
+  // graph/kernel_abi.h). Tensors are filled by EncodeKernelParams. Null: the op has none.
+  using ParamsFn = Status (*)(const OpDesc& op, const std::vector<TensorDesc>& inputs, KernelParams& params);
+  ParamsFn params = nullptr;
+
+  // The npu_sim kernel that runs this op on the device (DeviceKernelName(type), registered in
+  // npu_sim's KernelRegistry); empty for host-local ops.
   std::string device_kernel;
+
+  // Output i may be written in place over input inplace[i] (-1: never). The memory planner gives
+  // both the same bytes when the input has no other consumer; the device kernel then skips the
+  // copy (KvCacheWrite updates the cache it reads; Reshape is a view).
+  std::vector<int> inplace;
 };
 
 // Process-wide, filled at start-up by RegisterBuiltinOps; lookups are thread-safe afterwards.

@@ -5,41 +5,12 @@
 #include <cstring>
 #include <mutex>
 
-#include "graph/half.h"
+#include "graph/op_library.h"
 #include "graph/op_registry.h"
+#include "graph/tensor_access.h"
 
 namespace npuflow::graph {
 namespace {
-
-// ---- element access: f32 accumulation over any storage type ----------------------------------------
-float LoadF(const Tensor& t, std::size_t i) {
-  const std::uint8_t* p = t.data.data();
-  switch (t.desc.dtype) {
-    case DataType::kFloat32: { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
-    case DataType::kFloat16: { std::uint16_t v; std::memcpy(&v, p + 2 * i, 2); return HalfToFloat(v); }
-    case DataType::kBFloat16: { std::uint16_t v; std::memcpy(&v, p + 2 * i, 2); return BFloat16ToFloat(v); }
-    case DataType::kInt32: { std::int32_t v; std::memcpy(&v, p + 4 * i, 4); return static_cast<float>(v); }
-    case DataType::kInt64: { std::int64_t v; std::memcpy(&v, p + 8 * i, 8); return static_cast<float>(v); }
-    case DataType::kUInt8:
-    case DataType::kBool: return static_cast<float>(p[i]);
-  }
-  return 0;
-}
-
-void StoreF(Tensor& t, std::size_t i, float v) {
-  std::uint8_t* p = t.data.data();
-  switch (t.desc.dtype) {
-    case DataType::kFloat32: std::memcpy(p + 4 * i, &v, 4); break;
-    case DataType::kFloat16: { std::uint16_t h = FloatToHalf(v); std::memcpy(p + 2 * i, &h, 2); break; }
-    case DataType::kBFloat16: { std::uint16_t h = FloatToBFloat16(v); std::memcpy(p + 2 * i, &h, 2); break; }
-    case DataType::kInt32: { auto x = static_cast<std::int32_t>(v); std::memcpy(p + 4 * i, &x, 4); break; }
-    case DataType::kInt64: { auto x = static_cast<std::int64_t>(v); std::memcpy(p + 8 * i, &x, 8); break; }
-    case DataType::kUInt8: p[i] = static_cast<std::uint8_t>(v); break;
-    case DataType::kBool: p[i] = v != 0 ? 1 : 0; break;
-  }
-}
-
-bool IsFloat(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kBFloat16; }
 
 // ---- boundary ops -----------------------------------------------------------------------------------
 Status InferData(const OpDesc& op, const std::vector<TensorDesc>&, std::vector<TensorDesc>& out) {
@@ -205,9 +176,5 @@ void RegisterElementwiseOps(OpRegistry& r) {
   }
 }
 
-void RegisterBuiltinOps() {
-  static std::once_flag once;
-  std::call_once(once, [] { RegisterElementwiseOps(OpRegistry::Global()); });
-}
 
 }  // namespace npuflow::graph

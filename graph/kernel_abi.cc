@@ -1,0 +1,69 @@
+#include "graph/kernel_abi.h"
+
+#include <string>
+
+#include "graph/op_registry.h"
+
+namespace npuflow::graph {
+
+StatusOr<KernelParams> EncodeKernelParams(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                                          const std::vector<TensorDesc>& outputs) {
+  KernelParams p;
+  if (inputs.size() + outputs.size() > static_cast<std::size_t>(kMaxKernelTensors))
+    return Status::ParamInvalid("node '{}' ({}): {} inputs and outputs, a device kernel takes at most {}", op.name(),
+                                op.type(), inputs.size() + outputs.size(), kMaxKernelTensors);
+  p.num_inputs = static_cast<std::uint32_t>(inputs.size());
+  p.num_outputs = static_cast<std::uint32_t>(outputs.size());
+  std::size_t k = 0;
+  for (const auto* list : {&inputs, &outputs}) {
+    for (const TensorDesc& d : *list) {
+      if (!d.shape.is_static())
+        return Status::ParamInvalid("node '{}' ({}): kernel params need static shapes, got {}", op.name(), op.type(),
+                                    d.ToString());
+      if (d.shape.rank() > static_cast<std::size_t>(kMaxKernelRank))
+        return Status::ParamInvalid("node '{}' ({}): rank {} above the device kernel limit {}", op.name(), op.type(),
+                                    d.shape.rank(), kMaxKernelRank);
+      KernelTensor& t = p.tensors[k++];
+      t.dtype = static_cast<std::uint32_t>(d.dtype);
+      t.rank = static_cast<std::uint32_t>(d.shape.rank());
+      for (std::size_t i = 0; i < d.shape.rank(); ++i) t.dims[i] = d.shape.dim(i).size;
+    }
+  }
+  if (def.params != nullptr) NPUFLOW_RETURN_IF_ERROR(def.params(op, inputs, p));
+  return p;
+}
+
+StatusOr<OpKernelView> OpKernelView::Open(const npu_sim::KernelContext& ctx) {
+  OpKernelView v;
+  v.ctx_ = &ctx;
+  if (ctx.arg_count() < 2) return Status::ParamInvalid("op kernel: {} arguments, expected at least 2", ctx.arg_count());
+  npu_sim::DeviceMemory::Mapping m;
+  NPUFLOW_ASSIGN_OR_RETURN(m, ctx.memory().Map(ctx.ptr(ctx.arg_count() - 1), sizeof(KernelParams)));
+  std::memcpy(&v.params_, m.data(), sizeof(KernelParams));
+  const KernelParams& p = v.params_;
+  if (p.num_inputs + p.num_outputs > static_cast<std::uint32_t>(kMaxKernelTensors))
+    return Status::DataCorrupted("op kernel params: {} tensors, at most {}", p.num_inputs + p.num_outputs,
+                                 kMaxKernelTensors);
+  if (ctx.arg_count() != p.num_inputs + p.num_outputs + 2)
+    return Status::ParamInvalid("op kernel: {} arguments, params say {} inputs and {} outputs (+ workspace, params)",
+                                ctx.arg_count(), p.num_inputs, p.num_outputs);
+  for (std::uint32_t i = 0; i < p.num_inputs + p.num_outputs; ++i) {
+    const KernelTensor& t = p.tensors[i];
+    if (t.rank > static_cast<std::uint32_t>(kMaxKernelRank) || t.dtype > static_cast<std::uint32_t>(DataType::kBool))
+      return Status::DataCorrupted("op kernel params: tensor {} has rank {} / dtype {}", i, t.rank, t.dtype);
+    for (std::uint32_t d = 0; d < t.rank; ++d)
+      if (t.dims[d] < 0) return Status::DataCorrupted("op kernel params: tensor {} dim {} is {}", i, d, t.dims[d]);
+  }
+  v.maps_.reserve(kMaxKernelTensors);
+  return v;
+}
+
+npu_sim::VTime BlockCost(const npu_sim::ChipSpec& chip, double bytes, double flops) {
+  const double by_bw = bytes / (chip.hbm_bandwidth_gbps / std::max(chip.aicore_count, 1));
+  const double by_flops = flops / std::max(chip.aicore_gflops, 1e-9);
+  return 20 + static_cast<npu_sim::VTime>(std::max(by_bw, by_flops));
+}
+
+std::string DeviceKernelName(std::string_view op_type) { return "op." + std::string(op_type); }
+
+}  // namespace npuflow::graph

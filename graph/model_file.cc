@@ -1,0 +1,2 @@
+// (being written)
+#include "graph/model_file.h"
