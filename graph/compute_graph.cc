@@ -56,6 +56,41 @@ Status ComputeGraph::RemoveNode(Node* node) {
   return Status::Ok();
 }
 
+Status ComputeGraph::SetInput(Node* dst, std::size_t i, Endpoint src) {
+  if (dst == nullptr || src.node == nullptr || dst->graph_ != this || src.node->graph_ != this)
+    return Status::ParamInvalid("graph '{}': SetInput with a node of another graph", name_);
+  if (i >= dst->inputs_.size())
+    return Status::ParamInvalid("graph '{}': node '{}' has {} inputs, no input {}", name_, dst->name(),
+                                dst->inputs_.size(), i);
+  dst->inputs_[i] = src;
+  return Status::Ok();
+}
+
+void ComputeGraph::ClearInputs(Node* node) {
+  node->inputs_.clear();
+  node->control_inputs_.clear();
+}
+
+Status ComputeGraph::RemoveNodes(const std::vector<Node*>& doomed) {
+  std::unordered_set<const Node*> set(doomed.begin(), doomed.end());
+  for (const Node* n : doomed)
+    if (n == nullptr || n->graph_ != this) return Status::ParamInvalid("graph '{}': no such node to remove", name_);
+  for (const auto& other : nodes_) {
+    if (set.count(other.get())) continue;
+    for (const Endpoint& in : other->inputs_)
+      if (set.count(in.node))
+        return Status::ParamInvalid("graph '{}': cannot remove '{}': '{}' reads it", name_, in.node->name(),
+                                    other->name());
+    for (Node* c : other->control_inputs_)
+      if (set.count(c))
+        return Status::ParamInvalid("graph '{}': cannot remove '{}': '{}' depends on it", name_, c->name(),
+                                    other->name());
+  }
+  for (const Node* n : doomed) by_name_.erase(n->name());
+  std::erase_if(nodes_, [&](const auto& n) { return set.count(n.get()) > 0; });
+  return Status::Ok();
+}
+
 Node* ComputeGraph::FindNode(std::string_view name) const {
   auto it = by_name_.find(std::string(name));
   return it == by_name_.end() ? nullptr : it->second;
@@ -108,51 +143,64 @@ Status ComputeGraph::SetSubgraph(Node* call, ComputeGraph* subgraph) {
 }
 
 StatusOr<std::vector<Node*>> ComputeGraph::TopologicalOrder() const {
-  // Kahn's algorithm; the ready set is ordered by node id, so the order is stable.
-  std::unordered_map<const Node*, std::size_t> pending;
-  std::unordered_map<const Node*, std::vector<Node*>> consumers;
-  pending.reserve(nodes_.size());
-  consumers.reserve(nodes_.size());
-  for (const auto& n : nodes_) {
-    std::unordered_set<const Node*> preds;
-    for (const Endpoint& e : n->inputs_) preds.insert(e.node);
-    for (Node* c : n->control_inputs_) preds.insert(c);
-    pending[n.get()] = preds.size();
-    for (const Node* p : preds) consumers[p].push_back(n.get());
-  }
+  // Kahn's algorithm over arrays indexed by node id (ids are dense: next_id_ bounds them); the
+  // ready set is ordered by id, so the order is stable.
+  const std::size_t ids = static_cast<std::size_t>(next_id_);
+  std::vector<std::uint32_t> pending(ids, 0);
+  std::vector<std::uint32_t> first(ids + 1, 0);  // consumers of id k: edges[first[k] .. first[k+1])
+  std::vector<Node*> edges;
+  std::vector<const Node*> preds;
+  auto each_pred = [&](const Node* n, auto&& fn) {
+    preds.clear();
+    for (const Endpoint& e : n->inputs_) preds.push_back(e.node);
+    for (Node* c : n->control_inputs_) preds.push_back(c);
+    std::sort(preds.begin(), preds.end());
+    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+    for (const Node* p : preds) fn(p);
+  };
+  for (const auto& n : nodes_)
+    each_pred(n.get(), [&](const Node* p) {
+      ++first[p->id_ + 1];
+      ++pending[n->id_];
+    });
+  for (std::size_t k = 0; k < ids; ++k) first[k + 1] += first[k];
+  edges.resize(first[ids]);
+  std::vector<std::uint32_t> fill(first.begin(), first.end() - 1);
+  for (const auto& n : nodes_) each_pred(n.get(), [&](const Node* p) { edges[fill[p->id_]++] = n.get(); });
+
   auto by_id = [](const Node* a, const Node* b) { return a->id() > b->id(); };
   std::priority_queue<Node*, std::vector<Node*>, decltype(by_id)> ready(by_id);
   for (const auto& n : nodes_)
-    if (pending[n.get()] == 0) ready.push(n.get());
+    if (pending[n->id_] == 0) ready.push(n.get());
   std::vector<Node*> order;
   order.reserve(nodes_.size());
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
     order.push_back(n);
-    for (Node* c : consumers[n])
-      if (--pending[c] == 0) ready.push(c);
+    for (std::uint32_t k = first[n->id_]; k < first[n->id_ + 1]; ++k)
+      if (--pending[edges[k]->id_] == 0) ready.push(edges[k]);
   }
   if (order.size() == nodes_.size()) return order;
 
   // Name one cycle: from a node left over, follow inputs that are left over until one repeats.
   const Node* start = nullptr;
   for (const auto& n : nodes_)
-    if (pending[n.get()] > 0) {
+    if (pending[n->id_] > 0) {
       start = n.get();
       break;
     }
   std::vector<const Node*> path;
-  std::unordered_map<const Node*, std::size_t> seen;
+  std::unordered_map<const Node*, std::size_t> seen;  // only on the error path
   const Node* cur = start;
   while (cur != nullptr && !seen.count(cur)) {
     seen[cur] = path.size();
     path.push_back(cur);
     const Node* next = nullptr;
     for (const Endpoint& e : cur->inputs_)
-      if (pending[e.node] > 0) next = e.node;
+      if (pending[e.node->id_] > 0) next = e.node;
     for (Node* c : cur->control_inputs_)
-      if (next == nullptr && pending[c] > 0) next = c;
+      if (next == nullptr && pending[c->id_] > 0) next = c;
     cur = next;
   }
   std::string cycle;

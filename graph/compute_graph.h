@@ -49,16 +49,19 @@ class OpDesc {
   void set_name(std::string name) { name_ = std::move(name); }
   void set_type(std::string type) { type_ = std::move(type); }
 
-  const std::map<std::string, AttrValue>& attrs() const { return attrs_; }
-  bool HasAttr(std::string_view key) const { return attrs_.find(std::string(key)) != attrs_.end(); }
-  void SetAttr(std::string key, AttrValue value) { attrs_[std::move(key)] = std::move(value); }
-  void RemoveAttr(std::string_view key) { attrs_.erase(std::string(key)); }
+  using AttrMap = std::map<std::string, AttrValue, std::less<>>;  // transparent: lookups do not allocate
+  const AttrMap& attrs() const { return attrs_; }
+  bool HasAttr(std::string_view key) const { return attrs_.find(key) != attrs_.end(); }
+  void SetAttr(std::string key, AttrValue value) { attrs_.insert_or_assign(std::move(key), std::move(value)); }
+  void RemoveAttr(std::string_view key) {
+    if (auto it = attrs_.find(key); it != attrs_.end()) attrs_.erase(it);
+  }
 
   // The attribute as T. Missing, or of another type: a ParamInvalid naming the node, the
   // attribute and what was expected.
   template <typename T>
   StatusOr<T> Attr(std::string_view key) const {
-    auto it = attrs_.find(std::string(key));
+    auto it = attrs_.find(key);
     if (it == attrs_.end())
       return Status::ParamInvalid("node '{}' ({}): missing attribute '{}'", name_, type_, key);
     if (const T* v = std::get_if<T>(&it->second)) return *v;
@@ -75,7 +78,7 @@ class OpDesc {
  private:
   std::string name_;
   std::string type_;
-  std::map<std::string, AttrValue> attrs_;
+  AttrMap attrs_;
 };
 
 // A data input: output `index` of `node`.
@@ -127,9 +130,16 @@ class ComputeGraph {
   // Data edge: output `src_index` of `src` becomes the next data input of `dst`.
   Status AddInput(Node* dst, Endpoint src);
   Status AddControlInput(Node* dst, Node* src);
+  // Data input `i` of `dst` now reads `src`.
+  Status SetInput(Node* dst, std::size_t i, Endpoint src);
+  // Drops every data and control input of `node` (it becomes a source).
+  void ClearInputs(Node* node);
   // Removes a node that nothing consumes (data or control). Otherwise a ParamInvalid naming a
-  // consumer.
+  // consumer. O(nodes): use RemoveNodes for many.
   Status RemoveNode(Node* node);
+  // Removes a set of nodes in one O(nodes + edges) sweep. A node outside the set that consumes
+  // one of them is a ParamInvalid naming both, and nothing is removed.
+  Status RemoveNodes(const std::vector<Node*>& doomed);
 
   Node* FindNode(std::string_view name) const;
   // Nodes in insertion order.

@@ -37,13 +37,18 @@ StatusOr<OpKernelView> OpKernelView::Open(const npu_sim::KernelContext& ctx) {
   OpKernelView v;
   v.ctx_ = &ctx;
   if (ctx.arg_count() < 2) return Status::ParamInvalid("op kernel: {} arguments, expected at least 2", ctx.arg_count());
+  // The header first, then as many tensors as it names.
+  const npu_sim::DevicePtr at = ctx.ptr(ctx.arg_count() - 1);
+  constexpr std::size_t kHeader = offsetof(KernelParams, tensors);
   npu_sim::DeviceMemory::Mapping m;
-  NPUFLOW_ASSIGN_OR_RETURN(m, ctx.memory().Map(ctx.ptr(ctx.arg_count() - 1), sizeof(KernelParams)));
-  std::memcpy(&v.params_, m.data(), sizeof(KernelParams));
+  NPUFLOW_ASSIGN_OR_RETURN(m, ctx.memory().Map(at, kHeader));
+  std::memcpy(static_cast<void*>(&v.params_), m.data(), kHeader);
   const KernelParams& p = v.params_;
   if (p.num_inputs + p.num_outputs > static_cast<std::uint32_t>(kMaxKernelTensors))
     return Status::DataCorrupted("op kernel params: {} tensors, at most {}", p.num_inputs + p.num_outputs,
                                  kMaxKernelTensors);
+  NPUFLOW_ASSIGN_OR_RETURN(m, ctx.memory().Map(at, KernelParamsBytes(p)));
+  std::memcpy(static_cast<void*>(&v.params_), m.data(), KernelParamsBytes(p));
   if (ctx.arg_count() != p.num_inputs + p.num_outputs + 2)
     return Status::ParamInvalid("op kernel: {} arguments, params say {} inputs and {} outputs (+ workspace, params)",
                                 ctx.arg_count(), p.num_inputs, p.num_outputs);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <type_traits>
@@ -46,17 +47,25 @@ struct KernelTensor {
   std::int64_t dim(int i) const { return dims[i < 0 ? static_cast<int>(rank) + i : i]; }
 };
 
+// In device memory only the used prefix is stored: everything before `tensors`, then
+// num_inputs + num_outputs tensors (KernelParamsBytes).
 struct KernelParams {
   std::uint32_t num_inputs = 0;
   std::uint32_t num_outputs = 0;
-  KernelTensor tensors[kMaxKernelTensors];  // inputs, then outputs
   std::int64_t ints[kKernelInts] = {};      // op-specific (axis, transpose flags, ...): see each op
   float floats[kKernelFloats] = {};         // op-specific (epsilon, scale, ...)
+  KernelTensor tensors[kMaxKernelTensors];  // inputs, then outputs
 
   const KernelTensor& input(std::uint32_t i) const { return tensors[i]; }
   const KernelTensor& output(std::uint32_t i) const { return tensors[num_inputs + i]; }
 };
 static_assert(std::is_trivially_copyable_v<KernelParams>);
+
+// The bytes of `p` a kernel reads: the header and its used tensors.
+inline std::size_t KernelParamsBytes(const KernelParams& p) {
+  const std::size_t used = std::min<std::size_t>(p.num_inputs + p.num_outputs, kMaxKernelTensors);
+  return offsetof(KernelParams, tensors) + used * sizeof(KernelTensor);
+}
 
 // The KernelParams of a static-shape launch: tensors from the descriptors, then the op's own
 // ParamsFn (if any) for ints/floats. A dynamic shape, a rank above kMaxKernelRank or more than

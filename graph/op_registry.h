@@ -65,8 +65,12 @@ struct OpDef {
 
   // Output i may be written in place over input inplace[i] (-1: never). The memory planner gives
   // both the same bytes when the input has no other consumer; the device kernel then skips the
-  // copy (KvCacheWrite updates the cache it reads; Reshape is a view).
+  // copy (Reshape is then a view).
   std::vector<int> inplace;
+  // The op writes its in-place input rather than only viewing it: over a Variable that is an
+  // update, which dead-code elimination keeps, the memory plan makes in the Variable's own bytes
+  // and the interpreter persists (KvCacheWrite).
+  bool updates_inplace_input = false;
 };
 
 // Process-wide, filled at start-up by RegisterBuiltinOps; lookups are thread-safe afterwards.

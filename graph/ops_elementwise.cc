@@ -78,35 +78,51 @@ class BroadcastWalker {
   std::int64_t offset_ = 0;
 };
 
-template <typename F>
-Status ReferenceBinary(const OpDesc& op, const std::vector<const Tensor*>& in, std::vector<Tensor>& out, F f) {
+// Floats accumulate in f32; integers are exact and wrap at their width, as the device kernels do.
+template <typename F, typename I>
+Status ReferenceBinary(const std::vector<const Tensor*>& in, std::vector<Tensor>& out, F f, I fi) {
   const Tensor& a = *in[0];
   const Tensor& b = *in[1];
   Tensor& c = out[0];
   const auto n = static_cast<std::size_t>(c.desc.shape.num_elements().value_or(0));
   BroadcastWalker wa(a.desc.shape, c.desc.shape), wb(b.desc.shape, c.desc.shape);
-  for (std::size_t i = 0; i < n; ++i, wa.Next(), wb.Next()) StoreF(c, i, f(LoadF(a, wa.offset()), LoadF(b, wb.offset())));
+  if (IsFloat(c.desc.dtype)) {
+    for (std::size_t i = 0; i < n; ++i, wa.Next(), wb.Next())
+      StoreF(c, i, f(LoadF(a, wa.offset()), LoadF(b, wb.offset())));
+  } else {
+    for (std::size_t i = 0; i < n; ++i, wa.Next(), wb.Next())
+      StoreI(c, i, fi(LoadI(a, wa.offset()), LoadI(b, wb.offset())));
+  }
   return Status::Ok();
 }
 
-Status RefAdd(const OpDesc& op, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  return ReferenceBinary(op, in, out, [](float x, float y) { return x + y; });
+std::int64_t Wrap(std::uint64_t v) { return static_cast<std::int64_t>(v); }
+
+Status RefAdd(const OpDesc&, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return ReferenceBinary(in, out, [](float x, float y) { return x + y; },
+                         [](std::int64_t x, std::int64_t y) { return Wrap(std::uint64_t(x) + std::uint64_t(y)); });
 }
-Status RefSub(const OpDesc& op, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  return ReferenceBinary(op, in, out, [](float x, float y) { return x - y; });
+Status RefSub(const OpDesc&, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return ReferenceBinary(in, out, [](float x, float y) { return x - y; },
+                         [](std::int64_t x, std::int64_t y) { return Wrap(std::uint64_t(x) - std::uint64_t(y)); });
 }
-Status RefMul(const OpDesc& op, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
-  return ReferenceBinary(op, in, out, [](float x, float y) { return x * y; });
+Status RefMul(const OpDesc&, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  return ReferenceBinary(in, out, [](float x, float y) { return x * y; },
+                         [](std::int64_t x, std::int64_t y) { return Wrap(std::uint64_t(x) * std::uint64_t(y)); });
 }
 Status RefDiv(const OpDesc& op, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   if (!IsFloat(in[0]->desc.dtype)) {
     // Integer division by zero is an error, not a crash.
     const auto n = static_cast<std::size_t>(in[1]->desc.shape.num_elements().value_or(0));
     for (std::size_t i = 0; i < n; ++i)
-      if (LoadF(*in[1], i) == 0) return Status::ParamInvalid("node '{}' (Div): integer division by zero", op.name());
-    return ReferenceBinary(op, in, out, [](float x, float y) { return std::trunc(x / y); });
+      if (LoadI(*in[1], i) == 0) return Status::ParamInvalid("node '{}' (Div): integer division by zero", op.name());
   }
-  return ReferenceBinary(op, in, out, [](float x, float y) { return x / y; });
+  return ReferenceBinary(in, out, [](float x, float y) { return x / y; },
+                         [](std::int64_t x, std::int64_t y) {
+                           // Truncates toward zero; the one overflowing case (min / -1) wraps to min.
+                           if (y == -1) return Wrap(0 - std::uint64_t(x));
+                           return x / y;
+                         });
 }
 
 // ---- unary elementwise ------------------------------------------------------------------------------
@@ -167,12 +183,12 @@ void RegisterElementwiseOps(OpRegistry& r) {
   for (auto [type, ref] : std::initializer_list<std::pair<const char*, OpDef::ReferenceFn>>{
            {"Add", &RefAdd}, {"Sub", &RefSub}, {"Mul", &RefMul}, {"Div", &RefDiv}}) {
     r.Register({.type = type, .min_inputs = 2, .max_inputs = 2, .infer = &InferBinary, .reference = ref,
-                .tiling = &TileElementwise});
+                .tiling = &TileElementwise, .device_kernel = DeviceKernelName(type)});
   }
   for (auto [type, ref] : std::initializer_list<std::pair<const char*, OpDef::ReferenceFn>>{
            {"Relu", &RefRelu}, {"Tanh", &RefTanh}, {"Gelu", &RefGelu}}) {
     r.Register({.type = type, .min_inputs = 1, .max_inputs = 1, .infer = &InferUnaryFloat, .reference = ref,
-                .tiling = &TileElementwise});
+                .tiling = &TileElementwise, .device_kernel = DeviceKernelName(type)});
   }
 }
 

@@ -49,6 +49,18 @@ inline std::int64_t LoadI(const Tensor& t, std::size_t i) {
   }
 }
 
+// Stores an integer into an integer tensor, wrapping to the element's width (two's complement).
+inline void StoreI(Tensor& t, std::size_t i, std::int64_t v) {
+  std::uint8_t* p = t.data.data();
+  switch (t.desc.dtype) {
+    case DataType::kInt32: { auto x = static_cast<std::int32_t>(static_cast<std::uint32_t>(v)); std::memcpy(p + 4 * i, &x, 4); break; }
+    case DataType::kInt64: std::memcpy(p + 8 * i, &v, 8); break;
+    case DataType::kUInt8: p[i] = static_cast<std::uint8_t>(v); break;
+    case DataType::kBool: p[i] = v != 0 ? 1 : 0; break;
+    default: StoreF(t, i, static_cast<float>(v)); break;
+  }
+}
+
 inline bool IsFloat(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kBFloat16; }
 inline bool IsInteger(DataType t) { return t == DataType::kInt32 || t == DataType::kInt64; }
 

@@ -3,15 +3,16 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+
+#include <fmt/format.h>
 #include <sstream>
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
 namespace npuflow::graph {
-namespace {
 
-StatusOr<DataType> FromProto(proto::DataType t, std::string_view where) {
+StatusOr<DataType> DataTypeFromProto(proto::DataType t, std::string_view where) {
   switch (t) {
     case proto::DT_FLOAT: return DataType::kFloat32;
     case proto::DT_FLOAT16: return DataType::kFloat16;
@@ -24,7 +25,7 @@ StatusOr<DataType> FromProto(proto::DataType t, std::string_view where) {
   }
 }
 
-proto::DataType ToProto(DataType t) {
+proto::DataType DataTypeToProto(DataType t) {
   switch (t) {
     case DataType::kFloat32: return proto::DT_FLOAT;
     case DataType::kFloat16: return proto::DT_FLOAT16;
@@ -37,7 +38,7 @@ proto::DataType ToProto(DataType t) {
   return proto::DT_UNDEFINED;
 }
 
-StatusOr<Shape> FromProto(const proto::Shape& s, std::string_view where) {
+StatusOr<Shape> ShapeFromProto(const proto::Shape& s, std::string_view where) {
   std::vector<Dim> dims;
   for (const proto::Dim& d : s.dim()) {
     if (d.kind_case() == proto::Dim::kSymbol) {
@@ -51,7 +52,7 @@ StatusOr<Shape> FromProto(const proto::Shape& s, std::string_view where) {
   return Shape(std::move(dims));
 }
 
-proto::Shape ToProto(const Shape& s) {
+proto::Shape ShapeToProto(const Shape& s) {
   proto::Shape out;
   for (const Dim& d : s.dims()) {
     auto* pd = out.add_dim();
@@ -59,6 +60,13 @@ proto::Shape ToProto(const Shape& s) {
   }
   return out;
 }
+
+namespace {
+
+StatusOr<DataType> FromProto(proto::DataType t, std::string_view where) { return DataTypeFromProto(t, where); }
+proto::DataType ToProto(DataType t) { return DataTypeToProto(t); }
+StatusOr<Shape> FromProto(const proto::Shape& s, std::string_view where) { return ShapeFromProto(s, where); }
+proto::Shape ToProto(const Shape& s) { return ShapeToProto(s); }
 
 StatusOr<Tensor> FromProto(const proto::TensorDef& t, std::string_view where) {
   Tensor out;
@@ -301,6 +309,84 @@ std::string PrintGraphText(const ComputeGraph& graph) {
   google::protobuf::TextFormat::Printer printer;
   std::string out;
   printer.PrintToString(ToGraphDef(graph), &out);
+  return out;
+}
+
+}  // namespace npuflow::graph
+
+namespace npuflow::graph {
+namespace {
+
+std::string TensorSummary(const Tensor& t) {
+  std::string out = t.desc.ToString();
+  const auto n = static_cast<std::size_t>(t.desc.shape.num_elements().value_or(0));
+  if (n == 0 || t.data.size() < t.desc.bytes().value_or(0)) return out;
+  out += "{";
+  for (std::size_t i = 0; i < std::min<std::size_t>(n, 4); ++i) {
+    if (i) out += ", ";
+    switch (t.desc.dtype) {
+      case DataType::kFloat32: { float v; std::memcpy(&v, t.data.data() + 4 * i, 4); out += fmt::format("{}", v); break; }
+      case DataType::kInt32: { std::int32_t v; std::memcpy(&v, t.data.data() + 4 * i, 4); out += fmt::format("{}", v); break; }
+      case DataType::kInt64: { std::int64_t v; std::memcpy(&v, t.data.data() + 8 * i, 8); out += fmt::format("{}", v); break; }
+      case DataType::kUInt8:
+      case DataType::kBool: out += fmt::format("{}", t.data[i]); break;
+      default: out += "..."; i = n; break;
+    }
+  }
+  if (n > 4) out += ", ...";
+  return out + "}";
+}
+
+std::string AttrSummary(const AttrValue& v) {
+  struct Visitor {
+    std::string operator()(std::int64_t x) const { return fmt::format("{}", x); }
+    std::string operator()(double x) const { return fmt::format("{}", x); }
+    std::string operator()(const std::string& x) const { return fmt::format("\"{}\"", x); }
+    std::string operator()(bool x) const { return x ? "true" : "false"; }
+    std::string operator()(const std::vector<std::int64_t>& x) const { return fmt::format("[{}]", fmt::join(x, ", ")); }
+    std::string operator()(const std::vector<double>& x) const { return fmt::format("[{}]", fmt::join(x, ", ")); }
+    std::string operator()(const std::vector<std::string>& x) const {
+      std::string out = "[";
+      for (std::size_t i = 0; i < x.size(); ++i) out += fmt::format("{}\"{}\"", i ? ", " : "", x[i]);
+      return out + "]";
+    }
+    std::string operator()(const Tensor& x) const { return TensorSummary(x); }
+    std::string operator()(DataType x) const { return std::string(DataTypeName(x)); }
+    std::string operator()(const Shape& x) const { return x.ToString(); }
+    std::string operator()(const SubgraphRef& x) const { return "@" + x.name; }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+void AppendSummary(const ComputeGraph& g, std::string& out) {
+  out += fmt::format("graph \"{}\"\n", g.name());
+  for (const Node* n : g.nodes()) {
+    std::string ins;
+    for (const Endpoint& e : n->inputs())
+      ins += (ins.empty() ? "" : ", ") + (e.index == 0 ? e.node->name() : fmt::format("{}:{}", e.node->name(), e.index));
+    for (const Node* c : n->control_inputs()) ins += (ins.empty() ? "^" : ", ^") + c->name();
+    out += fmt::format("  {} = {}({})", n->name(), n->type(), ins);
+    if (!n->outputs().empty()) {
+      std::string outs;
+      for (const TensorDesc& d : n->outputs()) outs += (outs.empty() ? "" : ", ") + d.ToString();
+      out += " -> " + outs;
+    }
+    if (!n->op().attrs().empty()) {
+      std::string attrs;
+      for (const auto& [key, value] : n->op().attrs())
+        attrs += (attrs.empty() ? "" : ", ") + key + "=" + AttrSummary(value);
+      out += " {" + attrs + "}";
+    }
+    out += "\n";
+  }
+}
+
+}  // namespace
+
+std::string PrintGraphSummary(const ComputeGraph& graph) {
+  std::string out;
+  AppendSummary(graph, out);
+  for (const ComputeGraph* sub : graph.subgraphs()) AppendSummary(*sub, out);
   return out;
 }
 

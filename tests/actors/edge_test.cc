@@ -174,8 +174,7 @@ class Overlap {
       last = item->seq;
       ++total_;
       // a little work widens the window in which a second drain would be seen
-      for (volatile int i = 0; i < (g_inject ? 2000 : 200); ++i) {
-      }
+      for (int i = 0; i < (g_inject ? 2000 : 200); ++i) asm volatile("" ::: "memory");
     } else {
       ctx.Reply<Result>(Result{total_, overlaps_.load(), order_});
     }

@@ -80,8 +80,8 @@ inline StatusOr<std::vector<Tensor>> RunOpOnDevice(const OpDesc& op, const std::
       workspace = p.value;
     }
     args.push_back(workspace);
-    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr pp, alloc(sizeof(KernelParams)));
-    NPUFLOW_RETURN_IF_ERROR(rt.MemcpyH2D(0, pp, &params, sizeof(KernelParams)));
+    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr pp, alloc(KernelParamsBytes(params)));
+    NPUFLOW_RETURN_IF_ERROR(rt.MemcpyH2D(0, pp, &params, KernelParamsBytes(params)));
     args.push_back(pp.value);
     const npu_sim::Stream s = rt.DefaultStream(0);
     if (def->engine == OpEngine::kAICpu)
@@ -125,7 +125,8 @@ inline StatusOr<std::vector<Tensor>> RunOpReference(const OpDesc& op, const std:
 inline Tensor RandomTensor(const TensorDesc& desc, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {
   Tensor t = ZeroTensor(desc);
   const auto n = static_cast<std::size_t>(desc.shape.num_elements().value_or(0));
-  std::uniform_real_distribution<float> dist(lo, hi);
+  if (desc.dtype == DataType::kUInt8 || desc.dtype == DataType::kBool) lo = std::max(lo, 0.f);  // no negatives to store
+  std::uniform_real_distribution<float> dist(lo, std::max(hi, lo + 1.f));
   for (std::size_t i = 0; i < n; ++i) {
     float v = dist(rng);
     if (!IsFloat(desc.dtype)) v = std::floor(v);

@@ -1,2 +1,715 @@
-// (being written)
+// The neural-network ops (graph/ops_nn.cc, graph/kernels_nn.cc): hand-computed reference values,
+// the device kernels against the reference on random inputs of several shapes and block_dims
+// (1, 3, 7 and the tiling's own; every block_dim must give the same bytes), f16/bf16 storage,
+// shape-inference and run-time errors, tiling, and KvCacheWrite in place.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "graph/half.h"
+#include "graph/op_registry.h"
+#include "tests/graph/device_harness.h"
+
+namespace npuflow::graph {
+namespace {
+
+using testing::DeviceRunOptions;
+using testing::RandomTensor;
+using testing::RunOpOnDevice;
+using testing::RunOpReference;
+using testing::TensorsNear;
+using testing::TestRuntime;
+
+Tensor F32(Shape shape, std::vector<float> values) {
+  Tensor t{TensorDesc{DataType::kFloat32, std::move(shape)}, {}};
+  t.data.resize(values.size() * 4);
+  std::memcpy(t.data.data(), values.data(), t.data.size());
+  return t;
+}
+
+Tensor I32(Shape shape, std::vector<std::int32_t> values) {
+  Tensor t{TensorDesc{DataType::kInt32, std::move(shape)}, {}};
+  t.data.resize(values.size() * 4);
+  std::memcpy(t.data.data(), values.data(), t.data.size());
+  return t;
+}
+
+Tensor I64(Shape shape, std::vector<std::int64_t> values) {
+  Tensor t{TensorDesc{DataType::kInt64, std::move(shape)}, {}};
+  t.data.resize(values.size() * 8);
+  std::memcpy(t.data.data(), values.data(), t.data.size());
+  return t;
+}
+
+std::vector<float> Floats(const Tensor& t) {
+  std::vector<float> v(static_cast<std::size_t>(t.desc.shape.num_elements().value_or(0)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = LoadF(t, i);
+  return v;
+}
+
+Tensor Cast(const Tensor& t, DataType dtype) {
+  Tensor c = ZeroTensor(TensorDesc{dtype, t.desc.shape});
+  const auto n = static_cast<std::size_t>(t.desc.shape.num_elements().value_or(0));
+  for (std::size_t i = 0; i < n; ++i) StoreF(c, i, LoadF(t, i));
+  return c;
+}
+
+OpDesc Op(std::string type, std::vector<std::pair<std::string, AttrValue>> attrs = {}) {
+  OpDesc op("n", std::move(type));
+  for (auto& [k, v] : attrs) op.SetAttr(k, v);
+  return op;
+}
+
+Tensor RefOut(const OpDesc& op, const std::vector<Tensor>& in) {
+  auto out = RunOpReference(op, in);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? (*out)[0] : Tensor{};
+}
+
+// The device kernel, at the tiling's block_dim and at 1, 3 and 7, against the reference; all
+// block_dims must give identical bytes.
+void ExpectDeviceMatchesReference(const OpDesc& op, const std::vector<Tensor>& in, float atol, float rtol) {
+  auto ref = RunOpReference(op, in);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  std::optional<Tensor> first;
+  for (std::optional<std::uint32_t> block_dim : {std::optional<std::uint32_t>(), std::optional<std::uint32_t>(1u),
+                                                 std::optional<std::uint32_t>(3u), std::optional<std::uint32_t>(7u)}) {
+    SCOPED_TRACE(block_dim ? "block_dim " + std::to_string(*block_dim) : std::string("tiling's block_dim"));
+    auto dev = RunOpOnDevice(op, in, DeviceRunOptions{.block_dim = block_dim});
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    ASSERT_EQ(dev->size(), 1u);
+    EXPECT_TRUE(TensorsNear((*dev)[0], (*ref)[0], atol, rtol));
+    if (!first) first = (*dev)[0];
+    EXPECT_TRUE((*dev)[0] == *first) << "block_dim changed the result";
+  }
+}
+
+// Runs `op` like RunOpOnDevice but with the given block_dim and tiling_key.
+StatusOr<Tensor> RunWithTilingKey(const OpDesc& op, const std::vector<Tensor>& inputs, std::uint32_t block_dim,
+                                  std::uint64_t tiling_key) {
+  npu_sim::Runtime& rt = TestRuntime();
+  NPUFLOW_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(op.type()));
+  std::vector<TensorDesc> in_descs, out_descs;
+  for (const Tensor& t : inputs) in_descs.push_back(t.desc);
+  NPUFLOW_RETURN_IF_ERROR(InferOutputs(*def, op, in_descs, out_descs));
+  NPUFLOW_ASSIGN_OR_RETURN(KernelParams params, EncodeKernelParams(*def, op, in_descs, out_descs));
+  std::vector<npu_sim::DevicePtr> owned;
+  std::vector<std::uint64_t> args;
+  auto alloc = [&](std::uint64_t bytes) -> StatusOr<npu_sim::DevicePtr> {
+    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p, rt.Malloc(0, std::max<std::uint64_t>(bytes, 1)));
+    owned.push_back(p);
+    return p;
+  };
+  auto run = [&]() -> StatusOr<Tensor> {
+    for (const Tensor& t : inputs) {
+      NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p, alloc(t.data.size()));
+      NPUFLOW_RETURN_IF_ERROR(rt.MemcpyH2D(0, p, t.data.data(), t.data.size()));
+      args.push_back(p.value);
+    }
+    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr out, alloc(out_descs[0].bytes().value()));
+    args.push_back(out.value);
+    args.push_back(0);
+    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr pp, alloc(KernelParamsBytes(params)));
+    NPUFLOW_RETURN_IF_ERROR(rt.MemcpyH2D(0, pp, &params, KernelParamsBytes(params)));
+    args.push_back(pp.value);
+    const npu_sim::Stream s = rt.DefaultStream(0);
+    NPUFLOW_RETURN_IF_ERROR(rt.LaunchKernel(s, def->device_kernel, block_dim, args, tiling_key));
+    NPUFLOW_RETURN_IF_ERROR(rt.SynchronizeStream(s));
+    Tensor t = ZeroTensor(out_descs[0]);
+    NPUFLOW_RETURN_IF_ERROR(rt.MemcpyD2H(0, t.data.data(), out, t.data.size()));
+    return t;
+  };
+  auto result = run();
+  for (npu_sim::DevicePtr p : owned) (void)rt.Free(0, p);
+  return result;
+}
+
+Status InferStatus(const OpDesc& op, std::vector<TensorDesc> in) {
+  RegisterBuiltinOps();
+  NPUFLOW_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(op.type()));
+  std::vector<TensorDesc> out;
+  return InferOutputs(*def, op, in, out);
+}
+
+StatusOr<TensorDesc> InferOne(const OpDesc& op, std::vector<TensorDesc> in) {
+  RegisterBuiltinOps();
+  NPUFLOW_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(op.type()));
+  std::vector<TensorDesc> out;
+  NPUFLOW_RETURN_IF_ERROR(InferOutputs(*def, op, in, out));
+  return out.at(0);
+}
+
+TensorDesc F32Desc(Shape s) { return TensorDesc{DataType::kFloat32, std::move(s)}; }
+Shape Sym(std::vector<Dim> dims) { return Shape(std::move(dims)); }
+
+bool Contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+// ---- registration ------------------------------------------------------------------------------------
+TEST(NnOps, RegisteredOnAICoreWithDeviceKernels) {
+  RegisterBuiltinOps();
+  for (const char* type : {"MatMul", "BatchMatMul", "Softmax", "LayerNorm", "Gather", "Attention", "KvCacheWrite"}) {
+    SCOPED_TRACE(type);
+    auto def = OpRegistry::Global().Find(type);
+    ASSERT_TRUE(def.ok()) << def.status();
+    EXPECT_EQ((*def)->engine, OpEngine::kAICore);
+    EXPECT_EQ((*def)->device_kernel, std::string("op.") + type);
+    EXPECT_TRUE(npu_sim::KernelRegistry::Global().Find((*def)->device_kernel).ok());
+    EXPECT_NE((*def)->reference, nullptr);
+    EXPECT_NE((*def)->tiling, nullptr);
+  }
+  const OpDef* attn = OpRegistry::Global().Find("Attention").value();
+  EXPECT_EQ(attn->tiling_depend_inputs, std::vector<int>{3});
+  EXPECT_TRUE(attn->tiling_on_aicpu);
+  EXPECT_EQ(OpRegistry::Global().Find("KvCacheWrite").value()->inplace, std::vector<int>{0});
+}
+
+// ---- MatMul -----------------------------------------------------------------------------------------
+TEST(MatMul, ReferenceHandComputed) {
+  const Tensor a = F32(Shape{2, 2}, {1, 2, 3, 4}), b = F32(Shape{2, 2}, {5, 6, 7, 8});
+  EXPECT_EQ(Floats(RefOut(Op("MatMul"), {a, b})), (std::vector<float>{19, 22, 43, 50}));
+  EXPECT_EQ(Floats(RefOut(Op("MatMul"), {a, b, F32(Shape{2}, {1, -1})})), (std::vector<float>{20, 21, 44, 49}));
+  // a^T b = [[1, 3], [2, 4]] x b; a b^T = a x [[5, 7], [6, 8]]
+  EXPECT_EQ(Floats(RefOut(Op("MatMul", {{"transpose_a", true}}), {a, b})), (std::vector<float>{26, 30, 38, 44}));
+  EXPECT_EQ(Floats(RefOut(Op("MatMul", {{"transpose_b", true}}), {a, b})), (std::vector<float>{17, 23, 39, 53}));
+  // [1, 3] x [3, 2]
+  EXPECT_EQ(Floats(RefOut(Op("MatMul"), {F32(Shape{1, 3}, {1, 2, 3}), F32(Shape{3, 2}, {1, 0, 0, 1, 1, 1})})),
+            (std::vector<float>{4, 5}));
+}
+
+TEST(MatMul, DeviceMatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(1);
+  struct Case {
+    std::int64_t m, k, n;
+    bool ta, tb, bias;
+  };
+  for (const Case& c : std::vector<Case>{{1, 1, 1, false, false, false},
+                                         {5, 7, 3, false, false, true},
+                                         {1, 64, 300, false, false, true},
+                                         {37, 129, 300, false, false, false},
+                                         {121, 257, 65, true, false, false},
+                                         {130, 300, 270, false, true, true},
+                                         {9, 33, 17, true, true, false},
+                                         {3, 0, 4, false, false, true}}) {
+    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.k << "x" << c.n << " ta " << c.ta << " tb " << c.tb);
+    OpDesc op = Op("MatMul", {{"transpose_a", c.ta}, {"transpose_b", c.tb}});
+    std::vector<Tensor> in = {RandomTensor(F32Desc(c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}), rng),
+                              RandomTensor(F32Desc(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}), rng)};
+    if (c.bias) in.push_back(RandomTensor(F32Desc(Shape{c.n}), rng));
+    ExpectDeviceMatchesReference(op, in, 1e-4f, 1e-4f);
+  }
+}
+
+TEST(MatMul, HalfAndBFloat16StorageAccumulateInF32) {
+  std::mt19937 rng(2);
+  for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
+    SCOPED_TRACE(DataTypeName(dt));
+    std::vector<Tensor> in = {RandomTensor(TensorDesc{dt, Shape{19, 70}}, rng),
+                              RandomTensor(TensorDesc{dt, Shape{70, 33}}, rng),
+                              RandomTensor(TensorDesc{dt, Shape{33}}, rng)};
+    // One ulp of the output type at the sums' magnitude (|x| < 8).
+    const float tol = dt == DataType::kFloat16 ? 8e-3f : 6e-2f;
+    ExpectDeviceMatchesReference(Op("MatMul"), in, tol, 0);
+    ExpectDeviceMatchesReference(Op("MatMul", {{"transpose_b", true}}),
+                                 {in[0], RandomTensor(TensorDesc{dt, Shape{33, 70}}, rng)}, tol, 0);
+  }
+  // f16 hand example: exact in f16.
+  const Tensor a = Cast(F32(Shape{2, 2}, {1, 2, 3, 4}), DataType::kFloat16);
+  const Tensor b = Cast(F32(Shape{2, 2}, {5, 6, 7, 8}), DataType::kFloat16);
+  auto dev = RunOpOnDevice(Op("MatMul"), {a, b});
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  EXPECT_EQ((*dev)[0].desc.dtype, DataType::kFloat16);
+  EXPECT_EQ(Floats((*dev)[0]), (std::vector<float>{19, 22, 43, 50}));
+}
+
+TEST(MatMul, ShapeInferenceWithSymbolicDims) {
+  auto out =
+      InferOne(Op("MatMul"), {F32Desc(Sym({Dim::Symbolic("seq"), Dim::Static(768)})), F32Desc(Shape{768, 3072})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->ToString(), "f32[seq, 3072]");
+  auto t = InferOne(Op("MatMul", {{"transpose_b", true}}), {F32Desc(Sym({Dim::Symbolic("seq"), Dim::Static(64)})),
+                                                            F32Desc(Sym({Dim::Symbolic("past"), Dim::Static(64)}))});
+  EXPECT_EQ(t->ToString(), "f32[seq, past]");
+  // A symbolic K against a static one is checked at run time.
+  EXPECT_TRUE(InferOne(Op("MatMul"), {F32Desc(Sym({Dim::Static(2), Dim::Symbolic("k")})), F32Desc(Shape{4, 5})}).ok());
+}
+
+TEST(MatMul, ShapeInferenceErrorsNameTheNodeAndShapes) {
+  EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3}), F32Desc(Shape{4, 5})}).message(),
+            "node 'n' (MatMul): a [2, 3] has K = 3 but b [4, 5] has K = 4 (transpose_a = false, transpose_b = false)");
+  EXPECT_EQ(InferStatus(Op("MatMul", {{"transpose_a", true}}), {F32Desc(Shape{2, 3}), F32Desc(Shape{3, 5})}).message(),
+            "node 'n' (MatMul): a [2, 3] has K = 2 but b [3, 5] has K = 3 (transpose_a = true, transpose_b = false)");
+  EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3}), TensorDesc{DataType::kFloat16, Shape{3, 5}}}).message(),
+            "node 'n' (MatMul): a and b dtypes differ: f32 and f16");
+  EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3, 4}), F32Desc(Shape{4, 5})}).message(),
+            "node 'n' (MatMul): needs 2-D a and b, got [2, 3, 4] and [4, 5]");
+  EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3}), F32Desc(Shape{3, 5}), F32Desc(Shape{4})}).message(),
+            "node 'n' (MatMul): bias [4] does not match N = 5 of a [2, 3] x b [3, 5]");
+  EXPECT_EQ(
+      InferStatus(Op("MatMul"), {TensorDesc{DataType::kInt32, Shape{2, 3}}, TensorDesc{DataType::kInt32, Shape{3, 5}}})
+          .message(),
+      "node 'n' (MatMul): a must be a float tensor (f32, f16, bf16), got i32[2, 3]");
+  EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3})}).message(),
+            "node 'n' (MatMul): 1 inputs, expected 2 to 3");
+}
+
+TEST(MatMul, TilingUsesOneBlockPerOutputTileUpToTheCores) {
+  RegisterBuiltinOps();
+  const OpDef* def = OpRegistry::Global().Find("MatMul").value();
+  auto small = def->tiling(Op("MatMul"), {F32Desc(Shape{4, 4}), F32Desc(Shape{4, 4})}, {}, 24);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->block_dim, 1u);
+  auto big = def->tiling(Op("MatMul"), {F32Desc(Shape{768, 768}), F32Desc(Shape{768, 3072})}, {}, 24);
+  EXPECT_EQ(big->block_dim, 24u);
+  EXPECT_EQ(big->workspace_bytes, 0u);
+  auto dynamic =
+      def->tiling(Op("MatMul"), {F32Desc(Sym({Dim::Symbolic("seq"), Dim::Static(4)})), F32Desc(Shape{4, 4})}, {}, 24);
+  ASSERT_FALSE(dynamic.ok());
+  EXPECT_TRUE(Contains(dynamic.status().message(), "static shapes"));
+}
+
+// ---- BatchMatMul ------------------------------------------------------------------------------------
+TEST(BatchMatMul, ReferenceHandComputedWithBroadcast) {
+  // a [2, 1, 2]: two row vectors; b [1, 2, 2]: one matrix shared by both.
+  auto out = RunOpReference(Op("BatchMatMul"), {F32(Shape{2, 1, 2}, {1, 2, 3, 4}), F32(Shape{1, 2, 2}, {5, 6, 7, 8})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].desc.shape.ToString(), "[2, 1, 2]");
+  EXPECT_EQ(Floats((*out)[0]), (std::vector<float>{19, 22, 43, 50}));
+}
+
+TEST(BatchMatMul, DeviceMatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(3);
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
+  for (const Case& c : std::vector<Case>{{Shape{2, 3, 4}, Shape{2, 4, 5}, false, false},
+                                         {Shape{2, 3, 5, 4}, Shape{3, 4, 6}, false, false},
+                                         {Shape{1, 3, 5, 4}, Shape{2, 1, 4, 6}, false, false},
+                                         {Shape{2, 12, 7, 16}, Shape{2, 12, 9, 16}, false, true},
+                                         {Shape{3, 130, 9}, Shape{1, 130, 260}, true, false}}) {
+    SCOPED_TRACE(c.a.ToString() + " x " + c.b.ToString());
+    ExpectDeviceMatchesReference(Op("BatchMatMul", {{"transpose_a", c.ta}, {"transpose_b", c.tb}}),
+                                 {RandomTensor(F32Desc(c.a), rng), RandomTensor(F32Desc(c.b), rng)}, 1e-4f, 1e-4f);
+  }
+}
+
+TEST(BatchMatMul, ShapeInference) {
+  auto out = InferOne(Op("BatchMatMul"), {F32Desc(Shape{2, 1, 3, 4}), F32Desc(Shape{5, 4, 6})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape.ToString(), "[2, 5, 3, 6]");
+  auto sym = InferOne(Op("BatchMatMul", {{"transpose_b", true}}),
+                      {F32Desc(Sym({Dim::Static(12), Dim::Symbolic("seq"), Dim::Static(64)})),
+                       F32Desc(Sym({Dim::Static(12), Dim::Symbolic("seq"), Dim::Static(64)}))});
+  EXPECT_EQ(sym->shape.ToString(), "[12, seq, seq]");
+  EXPECT_EQ(InferStatus(Op("BatchMatMul"), {F32Desc(Shape{2, 3, 4}), F32Desc(Shape{3, 4, 5})}).message(),
+            "node 'n' (BatchMatMul): batch dims [2] of a [2, 3, 4] and [3] of b [3, 4, 5] do not broadcast");
+  EXPECT_EQ(InferStatus(Op("BatchMatMul"), {F32Desc(Shape{3, 4}), F32Desc(Shape{1, 4, 5})}).message(),
+            "node 'n' (BatchMatMul): needs a and b of rank >= 3, got [3, 4] and [1, 4, 5]");
+  EXPECT_EQ(
+      InferStatus(Op("BatchMatMul"), {F32Desc(Shape{2, 3, 4}), F32Desc(Shape{2, 5, 6})}).message(),
+      "node 'n' (BatchMatMul): a [2, 3, 4] has K = 4 but b [2, 5, 6] has K = 5 (transpose_a = false, transpose_b = "
+      "false)");
+}
+
+// ---- Softmax ----------------------------------------------------------------------------------------
+TEST(Softmax, ReferenceHandComputedAndStable) {
+  const float e1 = std::exp(1.f), e2 = std::exp(2.f), e3 = std::exp(3.f), s = e1 + e2 + e3;
+  auto v = Floats(RefOut(Op("Softmax"), {F32(Shape{3}, {1, 2, 3})}));
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_NEAR(v[0], e1 / s, 1e-6);
+  EXPECT_NEAR(v[1], e2 / s, 1e-6);
+  EXPECT_NEAR(v[2], e3 / s, 1e-6);
+  // Large inputs: max subtracted first, so no overflow.
+  auto big = Floats(RefOut(Op("Softmax"), {F32(Shape{2}, {1000, 1000})}));
+  EXPECT_EQ(big, (std::vector<float>{0.5f, 0.5f}));
+  // axis 0 of [2, 2]: columns.
+  auto col = Floats(RefOut(Op("Softmax", {{"axis", std::int64_t{0}}}), {F32(Shape{2, 2}, {0, 5, 0, 5})}));
+  EXPECT_EQ(col, (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}));
+  auto dev = RunOpOnDevice(Op("Softmax"), {F32(Shape{2}, {1000, 1000})});
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  EXPECT_EQ(Floats((*dev)[0]), (std::vector<float>{0.5f, 0.5f}));
+}
+
+TEST(Softmax, DeviceMatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(4);
+  struct Case {
+    Shape s;
+    std::int64_t axis;
+  };
+  for (const Case& c : std::vector<Case>{{Shape{1}, -1},
+                                         {Shape{7, 13}, -1},
+                                         {Shape{7, 13}, 0},
+                                         {Shape{3, 5, 9}, 1},
+                                         {Shape{4, 3, 1000}, -1},
+                                         {Shape{2, 12, 33, 33}, 3}}) {
+    SCOPED_TRACE(c.s.ToString() + " axis " + std::to_string(c.axis));
+    ExpectDeviceMatchesReference(Op("Softmax", {{"axis", c.axis}}), {RandomTensor(F32Desc(c.s), rng, -5, 5)}, 1e-6f,
+                                 1e-4f);
+  }
+  for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
+    SCOPED_TRACE(DataTypeName(dt));
+    ExpectDeviceMatchesReference(Op("Softmax"), {RandomTensor(TensorDesc{dt, Shape{5, 77}}, rng, -5, 5)}, 1e-3f, 1e-2f);
+  }
+}
+
+TEST(Softmax, AxisOutOfRangeIsAnError) {
+  EXPECT_EQ(InferStatus(Op("Softmax", {{"axis", std::int64_t{2}}}), {F32Desc(Shape{2, 3})}).message(),
+            "node 'n' (Softmax): axis 2 out of range for [2, 3] (rank 2)");
+  EXPECT_TRUE(Contains(InferStatus(Op("Softmax"), {TensorDesc{DataType::kInt32, Shape{2}}}).message(), "float"));
+}
+
+// ---- LayerNorm --------------------------------------------------------------------------------------
+TEST(LayerNorm, ReferenceHandComputed) {
+  // mean 2.5, variance 1.25
+  auto v = Floats(RefOut(Op("LayerNorm", {{"epsilon", 0.0}}),
+                         {F32(Shape{1, 4}, {1, 2, 3, 4}), F32(Shape{4}, {1, 1, 2, 2}), F32(Shape{4}, {0, 0, 0, 1})}));
+  const float inv = 1.f / std::sqrt(1.25f);
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_NEAR(v[0], -1.5f * inv, 1e-6);
+  EXPECT_NEAR(v[1], -0.5f * inv, 1e-6);
+  EXPECT_NEAR(v[2], 2 * 0.5f * inv, 1e-6);
+  EXPECT_NEAR(v[3], 2 * 1.5f * inv + 1, 1e-6);
+  // Default epsilon 1e-5 keeps a constant row finite: all zeros.
+  auto flat = Floats(RefOut(Op("LayerNorm"), {F32(Shape{2}, {3, 3}), F32(Shape{2}, {1, 1}), F32(Shape{2}, {0, 0})}));
+  EXPECT_EQ(flat, (std::vector<float>{0, 0}));
+}
+
+TEST(LayerNorm, DeviceMatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(5);
+  for (const Shape& s : {Shape{1}, Shape{3, 5}, Shape{2, 7, 768}, Shape{33, 100}}) {
+    SCOPED_TRACE(s.ToString());
+    const std::int64_t d = s.dim(s.rank() - 1).size;
+    ExpectDeviceMatchesReference(Op("LayerNorm"),
+                                 {RandomTensor(F32Desc(s), rng, -3, 3), RandomTensor(F32Desc(Shape{d}), rng),
+                                  RandomTensor(F32Desc(Shape{d}), rng)},
+                                 1e-5f, 1e-4f);
+  }
+  const TensorDesc half{DataType::kBFloat16, Shape{6, 40}}, vec{DataType::kBFloat16, Shape{40}};
+  ExpectDeviceMatchesReference(Op("LayerNorm", {{"epsilon", 1e-3}}),
+                               {RandomTensor(half, rng), RandomTensor(vec, rng), RandomTensor(vec, rng)}, 2e-2f, 1e-2f);
+}
+
+TEST(LayerNorm, GammaOfTheWrongShapeIsAnError) {
+  EXPECT_EQ(InferStatus(Op("LayerNorm"), {F32Desc(Shape{2, 4}), F32Desc(Shape{5}), F32Desc(Shape{4})}).message(),
+            "node 'n' (LayerNorm): gamma [5] does not match the last dim 4 of x [2, 4]");
+  auto sym = InferOne(Op("LayerNorm"), {F32Desc(Sym({Dim::Symbolic("seq"), Dim::Static(768)})), F32Desc(Shape{768}),
+                                        F32Desc(Shape{768})});
+  EXPECT_EQ(sym->shape.ToString(), "[seq, 768]");
+}
+
+// ---- Gather -----------------------------------------------------------------------------------------
+TEST(Gather, ReferenceGathersRowsAndColumns) {
+  const Tensor table = F32(Shape{3, 2}, {0, 1, 10, 11, 20, 21});
+  auto rows = RunOpReference(Op("Gather"), {table, I32(Shape{2}, {2, 0})});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ((*rows)[0].desc.shape.ToString(), "[2, 2]");
+  EXPECT_EQ(Floats((*rows)[0]), (std::vector<float>{20, 21, 0, 1}));
+  auto cols = RunOpReference(Op("Gather", {{"axis", std::int64_t{1}}}), {table, I64(Shape{1, 3}, {1, 1, 0})});
+  ASSERT_TRUE(cols.ok()) << cols.status();
+  EXPECT_EQ((*cols)[0].desc.shape.ToString(), "[3, 1, 3]");
+  EXPECT_EQ(Floats((*cols)[0]), (std::vector<float>{1, 1, 0, 11, 11, 10, 21, 21, 20}));
+  auto dev = RunOpOnDevice(Op("Gather"), {table, I32(Shape{2}, {2, 0})});
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  EXPECT_EQ(Floats((*dev)[0]), (std::vector<float>{20, 21, 0, 1}));
+}
+
+TEST(Gather, DeviceMatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(6);
+  struct Case {
+    Shape params;
+    Shape indices;
+    DataType index_type;
+    std::int64_t axis;
+    DataType dtype;
+  };
+  for (const Case& c : std::vector<Case>{{Shape{50, 16}, Shape{7}, DataType::kInt32, 0, DataType::kFloat32},
+                                         {Shape{50, 16}, Shape{2, 9}, DataType::kInt64, 0, DataType::kFloat16},
+                                         {Shape{4, 11, 5}, Shape{13}, DataType::kInt32, 1, DataType::kFloat32},
+                                         {Shape{4, 11, 5}, Shape{3}, DataType::kInt64, -1, DataType::kInt32},
+                                         {Shape{1000, 64}, Shape{1}, DataType::kInt32, 0, DataType::kBFloat16}}) {
+    SCOPED_TRACE(c.params.ToString() + " axis " + std::to_string(c.axis));
+    const std::int64_t rank = static_cast<std::int64_t>(c.params.rank());
+    const std::int64_t bound = c.params.dim(static_cast<std::size_t>(c.axis < 0 ? c.axis + rank : c.axis)).size;
+    Tensor indices = RandomTensor(TensorDesc{c.index_type, c.indices}, rng, 0, static_cast<float>(bound));
+    ExpectDeviceMatchesReference(Op("Gather", {{"axis", c.axis}}),
+                                 {RandomTensor(TensorDesc{c.dtype, c.params}, rng, -100, 100), indices}, 0, 0);
+  }
+}
+
+TEST(Gather, OutOfRangeIndexIsAnErrorFromReferenceAndDevice) {
+  const Tensor table = F32(Shape{3, 2}, {0, 1, 10, 11, 20, 21});
+  for (const Tensor& idx : {I32(Shape{3}, {0, 3, 1}), I32(Shape{1}, {-1}), I32(Shape{4}, {0, 1, 2, 5})}) {
+    auto ref = RunOpReference(Op("Gather"), {table, idx});
+    ASSERT_FALSE(ref.ok());
+    EXPECT_EQ(ref.status().code(), StatusCode::kParamInvalid);
+    for (std::uint32_t block_dim : {1u, 3u}) {
+      auto dev = RunOpOnDevice(Op("Gather"), {table, idx}, DeviceRunOptions{.block_dim = block_dim});
+      ASSERT_FALSE(dev.ok());
+      EXPECT_TRUE(Contains(dev.status().message(), "out of range [0, 3) on axis 0")) << dev.status();
+    }
+  }
+  auto ref = RunOpReference(Op("Gather"), {table, I32(Shape{3}, {0, 3, 1})});
+  EXPECT_EQ(ref.status().message(), "node 'n' (Gather): index 3 out of range [0, 3) on axis 0");
+  auto dev = RunOpOnDevice(Op("Gather"), {table, I32(Shape{1}, {7})});
+  EXPECT_TRUE(Contains(dev.status().message(), "op.Gather: index 7 out of range [0, 3) on axis 0")) << dev.status();
+  EXPECT_EQ(InferStatus(Op("Gather"), {F32Desc(Shape{3, 2}), F32Desc(Shape{2})}).message(),
+            "node 'n' (Gather): indices must be i32 or i64, got f32[2]");
+  auto sym =
+      InferOne(Op("Gather"), {F32Desc(Shape{50257, 768}), TensorDesc{DataType::kInt32, Sym({Dim::Symbolic("seq")})}});
+  EXPECT_EQ(sym->ToString(), "f32[seq, 768]");
+}
+
+// ---- Attention --------------------------------------------------------------------------------------
+// D = 1, scale 1: q = 1 and keys 0, ln 2, ln 3 give weights 1 : 2 : 3 over values 1, 2, 3; cache
+// row 3 is garbage the causal mask must hide.
+struct TinyAttention {
+  Tensor k = F32(Shape{1, 4, 1}, {0, std::log(2.f), std::log(3.f), 50});
+  Tensor v = F32(Shape{1, 4, 1}, {1, 2, 3, 100});
+  OpDesc op = Op("Attention", {{"scale", 1.0}});
+};
+
+TEST(Attention, ReferenceCausalHandComputed) {
+  TinyAttention a;
+  // T = 3, valid_len 3: row t sees rows 0..t.
+  auto three = Floats(RefOut(a.op, {F32(Shape{1, 3, 1}, {1, 1, 1}), a.k, a.v, I32(Shape{1}, {3})}));
+  ASSERT_EQ(three.size(), 3u);
+  EXPECT_NEAR(three[0], 1.f, 1e-6);
+  EXPECT_NEAR(three[1], 5.f / 3, 1e-6);
+  EXPECT_NEAR(three[2], 14.f / 6, 1e-6);
+  // T = 1 at valid_len 3: the new row is position 2 and sees rows 0..2.
+  auto one = Floats(RefOut(a.op, {F32(Shape{1, 1, 1}, {1}), a.k, a.v, I32(Shape{1}, {3})}));
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_NEAR(one[0], 14.f / 6, 1e-6);
+  // T = 1 at valid_len 2: rows 0..1.
+  auto two = Floats(RefOut(a.op, {F32(Shape{1, 1, 1}, {1}), a.k, a.v, I32(Shape{1}, {2})}));
+  EXPECT_NEAR(two[0], 5.f / 3, 1e-6);
+  for (std::uint32_t block_dim : {1u, 2u, 3u}) {
+    auto dev = RunOpOnDevice(a.op, {F32(Shape{1, 3, 1}, {1, 1, 1}), a.k, a.v, I32(Shape{1}, {3})},
+                             DeviceRunOptions{.block_dim = block_dim});
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    auto d = Floats((*dev)[0]);
+    EXPECT_NEAR(d[0], 1.f, 1e-6);
+    EXPECT_NEAR(d[1], 5.f / 3, 1e-6);
+    EXPECT_NEAR(d[2], 14.f / 6, 1e-6);
+  }
+}
+
+TEST(Attention, DefaultScaleIsOneOverSqrtD) {
+  // D = 4, q = (1, 1, 1, 1), k0 = 0, k1 = (1, 1, 1, 1) * ln 2: score of k1 = 4 ln 2 / sqrt 4 = ln 4.
+  const float l2 = std::log(2.f);
+  auto out = Floats(
+      RefOut(Op("Attention"), {F32(Shape{1, 1, 4}, {1, 1, 1, 1}), F32(Shape{1, 2, 4}, {0, 0, 0, 0, l2, l2, l2, l2}),
+                               F32(Shape{1, 2, 4}, {0, 0, 0, 0, 5, 5, 5, 5}), I32(Shape{1}, {2})}));
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_NEAR(out[0], 4.f, 1e-5);  // weights 1 : 4 over values 0 and 5
+}
+
+TEST(Attention, DeviceMatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(7);
+  struct Case {
+    Shape q;
+    std::int64_t s_max, valid;
+  };
+  for (const Case& c : std::vector<Case>{{Shape{1, 1, 8}, 16, 1},
+                                         {Shape{3, 1, 16}, 40, 17},
+                                         {Shape{2, 5, 16}, 40, 40},
+                                         {Shape{2, 3, 7, 8}, 20, 9},
+                                         {Shape{2, 64, 32}, 300, 200},
+                                         {Shape{1, 2, 64}, 1100, 1100}}) {
+    SCOPED_TRACE(c.q.ToString() + " valid_len " + std::to_string(c.valid));
+    std::vector<Dim> cache_dims = c.q.dims();
+    cache_dims[cache_dims.size() - 2] = Dim::Static(c.s_max);
+    const Shape cache(cache_dims);
+    ExpectDeviceMatchesReference(
+        Op("Attention"),
+        {RandomTensor(F32Desc(c.q), rng, -2, 2), RandomTensor(F32Desc(cache), rng, -2, 2),
+         RandomTensor(F32Desc(cache), rng), I32(Shape{1}, {static_cast<std::int32_t>(c.valid)})},
+        1e-5f, 1e-4f);
+  }
+  const TensorDesc q{DataType::kFloat16, Shape{2, 4, 16}}, cache{DataType::kFloat16, Shape{2, 30, 16}};
+  ExpectDeviceMatchesReference(
+      Op("Attention"), {RandomTensor(q, rng), RandomTensor(cache, rng), RandomTensor(cache, rng), I32(Shape{1}, {25})},
+      2e-3f, 1e-2f);
+}
+
+TEST(Attention, EveryTilingKeyAndBlockDimGivesTheSameResult) {
+  // valid_len 2000 spans 16 chunks at key 0, 2 at key 1 and one at key 2.
+  std::mt19937 rng(8);
+  const Shape q{2, 3, 16}, cache{2, 2048, 16};
+  const std::vector<Tensor> in = {RandomTensor(F32Desc(q), rng), RandomTensor(F32Desc(cache), rng),
+                                  RandomTensor(F32Desc(cache), rng), I32(Shape{1}, {2000})};
+  auto ref = RunOpReference(Op("Attention"), in);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (std::uint64_t key : {0u, 1u, 2u}) {
+    std::optional<Tensor> first;
+    for (std::uint32_t block_dim : {1u, 4u, 7u}) {
+      SCOPED_TRACE(::testing::Message() << "key " << key << " block_dim " << block_dim);
+      auto dev = RunWithTilingKey(Op("Attention"), in, block_dim, key);
+      ASSERT_TRUE(dev.ok()) << dev.status();
+      EXPECT_TRUE(TensorsNear(*dev, (*ref)[0], 1e-5f, 1e-4f));
+      if (!first) first = *dev;
+      EXPECT_TRUE(*dev == *first);
+    }
+  }
+  auto bad = RunWithTilingKey(Op("Attention"), in, 1, 3);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(Contains(bad.status().message(), "unknown tiling key 3")) << bad.status();
+}
+
+TEST(Attention, TilingDependsOnValidLen) {
+  RegisterBuiltinOps();
+  const OpDef* def = OpRegistry::Global().Find("Attention").value();
+  const std::vector<TensorDesc> in = {F32Desc(Shape{12, 1, 64}), F32Desc(Shape{12, 2048, 64}),
+                                      F32Desc(Shape{12, 2048, 64}), TensorDesc{DataType::kInt32, Shape{1}}};
+  struct Case {
+    std::optional<std::int32_t> valid;
+    std::uint32_t block_dim;
+    std::uint64_t key;
+  };
+  for (const Case& c : std::vector<Case>{
+           {100, 12, 0}, {128, 12, 0}, {129, 12, 1}, {1024, 12, 1}, {1025, 12, 2}, {std::nullopt, 12, 2}}) {
+    SCOPED_TRACE(c.valid ? std::to_string(*c.valid) : std::string("unknown"));
+    const Tensor v = I32(Shape{1}, {c.valid.value_or(0)});
+    std::vector<const Tensor*> depend;
+    if (c.valid) depend.push_back(&v);
+    auto t = def->tiling(Op("Attention"), in, depend, 24);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->block_dim, c.block_dim);  // one query row per head: at most B * H * T blocks
+    EXPECT_EQ(t->tiling_key, c.key);
+  }
+  // Prefill: T = 64 rows per head; blocks grow with valid_len up to the cores.
+  const std::vector<TensorDesc> prefill = {F32Desc(Shape{2, 64, 64}), F32Desc(Shape{2, 2048, 64}),
+                                           F32Desc(Shape{2, 2048, 64}), TensorDesc{DataType::kInt32, Shape{1}}};
+  const Tensor short_len = I32(Shape{1}, {64}), long_len = I32(Shape{1}, {1500});
+  EXPECT_EQ(def->tiling(Op("Attention"), prefill, {&short_len}, 24)->block_dim, 2u);
+  EXPECT_EQ(def->tiling(Op("Attention"), prefill, {&long_len}, 24)->block_dim, 24u);
+  EXPECT_EQ(def->tiling(Op("Attention"), prefill, {&long_len}, 8)->block_dim, 8u);
+}
+
+TEST(Attention, ValidLenOutOfRangeIsAnErrorFromReferenceAndDevice) {
+  TinyAttention a;
+  const Tensor q = F32(Shape{1, 3, 1}, {1, 1, 1});
+  auto over_ref = RunOpReference(a.op, {q, a.k, a.v, I32(Shape{1}, {5})});
+  EXPECT_EQ(over_ref.status().message(), "node 'n' (Attention): valid_len 5 exceeds the cache length S_max = 4");
+  auto under_ref = RunOpReference(a.op, {q, a.k, a.v, I32(Shape{1}, {2})});
+  EXPECT_EQ(under_ref.status().message(), "node 'n' (Attention): valid_len 2 is less than the 3 query rows");
+  for (std::uint32_t block_dim : {1u, 3u}) {
+    auto over = RunOpOnDevice(a.op, {q, a.k, a.v, I32(Shape{1}, {5})}, DeviceRunOptions{.block_dim = block_dim});
+    ASSERT_FALSE(over.ok());
+    EXPECT_TRUE(Contains(over.status().message(), "op.Attention: valid_len 5 exceeds the cache length S_max = 4"))
+        << over.status();
+    auto under = RunOpOnDevice(a.op, {q, a.k, a.v, I32(Shape{1}, {2})}, DeviceRunOptions{.block_dim = block_dim});
+    ASSERT_FALSE(under.ok());
+    EXPECT_TRUE(Contains(under.status().message(), "valid_len 2 is less than the 3 query rows")) << under.status();
+  }
+}
+
+TEST(Attention, ShapeInferenceErrors) {
+  const TensorDesc len{DataType::kInt32, Shape{1}};
+  auto sym = InferOne(Op("Attention"), {F32Desc(Sym({Dim::Static(12), Dim::Symbolic("seq"), Dim::Static(64)})),
+                                        F32Desc(Shape{12, 1024, 64}), F32Desc(Shape{12, 1024, 64}), len});
+  ASSERT_TRUE(sym.ok()) << sym.status();
+  EXPECT_EQ(sym->shape.ToString(), "[12, seq, 64]");
+  EXPECT_EQ(
+      InferStatus(Op("Attention"),
+                  {F32Desc(Shape{12, 1, 64}), F32Desc(Shape{8, 16, 64}), F32Desc(Shape{8, 16, 64}), len})
+          .message(),
+      "node 'n' (Attention): q [12, 1, 64] does not match k_cache [8, 16, 64] (all dims but the rows must agree)");
+  EXPECT_EQ(
+      InferStatus(Op("Attention"), {F32Desc(Shape{2, 1, 4}), F32Desc(Shape{2, 8, 4}), F32Desc(Shape{2, 9, 4}), len})
+          .message(),
+      "node 'n' (Attention): k_cache [2, 8, 4] and v_cache [2, 9, 4] differ");
+  EXPECT_EQ(InferStatus(Op("Attention"), {F32Desc(Shape{2, 1, 4}), F32Desc(Shape{2, 8, 4}), F32Desc(Shape{2, 8, 4}),
+                                          TensorDesc{DataType::kInt64, Shape{1}}})
+                .message(),
+            "node 'n' (Attention): valid_len must be i32[1], got i64[1]");
+  EXPECT_EQ(
+      InferStatus(Op("Attention"), {F32Desc(Shape{2, 9, 4}), F32Desc(Shape{2, 8, 4}), F32Desc(Shape{2, 8, 4}), len})
+          .message(),
+      "node 'n' (Attention): q [2, 9, 4] has 9 rows, more than the 8 rows of k_cache [2, 8, 4]");
+}
+
+// ---- KvCacheWrite -----------------------------------------------------------------------------------
+TEST(KvCacheWrite, WritesRowsAtPositionInPlaceOrNot) {
+  // cache [1, 5, 2] rows r = (r, r); two new rows at position 2.
+  const Tensor cache = F32(Shape{1, 5, 2}, {0, 0, 1, 1, 2, 2, 3, 3, 4, 4});
+  const Tensor rows = F32(Shape{1, 2, 2}, {-1, -2, -3, -4});
+  const std::vector<float> want = {0, 0, 1, 1, -1, -2, -3, -4, 4, 4};
+  const OpDesc op = Op("KvCacheWrite");
+  EXPECT_EQ(Floats(RefOut(op, {cache, rows, I32(Shape{1}, {2})})), want);
+  for (bool inplace : {false, true}) {
+    for (std::optional<std::uint32_t> block_dim :
+         {std::optional<std::uint32_t>(), std::optional<std::uint32_t>(1u), std::optional<std::uint32_t>(3u),
+          std::optional<std::uint32_t>(7u)}) {
+      SCOPED_TRACE(::testing::Message() << "inplace " << inplace << " block_dim " << block_dim.value_or(0));
+      auto dev = RunOpOnDevice(op, {cache, rows, I32(Shape{1}, {2})},
+                               DeviceRunOptions{.block_dim = block_dim, .inplace = inplace});
+      ASSERT_TRUE(dev.ok()) << dev.status();
+      EXPECT_EQ(Floats((*dev)[0]), want);
+    }
+  }
+}
+
+TEST(KvCacheWrite, DeviceMatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(9);
+  struct Case {
+    Shape cache;
+    std::int64_t t, pos;
+    DataType dtype;
+  };
+  for (const Case& c : std::vector<Case>{{Shape{3, 10, 8}, 1, 0, DataType::kFloat32},
+                                         {Shape{3, 10, 8}, 4, 6, DataType::kFloat16},
+                                         {Shape{2, 3, 17, 5}, 7, 3, DataType::kFloat32},
+                                         {Shape{12, 64, 64}, 64, 0, DataType::kBFloat16}}) {
+    SCOPED_TRACE(c.cache.ToString() + " t " + std::to_string(c.t) + " at " + std::to_string(c.pos));
+    std::vector<Dim> row_dims = c.cache.dims();
+    row_dims[row_dims.size() - 2] = Dim::Static(c.t);
+    const std::vector<Tensor> in = {RandomTensor(TensorDesc{c.dtype, c.cache}, rng),
+                                    RandomTensor(TensorDesc{c.dtype, Shape(row_dims)}, rng),
+                                    I32(Shape{1}, {static_cast<std::int32_t>(c.pos)})};
+    ExpectDeviceMatchesReference(Op("KvCacheWrite"), in, 0, 0);
+    auto ref = RunOpReference(Op("KvCacheWrite"), in);
+    for (std::uint32_t block_dim : {1u, 3u, 7u}) {
+      auto dev = RunOpOnDevice(Op("KvCacheWrite"), in, DeviceRunOptions{.block_dim = block_dim, .inplace = true});
+      ASSERT_TRUE(dev.ok()) << dev.status();
+      EXPECT_TRUE((*dev)[0] == (*ref)[0]);
+    }
+  }
+}
+
+TEST(KvCacheWrite, OverflowIsAnErrorFromReferenceAndDevice) {
+  const Tensor cache = F32(Shape{1, 5, 2}, std::vector<float>(10, 0));
+  const Tensor rows = F32(Shape{1, 2, 2}, {1, 2, 3, 4});
+  const OpDesc op = Op("KvCacheWrite");
+  EXPECT_EQ(RunOpReference(op, {cache, rows, I32(Shape{1}, {4})}).status().message(),
+            "node 'n' (KvCacheWrite): position 4 + 2 new rows does not fit the cache length 5");
+  EXPECT_EQ(RunOpReference(op, {cache, rows, I32(Shape{1}, {-1})}).status().message(),
+            "node 'n' (KvCacheWrite): position -1 + 2 new rows does not fit the cache length 5");
+  for (bool inplace : {false, true}) {
+    for (std::int32_t pos : {4, -1}) {
+      auto dev = RunOpOnDevice(op, {cache, rows, I32(Shape{1}, {pos})}, DeviceRunOptions{.inplace = inplace});
+      ASSERT_FALSE(dev.ok());
+      EXPECT_TRUE(Contains(dev.status().message(), "op.KvCacheWrite: position " + std::to_string(pos) +
+                                                       " + 2 new rows does not fit the cache length 5"))
+          << dev.status();
+    }
+  }
+  EXPECT_EQ(
+      InferStatus(op, {F32Desc(Shape{2, 5, 4}), F32Desc(Shape{2, 1, 3}), TensorDesc{DataType::kInt32, Shape{1}}})
+          .message(),
+      "node 'n' (KvCacheWrite): new_rows [2, 1, 3] does not match cache [2, 5, 4] (all dims but the rows must agree)");
+  EXPECT_EQ(InferStatus(op, {F32Desc(Shape{2, 5, 4}), TensorDesc{DataType::kFloat16, Shape{2, 1, 4}},
+                             TensorDesc{DataType::kInt32, Shape{1}}})
+                .message(),
+            "node 'n' (KvCacheWrite): cache and new_rows dtypes differ: f32 and f16");
+}
+
+}  // namespace
+}  // namespace npuflow::graph

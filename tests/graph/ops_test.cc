@@ -2,6 +2,7 @@
 // reference kernels, tiling, f16/bf16 storage.
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -93,6 +94,28 @@ TEST(Ops, IntegerDivisionByZeroIsAnError) {
   auto r = RunOp("Div", {a, b});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("division by zero"), std::string_view::npos);
+}
+
+Tensor I32(std::vector<std::int32_t> values) {
+  Tensor t{TensorDesc{DataType::kInt32, Shape{static_cast<std::int64_t>(values.size())}}, {}};
+  t.data.resize(values.size() * 4);
+  std::memcpy(t.data.data(), values.data(), t.data.size());
+  return t;
+}
+
+std::vector<std::int32_t> Ints(const Tensor& t) {
+  std::vector<std::int32_t> v(t.data.size() / 4);
+  std::memcpy(v.data(), t.data.data(), t.data.size());
+  return v;
+}
+
+TEST(Ops, IntegerArithmeticIsExactAndWraps) {
+  constexpr std::int32_t kMin = std::numeric_limits<std::int32_t>::min();
+  constexpr std::int32_t kMax = std::numeric_limits<std::int32_t>::max();
+  EXPECT_EQ(Ints(*RunOp("Add", {I32({16777217, kMax}), I32({2, 1})})), (std::vector<std::int32_t>{16777219, kMin}));
+  EXPECT_EQ(Ints(*RunOp("Mul", {I32({16777217, 65536}), I32({3, 65536})})), (std::vector<std::int32_t>{50331651, 0}));
+  EXPECT_EQ(Ints(*RunOp("Div", {I32({-7, kMin, 7}), I32({2, -1, -2})})), (std::vector<std::int32_t>{-3, kMin, -3}));
+  EXPECT_EQ(Ints(*RunOp("Sub", {I32({kMin}), I32({1})})), (std::vector<std::int32_t>{kMax}));
 }
 
 TEST(Ops, UnaryReferenceKernels) {
