@@ -6,7 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/compile_cmd.h"
 #include "base/logging.h"
+#include "lowering/pass.h"
 #include "benchmarks/harness.h"
 
 namespace {
@@ -43,6 +45,37 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   bench->add_option("--min-time", bench_options.min_time_s, "seconds per repetition")
       ->check(CLI::Range(0.001, 60.0));
+
+  // compile
+  auto* compile = app.add_subcommand("compile", "compile a graph (text format) into an .om model for the task sink");
+  npuflow::apps::CompileArgs compile_args;
+  compile->add_option("--model", compile_args.model, "the graph, in the text format (.pbtxt)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  compile->add_option("--output", compile_args.output, "the model file to write (.om)")->required();
+  compile->add_option("--chip", compile_args.chip, "target chip: 910B, 310P or a chip JSON path")
+      ->capture_default_str();
+  compile->add_option("--stream-mode", compile_args.stream_mode, "single: one stream; multi: parallel branches")
+      ->check(CLI::IsMember({"single", "multi"}))
+      ->capture_default_str();
+  compile->add_option("--max-parallel", compile_args.max_parallel, "streams per engine in multi mode")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  compile->add_option("--dump-after", compile_args.dump_after, "print the graph after this pass")
+      ->check(CLI::IsMember(npuflow::lowering::V1Pipeline()));
+  compile->add_option("--dump-format", compile_args.dump_format, "summary (one line per node) or pbtxt")
+      ->check(CLI::IsMember({"summary", "pbtxt"}))
+      ->capture_default_str();
+  compile->add_flag("--verify", compile_args.verify,
+                    "check the memory plan against the task lists (no two live tensors share bytes)");
+
+  // info
+  auto* info = app.add_subcommand("info", "print an .om model: nodes, streams, events, memory plan, tasks");
+  std::string info_path;
+  info->add_option("model", info_path, "the .om file")->required();
+  bool info_tasks = false, info_placements = false;
+  info->add_flag("--tasks", info_tasks, "also list every stream's tasks");
+  info->add_flag("--placements", info_placements, "also list every tensor's segment, offset and lifetime");
 
   // demo
   auto* demo = app.add_subcommand("demo", "the main job: what npuflow does, end to end");
@@ -81,6 +114,14 @@ int main(int argc, char** argv) {
 
   if (bench->parsed()) {
     Status s = npuflow::bench::RunArea(area, bench_options, std::cout);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (compile->parsed()) {
+    Status s = npuflow::apps::RunCompile(compile_args, std::cout);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (info->parsed()) {
+    Status s = npuflow::apps::RunInfo(info_path, info_tasks, info_placements, std::cout);
     return s.ok() ? 0 : Fail(s);
   }
   if (demo->parsed()) {

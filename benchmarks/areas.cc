@@ -1,7 +1,9 @@
 // The areas `npuflow bench` runs. Each later layer adds its own.
 #include "benchmarks/actors_bench.h"
+#include "benchmarks/compile_bench.h"
 #include "benchmarks/harness.h"
 #include "benchmarks/npu_bench.h"
+#include "benchmarks/ops_bench.h"
 
 namespace npuflow::bench {
 
@@ -11,6 +13,10 @@ const std::vector<Area>& Areas() {
        &ActorFigures},
       {"npu", "simulated device: NOPs and tiny kernels through one stream, 1 GiB H2D in 10 MiB chunks",
        &RegisterNpuBenchmarks, &NpuFigures},
+      {"compile", "v1 compile time (all passes) of 100k-node chains and 10k-node random DAGs vs linear scaling",
+       &RegisterCompileBenchmarks, &CompileFigures},
+      {"ops", "op device kernels: f32 MatMul (768x768x768, 768x768x3072) vs a naive triple loop", &RegisterOpsBenchmarks,
+       &OpsFigures},
   };
   return areas;
 }

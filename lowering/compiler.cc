@@ -1,0 +1,52 @@
+#include "lowering/compiler.h"
+
+#include <fmt/format.h>
+
+#include "graph/op_registry.h"
+#include "graph/text_format.h"
+#include "npu_sim/chip_spec.h"
+
+namespace npuflow::lowering {
+
+Status CheckCompileOptions(const CompileOptions& options, std::string_view dump_after) {
+  auto chip = npu_sim::LoadChipSpec(options.chip);
+  if (!chip.ok())
+    return Status::ParamInvalid("--chip '{}': not a shipped chip ({}) or a readable chip JSON: {}", options.chip,
+                                fmt::join(npu_sim::ShippedChips(), ", "), chip.status().message());
+  if (options.max_parallel < 1 || options.max_parallel > kMaxParallelLimit)
+    return Status::ParamInvalid("--max-parallel {}: expected 1 to {}", options.max_parallel, kMaxParallelLimit);
+  if (!dump_after.empty() && !PassRegistry::Global().Find(dump_after).ok())
+    return Status::ParamInvalid("--dump-after '{}': not a pass (passes: {})", dump_after,
+                                fmt::join(V1Pipeline(), ", "));
+  return Status::Ok();
+}
+
+StatusOr<CompiledModel> CompileV1(std::unique_ptr<ComputeGraph> graph, const CompileOptions& options,
+                                  const DumpRequest& dump) {
+  graph::RegisterBuiltinOps();
+  NPUFLOW_RETURN_IF_ERROR(CheckCompileOptions(options, dump.after));
+  NPUFLOW_ASSIGN_OR_RETURN(npu_sim::ChipSpec chip, npu_sim::LoadChipSpec(options.chip));
+  CompiledModel model;
+  model.options = options;
+  model.chip = chip.name;
+  PassContext ctx{*graph, options, chip, model};
+  NPUFLOW_RETURN_IF_ERROR(RunPasses(ctx, V1Pipeline(), dump));
+  model.graph = std::move(graph);
+  return model;
+}
+
+StatusOr<std::string> RunPassesOnText(std::string_view text, const std::vector<std::string>& passes,
+                                      const CompileOptions& options) {
+  graph::RegisterBuiltinOps();
+  NPUFLOW_ASSIGN_OR_RETURN(auto graph, graph::ParseGraphText(text, "test.pbtxt"));
+  NPUFLOW_RETURN_IF_ERROR(CheckCompileOptions(options));
+  NPUFLOW_ASSIGN_OR_RETURN(npu_sim::ChipSpec chip, npu_sim::LoadChipSpec(options.chip));
+  CompiledModel model;
+  model.options = options;
+  model.chip = chip.name;
+  PassContext ctx{*graph, options, chip, model};
+  NPUFLOW_RETURN_IF_ERROR(RunPasses(ctx, passes));
+  return PrintDump(*graph, model);
+}
+
+}  // namespace npuflow::lowering

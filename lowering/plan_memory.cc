@@ -1,0 +1,367 @@
+// plan-memory (seed 002, section 8): the segment and offset of every tensor.
+//
+//   weights     each Const / FileConstant, in order, 512-byte aligned (FileConstant bytes are
+//               filled from its file at load)
+//   variables   each Variable, with its initial value
+//   input       one block per Data node, never shared
+//   output      one block per NetOutput input; its producer writes it in place (zero copy)
+//   fixed_fm    tensors whose address a device-side task keeps (the value inputs of ops that tile
+//               on AICPU) and kernel workspaces
+//   fm          every other activation: refreshable, the memory a user may supply per model
+//
+// Activations reuse bytes. Nodes are taken in topological order; a tensor's bytes go back to its
+// arena after its last reader, tagged with the stream clock of every task that touched them. A
+// later tensor takes freed bytes only if its producer's clock covers that tag: every earlier
+// access is ordered before its producer starts by stream order or events (see insert-events), so
+// streams running side by side never share bytes. An op with `inplace` writes its output over
+// its input when that input has no other reader; over a Variable always (that is how a KV cache
+// is updated).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "graph/op_registry.h"
+#include "lowering/graph_index.h"
+#include "lowering/memory_plan.h"
+#include "lowering/pass.h"
+
+namespace npuflow::lowering {
+namespace {
+
+using graph::MemRef;
+using graph::Segment;
+
+std::uint64_t Align(std::uint64_t bytes) { return (bytes + kMemoryAlignment - 1) / kMemoryAlignment * kMemoryAlignment; }
+
+// An offset allocator whose free blocks remember who used them last (a per-stream clock).
+class Arena {
+ public:
+  explicit Arena(int streams) : streams_(streams) {}
+  std::uint64_t top() const { return top_; }
+
+  std::uint64_t Allocate(std::uint64_t size, const int* clock) {
+    if (size == 0) return 0;
+    int scanned = 0;
+    for (auto it = by_size_.lower_bound(size); it != by_size_.end() && scanned < kMaxScan; ++it, ++scanned) {
+      auto fit = free_.find(it->second);
+      if (!Covered(fit->second.tag, clock)) continue;
+      const std::uint64_t off = fit->first;
+      Block rest{fit->second.size - size, fit->second.tag};
+      by_size_.erase(it);
+      free_.erase(fit);
+      if (rest.size > 0) Insert(off + size, std::move(rest));
+      return off;
+    }
+    // The free block that ends at the top may grow into fresh bytes.
+    if (!free_.empty()) {
+      auto last = std::prev(free_.end());
+      if (last->first + last->second.size == top_ && Covered(last->second.tag, clock)) {
+        const std::uint64_t off = last->first;
+        EraseFromSizes(off, last->second.size);
+        free_.erase(last);
+        top_ = off + size;
+        return off;
+      }
+    }
+    const std::uint64_t off = top_;
+    top_ += size;
+    return off;
+  }
+
+  void Release(std::uint64_t off, std::uint64_t size, std::vector<int> tag) {
+    if (size == 0) return;
+    Block b{size, std::move(tag)};
+    auto next = free_.lower_bound(off);
+    if (next != free_.end() && off + size == next->first) {
+      Merge(b.tag, next->second.tag);
+      b.size += next->second.size;
+      EraseFromSizes(next->first, next->second.size);
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second.size == off) {
+        Merge(b.tag, prev->second.tag);
+        b.size += prev->second.size;
+        off = prev->first;
+        EraseFromSizes(prev->first, prev->second.size);
+        free_.erase(prev);
+      }
+    }
+    Insert(off, std::move(b));
+  }
+
+ private:
+  static constexpr int kMaxScan = 64;
+  struct Block {
+    std::uint64_t size;
+    std::vector<int> tag;  // per stream: the last seq that touched these bytes
+  };
+  bool Covered(const std::vector<int>& tag, const int* clock) const {
+    for (int s = 0; s < streams_; ++s)
+      if (tag[s] > clock[s]) return false;
+    return true;
+  }
+  void Merge(std::vector<int>& into, const std::vector<int>& other) const {
+    for (int s = 0; s < streams_; ++s) into[s] = std::max(into[s], other[s]);
+  }
+  void Insert(std::uint64_t off, Block b) {
+    by_size_.emplace(b.size, off);
+    free_.emplace(off, std::move(b));
+  }
+  void EraseFromSizes(std::uint64_t off, std::uint64_t size) {
+    auto [lo, hi] = by_size_.equal_range(size);
+    for (auto it = lo; it != hi; ++it)
+      if (it->second == off) {
+        by_size_.erase(it);
+        return;
+      }
+  }
+
+  int streams_;
+  std::uint64_t top_ = 0;
+  std::map<std::uint64_t, Block> free_;
+  std::multimap<std::uint64_t, std::uint64_t> by_size_;
+};
+
+struct Buffer {
+  MemRef ref;
+  std::uint64_t size = 0;  // aligned
+  Arena* arena = nullptr;  // null: not reused (weights, variables, input, output)
+  int remaining = 0;       // data uses still to run
+  std::vector<int> tag;
+};
+
+}  // namespace
+
+Status PlanMemoryPass(PassContext& ctx) {
+  NPUFLOW_ASSIGN_OR_RETURN(GraphIndex index, GraphIndex::Build(ctx.graph));
+  NPUFLOW_ASSIGN_OR_RETURN(SyncOrder order, SyncOrder::Build(index));
+  const int n = index.size();
+  const int S = std::max(order.stream_count(), 1);
+  graph::CompiledModel& model = ctx.model;
+  model.memory = {};
+  model.inputs.clear();
+  model.outputs.clear();
+  model.weights.clear();
+  model.variables.clear();
+  Arena fm(S), fixed(S);
+  model.memory.tensors.reserve(static_cast<std::size_t>(n) + 16);
+  std::uint64_t weights_top = 0, variables_top = 0, input_top = 0, output_top = 0;
+  std::vector<Buffer> buffers;
+  std::vector<std::vector<int>> buffer_of(n);  // [pos][output]
+  std::vector<std::vector<int>> tensor_of(n);  // [pos][output]: index into model.memory.tensors
+  const std::vector<int> zero_tag(S, 0);
+
+  // The tensors NetOutput reads: the first read of each gets that output's block.
+  std::map<std::pair<int, int>, MemRef> output_block;
+  for (int pos = 0; pos < n; ++pos) {
+    const graph::Node& node = *index.node(pos);
+    if (node.type() != "NetOutput") continue;
+    for (const graph::Endpoint& e : node.inputs()) {
+      const int p = index.pos(e.node);
+      const graph::TensorDesc& desc = e.node->outputs()[e.index];
+      auto bytes = desc.bytes();
+      if (!bytes)
+        return Status::ParamInvalid("model output '{}:{}' has dynamic shape {}: the v1 task sink needs static shapes",
+                                    e.node->name(), e.index, desc.ToString());
+      MemRef ref{Segment::kOutput, output_top};
+      output_top += Align(*bytes);
+      model.outputs.push_back({fmt::format("{}:{}", e.node->name(), e.index), desc, ref});
+      output_block.emplace(std::make_pair(p, e.index), ref);
+    }
+  }
+  // Model inputs: one block each, in `index` order (Data nodes without one follow, in graph order).
+  std::map<int, MemRef> input_block;
+  {
+    std::vector<std::pair<std::int64_t, int>> data;
+    for (int pos = 0; pos < n; ++pos) {
+      const graph::Node& node = *index.node(pos);
+      if (node.type() != "Data") continue;
+      NPUFLOW_ASSIGN_OR_RETURN(std::int64_t idx, node.op().AttrOr<std::int64_t>("index", 1'000'000'000 + pos));
+      data.push_back({idx, pos});
+    }
+    std::stable_sort(data.begin(), data.end());
+    for (auto [idx, pos] : data) {
+      const graph::Node& node = *index.node(pos);
+      const graph::TensorDesc& desc = node.outputs().at(0);
+      auto bytes = desc.bytes();
+      if (!bytes)
+        return Status::ParamInvalid("model input '{}' has dynamic shape {}: the v1 task sink needs static shapes",
+                                    node.name(), desc.ToString());
+      MemRef ref{Segment::kInput, input_top};
+      input_top += Align(*bytes);
+      model.inputs.push_back({node.name(), desc, ref});
+      input_block.emplace(pos, ref);
+    }
+  }
+  // Tensors whose address an AICPU tiling task keeps: the value inputs of ops that tile on AICPU.
+  std::vector<std::vector<char>> keeps_address(n);
+  for (int pos = 0; pos < n; ++pos) keeps_address[pos].assign(index.node(pos)->outputs().size(), 0);
+  for (int pos = 0; pos < n; ++pos) {
+    const graph::Node& node = *index.node(pos);
+    NPUFLOW_ASSIGN_OR_RETURN(const graph::OpDef* def, graph::OpRegistry::Global().Find(node.type()));
+    if (!def->tiling_on_aicpu) continue;
+    for (int k : def->tiling_depend_inputs)
+      if (static_cast<std::size_t>(k) < node.inputs().size()) {
+        const graph::Endpoint& e = node.inputs()[k];
+        keeps_address[index.pos(e.node)][e.index] = 1;
+      }
+  }
+
+  auto place = [&](int pos, int output, Buffer b) -> int {
+    const graph::Node& node = *index.node(pos);
+    graph::TensorPlacement t{node.name(), output, b.ref, b.size, pos, pos};
+    model.memory.tensors.push_back(std::move(t));
+    buffers.push_back(std::move(b));
+    return static_cast<int>(buffers.size()) - 1;
+  };
+  auto record_alias = [&](int pos, int output, int buf) {
+    const graph::Node& node = *index.node(pos);
+    model.memory.tensors.push_back({node.name(), output, buffers[buf].ref, buffers[buf].size, pos, pos});
+  };
+  auto uses_of = [&](int pos, int output) { return static_cast<int>(index.uses(pos, output).size()); };
+
+  for (int pos = 0; pos < n; ++pos) {
+    graph::Node& node = *index.node(pos);
+    const std::string& type = node.type();
+    // NetOutput's outputs are the model's outputs, placed above.
+    const int outs = type == "NetOutput" ? 0 : static_cast<int>(node.outputs().size());
+    buffer_of[pos].assign(outs, -1);
+    tensor_of[pos].assign(outs, -1);
+    std::vector<std::string> mem_attr;
+    NPUFLOW_ASSIGN_OR_RETURN(const graph::OpDef* def, graph::OpRegistry::Global().Find(type));
+    const int stream = order.stream(pos);
+    if (stream < 0 && def->engine != graph::OpEngine::kHostLocal)
+      return Status::ParamInvalid("node '{}' ({}) has no _stream: plan-memory runs after assign-streams", node.name(),
+                                  type);
+
+    for (int i = 0; i < outs; ++i) {
+      const graph::TensorDesc& desc = node.outputs()[i];
+      auto raw = desc.bytes();
+      if (!raw)
+        return Status::ParamInvalid("node '{}' output {} has dynamic shape {}: the v1 task sink needs static shapes",
+                                    node.name(), i, desc.ToString());
+      const std::uint64_t size = Align(*raw);
+      Buffer b;
+      b.size = size;
+      b.remaining = uses_of(pos, i);
+      b.tag = zero_tag;
+      if (type == "Data") {
+        b.ref = input_block.at(pos);
+      } else if (type == "Const" || type == "FileConstant") {
+        b.ref = {Segment::kWeights, weights_top};
+        weights_top += size;
+        model.weights.resize(weights_top, 0);
+        if (type == "Const") {
+          NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
+          if (value.data.size() != *raw)
+            return Status::ParamInvalid("node '{}' (Const): value has {} bytes, {} needs {}", node.name(),
+                                        value.data.size(), desc.ToString(), *raw);
+          std::memcpy(model.weights.data() + b.ref.offset, value.data.data(), value.data.size());
+        }
+      } else if (type == "Variable") {
+        b.ref = {Segment::kVariables, variables_top};
+        variables_top += size;
+        model.variables.resize(variables_top, 0);
+        if (node.op().HasAttr("value")) {
+          NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
+          if (value.data.size() == *raw) std::memcpy(model.variables.data() + b.ref.offset, value.data.data(), *raw);
+        }
+      } else if (stream >= 0) {
+        const int alias = static_cast<std::size_t>(i) < def->inplace.size() ? def->inplace[i] : -1;
+        int shared = -1;
+        if (alias >= 0 && static_cast<std::size_t>(alias) < node.inputs().size()) {
+          const graph::Endpoint& in = node.inputs()[alias];
+          const int p = index.pos(in.node);
+          const int ib = buffer_of[p][in.index];
+          Buffer& src = buffers[ib];
+          if (src.ref.segment == Segment::kVariables && def->updates_inplace_input) {
+            if (uses_of(p, in.index) > 1)
+              return Status::ParamInvalid(
+                  "node '{}' updates Variable '{}' in place, which {} other node(s) also read: read the updated value "
+                  "through '{}'",
+                  node.name(), in.node->name(), uses_of(p, in.index) - 1, node.name());
+            shared = ib;
+          } else if (src.arena != nullptr && src.remaining == 1 && src.size >= size &&
+                     !output_block.count({p, in.index}) && !output_block.count({pos, i})) {
+            shared = ib;
+          }
+        }
+        if (shared >= 0) {
+          buffers[shared].remaining += b.remaining;
+          buffer_of[pos][i] = shared;
+          tensor_of[pos][i] = static_cast<int>(model.memory.tensors.size());
+          record_alias(pos, i, shared);
+          mem_attr.push_back(fmt::format("{}+{}", graph::SegmentName(buffers[shared].ref.segment),
+                                         buffers[shared].ref.offset));
+          continue;
+        }
+        if (auto it = output_block.find({pos, i}); it != output_block.end()) {
+          b.ref = it->second;
+        } else {
+          b.arena = keeps_address[pos][i] ? &fixed : &fm;
+          b.ref = {b.arena == &fixed ? Segment::kFixedFeatureMap : Segment::kFeatureMap,
+                   b.arena->Allocate(size, order.clock(pos))};
+          model.memory.feature_map_tensor_bytes += size;
+          b.tag[stream] = order.seq(pos);
+        }
+      } else {
+        return Status::Unsupported("node '{}' ({}) runs on the host: the v1 task sink runs only device ops",
+                                   node.name(), type);
+      }
+      mem_attr.push_back(fmt::format("{}+{}", graph::SegmentName(b.ref.segment), b.ref.offset));
+      tensor_of[pos][i] = static_cast<int>(model.memory.tensors.size());
+      buffer_of[pos][i] = place(pos, i, std::move(b));
+    }
+
+    if (stream >= 0 && def->tiling != nullptr) {
+      // The kernel's workspace: fixed, alive while the kernel runs.
+      std::vector<graph::TensorDesc> in_descs;
+      for (const graph::Endpoint& e : node.inputs()) in_descs.push_back(e.node->outputs()[e.index]);
+      NPUFLOW_ASSIGN_OR_RETURN(graph::TilingInfo tiling, def->tiling(node.op(), in_descs, {}, ctx.chip.aicore_count));
+      if (tiling.workspace_bytes > 0) {
+        const std::uint64_t size = Align(tiling.workspace_bytes);
+        const std::uint64_t off = fixed.Allocate(size, order.clock(pos));
+        model.memory.feature_map_tensor_bytes += size;
+        model.memory.tensors.push_back(
+            {node.name(), kWorkspaceOutput, MemRef{Segment::kFixedFeatureMap, off}, size, pos, pos});
+        std::vector<int> tag = zero_tag;
+        tag[stream] = order.seq(pos);
+        fixed.Release(off, size, std::move(tag));
+      }
+    }
+    if (!mem_attr.empty()) node.op().SetAttr("_mem", std::move(mem_attr));
+
+    // This node's reads: the last reader gives the bytes back.
+    auto release_if_done = [&](int buf) {
+      Buffer& b = buffers[buf];
+      if (b.remaining > 0 || b.arena == nullptr) return;
+      b.arena->Release(b.ref.offset, b.size, b.tag);
+    };
+    for (const graph::Endpoint& e : node.inputs()) {
+      const int buf = buffer_of[index.pos(e.node)][e.index];
+      Buffer& b = buffers[buf];
+      if (stream >= 0) b.tag[stream] = std::max(b.tag[stream], order.seq(pos));
+      auto& placed = model.memory.tensors[tensor_of[index.pos(e.node)][e.index]];
+      placed.last_use = std::max<std::int64_t>(placed.last_use, pos);
+      --b.remaining;
+      release_if_done(buf);
+    }
+    for (int i = 0; i < outs; ++i)
+      if (uses_of(pos, i) == 0 && buffer_of[pos][i] >= 0) release_if_done(buffer_of[pos][i]);
+  }
+
+  auto& seg = model.memory.segment_bytes;
+  seg[static_cast<int>(Segment::kWeights)] = weights_top;
+  seg[static_cast<int>(Segment::kVariables)] = variables_top;
+  seg[static_cast<int>(Segment::kInput)] = input_top;
+  seg[static_cast<int>(Segment::kOutput)] = output_top;
+  seg[static_cast<int>(Segment::kFeatureMap)] = fm.top();
+  seg[static_cast<int>(Segment::kFixedFeatureMap)] = fixed.top();
+  return Status::Ok();
+}
+
+}  // namespace npuflow::lowering
