@@ -1,7 +1,7 @@
 // const-fold: a node whose data inputs are all Const is computed now, with its reference kernel,
 // and becomes a Const (a multi-output node gives one new Const per output, named
 // "<node>_folded<i>", and is left for dead-code-elimination). Host-local ops, in-place ops (they
-// write state) and results above kMaxFoldedBytes are left alone.
+// write state), nodes with control inputs and results above kMaxFoldedBytes are left alone.
 #include <fmt/format.h>
 
 #include "graph/op_registry.h"
@@ -15,7 +15,11 @@ namespace {
 constexpr std::uint64_t kMaxFoldedBytes = 64ull << 20;
 
 bool Foldable(const graph::Node& node, const graph::OpDef& def) {
-  if (def.engine == graph::OpEngine::kHostLocal || def.reference == nullptr || node.inputs().empty()) return false;
+  // A node with control inputs stays: folded into a Const (which runs no task) it would drop the
+  // ordering they give to its consumers.
+  if (def.engine == graph::OpEngine::kHostLocal || def.reference == nullptr || node.inputs().empty() ||
+      !node.control_inputs().empty())
+    return false;
   for (int alias : def.inplace)
     if (alias >= 0) return false;
   for (const graph::Endpoint& e : node.inputs())
@@ -57,7 +61,9 @@ Status ConstFoldPass(PassContext& ctx) {
       continue;
     }
     for (std::size_t i = 0; i < out.size(); ++i) {
-      graph::OpDesc c(fmt::format("{}_folded{}", node->name(), i), "Const");
+      std::string name = fmt::format("{}_folded{}", node->name(), i);
+      for (int k = 1; ctx.graph.FindNode(name) != nullptr; ++k) name = fmt::format("{}_folded{}_{}", node->name(), i, k);
+      graph::OpDesc c(std::move(name), "Const");
       c.SetAttr("value", out[i]);
       NPUFLOW_ASSIGN_OR_RETURN(graph::Node * folded, ctx.graph.AddNode(std::move(c)));
       folded->outputs() = {out[i].desc};

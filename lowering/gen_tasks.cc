@@ -81,8 +81,8 @@ Status GenTasksPass(PassContext& ctx) {
     if (node.type() != "NetOutput") continue;
     net_output = &node;
     if (node.inputs().size() != model.outputs.size())
-      return Status::Internal("NetOutput has {} inputs, the memory plan {} outputs", node.inputs().size(),
-                              model.outputs.size());
+      return Status::Internal("NetOutput '{}' has {} inputs, the memory plan {} outputs", node.name(),
+                              node.inputs().size(), model.outputs.size());
     for (std::size_t k = 0; k < node.inputs().size(); ++k) {
       const graph::Endpoint& e = node.inputs()[k];
       NPUFLOW_ASSIGN_OR_RETURN(const graph::TensorPlacement* t, where(*e.node, e.index));
@@ -191,6 +191,9 @@ Status GenTasksPass(PassContext& ctx) {
       kernel.args.push_back(t->ref);
     }
     const graph::TensorPlacement* ws = find(node, kWorkspaceOutput);
+    if (tiling.workspace_bytes > (ws == nullptr ? 0 : ws->bytes))
+      return Status::Internal("node '{}': its tiling asks for {} workspace bytes, the memory plan gave {}", node.name(),
+                              tiling.workspace_bytes, ws == nullptr ? 0 : ws->bytes);
     kernel.args.push_back(ws == nullptr ? MemRef{} : ws->ref);
     kernel.args.push_back(MemRef{Segment::kTilingData, params_off});
     stream.tasks.push_back(std::move(kernel));

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "graph/op_registry.h"
 #include "lowering/graph_index.h"
@@ -35,6 +36,13 @@ using graph::Segment;
 
 std::uint64_t Align(std::uint64_t bytes) { return (bytes + kMemoryAlignment - 1) / kMemoryAlignment * kMemoryAlignment; }
 
+// True when `clock` has seen every task `tag` names (per stream: the last seq that touched some bytes).
+bool Covered(const std::vector<int>& tag, const int* clock) {
+  for (std::size_t s = 0; s < tag.size(); ++s)
+    if (tag[s] > clock[s]) return false;
+  return true;
+}
+
 // An offset allocator whose free blocks remember who used them last (a per-stream clock).
 class Arena {
  public:
@@ -44,7 +52,7 @@ class Arena {
   std::uint64_t Allocate(std::uint64_t size, const int* clock) {
     if (size == 0) return 0;
     int scanned = 0;
-    for (auto it = by_size_.lower_bound(size); it != by_size_.end() && scanned < kMaxScan; ++it, ++scanned) {
+    for (auto it = by_size_.lower_bound({size, 0}); it != by_size_.end() && scanned < kMaxScan; ++it, ++scanned) {
       auto fit = free_.find(it->second);
       if (!Covered(fit->second.tag, clock)) continue;
       const std::uint64_t off = fit->first;
@@ -99,11 +107,6 @@ class Arena {
     std::uint64_t size;
     std::vector<int> tag;  // per stream: the last seq that touched these bytes
   };
-  bool Covered(const std::vector<int>& tag, const int* clock) const {
-    for (int s = 0; s < streams_; ++s)
-      if (tag[s] > clock[s]) return false;
-    return true;
-  }
   void Merge(std::vector<int>& into, const std::vector<int>& other) const {
     for (int s = 0; s < streams_; ++s) into[s] = std::max(into[s], other[s]);
   }
@@ -111,19 +114,12 @@ class Arena {
     by_size_.emplace(b.size, off);
     free_.emplace(off, std::move(b));
   }
-  void EraseFromSizes(std::uint64_t off, std::uint64_t size) {
-    auto [lo, hi] = by_size_.equal_range(size);
-    for (auto it = lo; it != hi; ++it)
-      if (it->second == off) {
-        by_size_.erase(it);
-        return;
-      }
-  }
+  void EraseFromSizes(std::uint64_t off, std::uint64_t size) { by_size_.erase({size, off}); }
 
   int streams_;
   std::uint64_t top_ = 0;
   std::map<std::uint64_t, Block> free_;
-  std::multimap<std::uint64_t, std::uint64_t> by_size_;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> by_size_;  // (size, offset) of each free block
 };
 
 struct Buffer {
@@ -132,6 +128,7 @@ struct Buffer {
   Arena* arena = nullptr;  // null: not reused (weights, variables, input, output)
   int remaining = 0;       // data uses still to run
   std::vector<int> tag;
+  bool released = false;
 };
 
 }  // namespace
@@ -154,6 +151,13 @@ Status PlanMemoryPass(PassContext& ctx) {
   std::vector<std::vector<int>> buffer_of(n);  // [pos][output]
   std::vector<std::vector<int>> tensor_of(n);  // [pos][output]: index into model.memory.tensors
   const std::vector<int> zero_tag(S, 0);
+
+  for (int pos = 0; pos < n; ++pos)
+    for (const graph::Endpoint& e : index.node(pos)->inputs())
+      if (static_cast<std::size_t>(e.index) >= e.node->outputs().size())
+        return Status::ParamInvalid("node '{}' reads output {} of '{}', which has {} output descriptor(s): "
+                                    "plan-memory runs after infer-shapes",
+                                    index.node(pos)->name(), e.index, e.node->name(), e.node->outputs().size());
 
   // The tensors NetOutput reads: the first read of each gets that output's block.
   std::map<std::pair<int, int>, MemRef> output_block;
@@ -186,7 +190,10 @@ Status PlanMemoryPass(PassContext& ctx) {
     std::stable_sort(data.begin(), data.end());
     for (auto [idx, pos] : data) {
       const graph::Node& node = *index.node(pos);
-      const graph::TensorDesc& desc = node.outputs().at(0);
+      if (node.outputs().empty())
+        return Status::ParamInvalid("node '{}' (Data) has no output descriptor: plan-memory runs after infer-shapes",
+                                    node.name());
+      const graph::TensorDesc& desc = node.outputs()[0];
       auto bytes = desc.bytes();
       if (!bytes)
         return Status::ParamInvalid("model input '{}' has dynamic shape {}: the v1 task sink needs static shapes",
@@ -278,7 +285,9 @@ Status PlanMemoryPass(PassContext& ctx) {
           const int p = index.pos(in.node);
           const int ib = buffer_of[p][in.index];
           Buffer& src = buffers[ib];
-          if (src.ref.segment == Segment::kVariables && def->updates_inplace_input) {
+          // Over a Variable: only an op that writes it, reading the Variable itself (an update of
+          // an update is a new tensor, as the interpreter sees it).
+          if (src.ref.segment == Segment::kVariables && def->updates_inplace_input && in.node->type() == "Variable") {
             if (uses_of(p, in.index) > 1)
               return Status::ParamInvalid(
                   "node '{}' updates Variable '{}' in place, which {} other node(s) also read: read the updated value "
@@ -286,7 +295,10 @@ Status PlanMemoryPass(PassContext& ctx) {
                   node.name(), in.node->name(), uses_of(p, in.index) - 1, node.name());
             shared = ib;
           } else if (src.arena != nullptr && src.remaining == 1 && src.size >= size &&
+                     src.arena == (keeps_address[pos][i] ? &fixed : &fm) && Covered(src.tag, order.clock(pos)) &&
                      !output_block.count({p, in.index}) && !output_block.count({pos, i})) {
+            // This node is the input's last reader, every other reader (on any stream) is ordered
+            // before it, and both tensors belong in the same arena.
             shared = ib;
           }
         }
@@ -321,7 +333,9 @@ Status PlanMemoryPass(PassContext& ctx) {
       // The kernel's workspace: fixed, alive while the kernel runs.
       std::vector<graph::TensorDesc> in_descs;
       for (const graph::Endpoint& e : node.inputs()) in_descs.push_back(e.node->outputs()[e.index]);
-      NPUFLOW_ASSIGN_OR_RETURN(graph::TilingInfo tiling, def->tiling(node.op(), in_descs, {}, ctx.chip.aicore_count));
+      auto tiled = def->tiling(node.op(), in_descs, {}, ctx.chip.aicore_count);
+      if (!tiled.ok()) return tiled.status().WithContext(fmt::format("tiling node '{}'", node.name()));
+      const graph::TilingInfo& tiling = *tiled;
       if (tiling.workspace_bytes > 0) {
         const std::uint64_t size = Align(tiling.workspace_bytes);
         const std::uint64_t off = fixed.Allocate(size, order.clock(pos));
@@ -338,7 +352,8 @@ Status PlanMemoryPass(PassContext& ctx) {
     // This node's reads: the last reader gives the bytes back.
     auto release_if_done = [&](int buf) {
       Buffer& b = buffers[buf];
-      if (b.remaining > 0 || b.arena == nullptr) return;
+      if (b.remaining > 0 || b.arena == nullptr || b.released) return;
+      b.released = true;
       b.arena->Release(b.ref.offset, b.size, b.tag);
     };
     for (const graph::Endpoint& e : node.inputs()) {

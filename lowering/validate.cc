@@ -34,6 +34,11 @@ Status ValidatePass(PassContext& ctx) {
       if (!op.HasAttr(attr))
         return Status::ParamInvalid("node '{}' ({}): missing attribute '{}'", node->name(), node->type(), attr);
     if (node->type() == "NetOutput") outputs.push_back(node->name());
+    // A host-local node other than NetOutput runs no task, so nothing could carry an ordering
+    // through it: a control edge into it would be silently lost.
+    if ((*def)->engine == graph::OpEngine::kHostLocal && node->type() != "NetOutput" && !node->control_inputs().empty())
+      return Status::ParamInvalid("node '{}' ({}): runs no task, so it cannot take the control input '^{}'",
+                                  node->name(), node->type(), node->control_inputs().front()->name());
     if (node->type() == "Data" && op.HasAttr("index")) {
       NPUFLOW_ASSIGN_OR_RETURN(std::int64_t index, op.Attr<std::int64_t>("index"));
       if (index < 0 || !data_indices.insert(index).second)

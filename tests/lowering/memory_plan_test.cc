@@ -4,6 +4,7 @@
 
 #include "graph/op_registry.h"
 #include "graph/synthetic.h"
+#include "graph/text_format.h"
 #include "lowering/compiler.h"
 #include "lowering/memory_plan.h"
 
@@ -59,12 +60,73 @@ TEST(MemoryPlan, VerifierCatchesSharedBytesOnParallelStreams) {
   auto model = CompileV1(std::move(*g), {});
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_TRUE(VerifyMemoryPlan(*model).ok());
-  // Move every feature-map tensor to offset 0: some pair is now live at once.
+  // A task whose argument is not where the plan put its tensor is caught.
+  [&] {
+    for (auto& s : model->streams)
+      for (auto& t : s.tasks)
+        if (t.type == graph::TaskType::kKernel && t.args[0].segment == Segment::kFeatureMap) {
+          const auto saved = t.args[0];
+          t.args[0].offset += 512;
+          Status moved = VerifyMemoryPlan(*model);
+          EXPECT_NE(moved.message().find("argument 0 points at"), std::string_view::npos) << moved;
+          t.args[0] = saved;
+          return;
+        }
+    ADD_FAILURE() << "no kernel reads the feature map";
+  }();
+  // Move every feature-map tensor, and the arguments naming them, to offset 0: some pair is now
+  // live at once.
   for (auto& t : model->memory.tensors)
     if (t.ref.segment == Segment::kFeatureMap) t.ref.offset = 0;
+  for (auto& s : model->streams)
+    for (auto& t : s.tasks)
+      for (auto& a : t.args)
+        if (a.segment == Segment::kFeatureMap) a.offset = 0;
   Status broken = VerifyMemoryPlan(*model);
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.message().find("share bytes but their uses are not ordered"), std::string_view::npos) << broken;
+}
+
+TEST(MemoryPlan, LongChainsVerifyInLinearTime) {
+  // 20,000 tensors alternate between two offsets: pairwise checking would be 10^8 comparisons.
+  graph::RegisterBuiltinOps();
+  auto g = graph::MakeChainGraph(20'000);
+  ASSERT_TRUE(g.ok());
+  auto model = CompileV1(std::move(*g), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->memory.bytes(Segment::kFeatureMap), 2 * kMemoryAlignment);
+  EXPECT_TRUE(VerifyMemoryPlan(*model).ok());
+}
+
+TEST(MemoryPlan, InPlaceWritesWaitForReadersOnOtherStreams) {
+  // x is read by b (stream 0) and then written in place by the KV-cache update (stream 1): the
+  // update may not take x's bytes unless b is ordered before it, and it is not.
+  const char* text = R"pb(
+    node { name: "d" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 1 } dim { size: 8 } dim { size: 4 } } } } }
+    node { name: "rows" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 1 } dim { size: 1 } dim { size: 4 } } } } }
+    node { name: "pos" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "shape" value { shape { dim { size: 1 } } } } }
+    node { name: "x" op: "Relu" input: "d" }
+    node { name: "b" op: "Tanh" input: "x" }
+    node { name: "c" op: "KvCacheWrite" input: "x" input: "rows" input: "pos" attr { key: "_independent" value { b: true } } }
+    node { name: "out" op: "NetOutput" input: "b" input: "c" }
+  )pb";
+  graph::RegisterBuiltinOps();
+  auto g = graph::ParseGraphText(text, "inplace.pbtxt");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto model = CompileV1(std::move(*g), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE(VerifyMemoryPlan(*model).ok()) << VerifyMemoryPlan(*model);
+  const graph::TensorPlacement* x = nullptr;
+  const graph::TensorPlacement* c = nullptr;
+  for (const auto& t : model->memory.tensors) {
+    if (t.node == "x") x = &t;
+    if (t.node == "c") c = &t;
+  }
+  ASSERT_TRUE(x && c);
+  EXPECT_FALSE(x->ref == c->ref);
 }
 
 TEST(MemoryPlan, VerifierCatchesAMissingEvent) {

@@ -295,3 +295,25 @@ TEST(Passes, UnknownPassAndBadOptionsAreNamed) {
 
 }  // namespace
 }  // namespace npuflow::lowering
+
+namespace npuflow::lowering {
+namespace {
+
+TEST(Passes, ValidateRefusesControlEdgesIntoHostNodes) {
+  const std::string g = Data("x", {2}) + Op("a", "Relu", {"x"}) +
+                        "node { name: \"c\" op: \"Const\" input: \"^a\" attr { key: \"value\" value { tensor { "
+                        "dtype: DT_FLOAT shape { dim { size: 2 } } float_val: 1 float_val: 2 } } } }\n" +
+                        Op("y", "Add", {"a", "c"}) + Op("out", "NetOutput", {"y"});
+  EXPECT_EQ(RunText(g, {"validate"}),
+            "error: validate: node 'c' (Const): runs no task, so it cannot take the control input '^a'");
+}
+
+TEST(Passes, ConstFoldKeepsNodesWithControlInputs) {
+  const std::string g = Data("x", {2}) + Op("a", "Relu", {"x"}) + Const("c1", {1, 2}) +
+                        Op("s", "Relu", {"c1", "^a"}) + Op("y", "Add", {"x", "s"}) + Op("out", "NetOutput", {"y"});
+  const std::string out = RunText(g, Upto("const-fold"));
+  EXPECT_NE(out.find("s = Relu(c1, ^a) -> f32[2]"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace npuflow::lowering
