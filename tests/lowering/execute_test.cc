@@ -154,5 +154,60 @@ TEST(Execute, MlpExampleMatchesTheInterpreterOnBothChips) {
   }
 }
 
+TEST(Execute, KvCacheDecodeStepUpdatesTheVariableInPlace) {
+  // One decode step: the new K/V row goes into the cache Variable at `pos`, attention reads the
+  // updated cache up to `len`. The cache lives in the variables segment and is updated in place.
+  const char* text = R"pb(
+    node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
+    node { name: "q" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+    node { name: "row" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+    node { name: "pos" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "shape" value { shape { dim { size: 1 } } } } }
+    node { name: "len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "shape" value { shape { dim { size: 1 } } } } }
+    node { name: "kv" op: "KvCacheWrite" input: "cache" input: "row" input: "pos" }
+    node { name: "att" op: "Attention" input: "q" input: "kv" input: "kv" input: "len" }
+    node { name: "out" op: "NetOutput" input: "att" input: "kv" }
+  )pb";
+  graph::RegisterBuiltinOps();
+  auto g = graph::ParseGraphText(text, "decode.pbtxt");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto interp = graph::Interpreter::Create(**g);
+  ASSERT_TRUE(interp.ok()) << interp.status();
+  auto model = CompileV1(std::move(*g), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (const auto& t : model->memory.tensors) {
+    if (t.node == "kv") {
+      EXPECT_EQ(t.ref.segment, Segment::kVariables);
+    }
+  }
+
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::map<std::string, Tensor> feeds;
+  std::vector<Tensor> inputs;
+  for (const graph::IoDef& io : model->inputs) {
+    Tensor t = graph::ZeroTensor(io.desc);
+    if (io.name == "pos") graph::StoreI(t, 0, 0);
+    else if (io.name == "len") graph::StoreI(t, 0, 1);
+    else for (std::size_t i = 0; i < t.data.size() / 4; ++i) graph::StoreF(t, i, dist(rng));
+    feeds[io.name] = t;
+    inputs.push_back(t);
+  }
+  auto want = (*interp)->Run(feeds);
+  ASSERT_TRUE(want.ok()) << want.status();
+  auto got = RunCompiled(*model, inputs, /*deterministic=*/false);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::size_t n = (*got)[i].data.size() / 4;
+    for (std::size_t k = 0; k < n; ++k)
+      ASSERT_NEAR(graph::LoadF((*got)[i], k), graph::LoadF((*want)[i], k), 1e-5f) << "output " << i << " element " << k;
+  }
+}
+
 }  // namespace
 }  // namespace npuflow::lowering
