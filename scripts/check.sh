@@ -36,7 +36,9 @@ case "$variant" in
     fi
     cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPUFLOW_SANITIZER=thread \
       -DNPUFLOW_NATIVE=OFF -DTBB_DIR="$tbb_prefix/lib/cmake/TBB" >/dev/null
-    cmake --build build-tsan -j "$(nproc)"
+    # Only the concurrency tests run here, so only their binaries are built.
+    targets=$(cd build-tsan && ctest -N -L concurrency | sed -n 's/^ *Test *#[0-9]*: *//p')
+    cmake --build build-tsan -j "$(nproc)" --target $targets
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/scripts/tsan.supp"
     (cd build-tsan && ctest --output-on-failure -L concurrency --repeat until-fail:"$repeat")
     ;;
