@@ -139,7 +139,7 @@ void RunGather(const Gather& g, const T* x, T* y, std::int64_t begin, std::int64
     const T* src = x + outer_off + j * step;
     T* dst = y + pos;
     if (step == 1) {
-      std::memcpy(dst, src, static_cast<std::size_t>(len) * sizeof(T));
+      if (len > 0) std::memcpy(dst, src, static_cast<std::size_t>(len) * sizeof(T));
     } else {
       for (std::int64_t t = 0; t < len; ++t) dst[t] = src[t * step];
     }
@@ -304,7 +304,7 @@ Status ConcatRun(KernelContext& ctx) {
     }
     NPUFLOW_ASSIGN_OR_RETURN(auto y, v.Output<T>(0));
     pieces.ForEachRun(b, e, [&](std::int64_t at, int i, std::int64_t from, std::int64_t n) {
-      std::memcpy(y.data() + at, src[i] + from, static_cast<std::size_t>(n) * sizeof(T));
+      if (n > 0) std::memcpy(y.data() + at, src[i] + from, static_cast<std::size_t>(n) * sizeof(T));
     });
     return Status::Ok();
   });
@@ -329,7 +329,7 @@ Status SplitRun(KernelContext& ctx) {
       dst[i] = y.data();
     }
     pieces.ForEachRun(b, e, [&](std::int64_t at, int i, std::int64_t to, std::int64_t n) {
-      std::memcpy(dst[i] + to, x.data() + at, static_cast<std::size_t>(n) * sizeof(T));
+      if (n > 0) std::memcpy(dst[i] + to, x.data() + at, static_cast<std::size_t>(n) * sizeof(T));
     });
     return Status::Ok();
   });

@@ -395,6 +395,7 @@ Status RefGather(const OpDesc& op, const std::vector<const Tensor*>& in, std::ve
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t n = 0; n < count; ++n) {
       const std::int64_t i = LoadI(indices, static_cast<std::size_t>(n));
+      if (row_bytes == 0) continue;  // zero-width rows: nothing to copy (and no data pointer)
       std::memcpy(out[0].data.data() + static_cast<std::size_t>(o * count + n) * row_bytes,
                   params.data.data() + static_cast<std::size_t>(o * len + i) * row_bytes, row_bytes);
     }
@@ -555,7 +556,7 @@ Status RefKvCacheWrite(const OpDesc& op, const std::vector<const Tensor*>& in, s
                                 op.name(), pos, t_rows, s_max);
   out[0].data = cache.data;
   const std::size_t row_bytes = static_cast<std::size_t>(d) * DataTypeSize(cache.desc.dtype);
-  for (std::int64_t h = 0; h < bh; ++h)
+  for (std::int64_t h = 0; h < bh && row_bytes > 0; ++h)
     for (std::int64_t t = 0; t < t_rows; ++t)
       std::memcpy(out[0].data.data() + static_cast<std::size_t>(h * s_max + pos + t) * row_bytes,
                   rows.data.data() + static_cast<std::size_t>(h * t_rows + t) * row_bytes, row_bytes);

@@ -234,7 +234,7 @@ Status RefConcat(const OpDesc& op, const std::vector<const Tensor*>& in, std::ve
   for (std::int64_t r = 0; r < outer; ++r) {
     for (const Tensor* x : in) {
       const std::size_t row = x->data.size() / static_cast<std::size_t>(std::max<std::int64_t>(outer, 1));
-      std::memcpy(out[0].data.data() + dst, x->data.data() + r * row, row);
+      if (row > 0) std::memcpy(out[0].data.data() + dst, x->data.data() + r * row, row);  // empty inputs have no data
       dst += row;
     }
   }
@@ -301,7 +301,7 @@ Status RefSplit(const OpDesc& op, const std::vector<const Tensor*>& in, std::vec
   for (std::int64_t r = 0; r < outer; ++r) {
     for (Tensor& y : out) {
       const std::size_t row = y.data.size() / static_cast<std::size_t>(std::max<std::int64_t>(outer, 1));
-      std::memcpy(y.data.data() + r * row, in[0]->data.data() + src, row);
+      if (row > 0) std::memcpy(y.data.data() + r * row, in[0]->data.data() + src, row);  // empty pieces have no data
       src += row;
     }
   }
