@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/graph/tensors.h"
+
 #include "graph/interpreter.h"
 #include "graph/op_registry.h"
 #include "graph/tensor_access.h"
@@ -13,18 +15,7 @@
 namespace npuflow::graph {
 namespace {
 
-Tensor F32(Shape shape, std::vector<float> values) {
-  Tensor t{TensorDesc{DataType::kFloat32, std::move(shape)}, {}};
-  t.data.resize(values.size() * 4);
-  std::memcpy(t.data.data(), values.data(), t.data.size());
-  return t;
-}
 
-std::vector<float> Floats(const Tensor& t) {
-  std::vector<float> v(t.data.size() / 4);
-  std::memcpy(v.data(), t.data.data(), t.data.size());
-  return v;
-}
 
 std::unique_ptr<ComputeGraph> Parse(std::string_view text) {
   auto g = ParseGraphText(text, "test.pbtxt");

@@ -4,6 +4,8 @@
 // shape-inference and run-time errors, tiling, and KvCacheWrite in place.
 #include <gtest/gtest.h>
 
+#include "tests/graph/tensors.h"
+
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -25,32 +27,9 @@ using testing::RunOpReference;
 using testing::TensorsNear;
 using testing::TestRuntime;
 
-Tensor F32(Shape shape, std::vector<float> values) {
-  Tensor t{TensorDesc{DataType::kFloat32, std::move(shape)}, {}};
-  t.data.resize(values.size() * 4);
-  std::memcpy(t.data.data(), values.data(), t.data.size());
-  return t;
-}
 
-Tensor I32(Shape shape, std::vector<std::int32_t> values) {
-  Tensor t{TensorDesc{DataType::kInt32, std::move(shape)}, {}};
-  t.data.resize(values.size() * 4);
-  std::memcpy(t.data.data(), values.data(), t.data.size());
-  return t;
-}
 
-Tensor I64(Shape shape, std::vector<std::int64_t> values) {
-  Tensor t{TensorDesc{DataType::kInt64, std::move(shape)}, {}};
-  t.data.resize(values.size() * 8);
-  std::memcpy(t.data.data(), values.data(), t.data.size());
-  return t;
-}
 
-std::vector<float> Floats(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.desc.shape.num_elements().value_or(0)));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = LoadF(t, i);
-  return v;
-}
 
 Tensor Cast(const Tensor& t, DataType dtype) {
   Tensor c = ZeroTensor(TensorDesc{dtype, t.desc.shape});

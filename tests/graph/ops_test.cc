@@ -6,24 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/graph/tensors.h"
+
 #include "graph/half.h"
 #include "graph/op_registry.h"
 
 namespace npuflow::graph {
 namespace {
 
-Tensor F32(Shape shape, std::vector<float> values) {
-  Tensor t{TensorDesc{DataType::kFloat32, std::move(shape)}, {}};
-  t.data.resize(values.size() * 4);
-  std::memcpy(t.data.data(), values.data(), t.data.size());
-  return t;
-}
 
-std::vector<float> Floats(const Tensor& t) {
-  std::vector<float> v(t.data.size() / 4);
-  std::memcpy(v.data(), t.data.data(), t.data.size());
-  return v;
-}
 
 // Infers, allocates and runs the reference kernel of `type` on `inputs`.
 StatusOr<Tensor> RunOp(std::string_view type, std::vector<Tensor> inputs) {
