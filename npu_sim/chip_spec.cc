@@ -65,6 +65,8 @@ StatusOr<ChipSpec> ParseChipSpec(std::string_view json_text, std::string_view so
   NPUFLOW_RETURN_IF_ERROR(Read(j, source, "aicore_gflops", c.aicore_gflops, 1e-3, 1e9));
   NPUFLOW_RETURN_IF_ERROR(Read(j, source, "aicpu_gflops", c.aicpu_gflops, 1e-3, 1e9));
   NPUFLOW_RETURN_IF_ERROR(Read(j, source, "prefetch_num", c.prefetch_num, 0, 64));
+  if (j.contains("max_streams")) NPUFLOW_RETURN_IF_ERROR(Read(j, source, "max_streams", c.max_streams, 2, 1 << 20));
+  if (j.contains("max_events")) NPUFLOW_RETURN_IF_ERROR(Read(j, source, "max_events", c.max_events, 1, 1 << 24));
   auto features = j.find("features");
   if (features == j.end() || !features->is_object())
     return Status::ParamInvalid("chip spec {}: missing field 'features' (an object)", source);

@@ -34,6 +34,10 @@ struct ChipSpec {
   double aicpu_gflops = 0;   // per unit
   int prefetch_num = 0;
   bool task_update_supported = false;
+  // Resource limits per device (optional in the JSON; these defaults otherwise). The default
+  // stream counts as one stream.
+  int max_streams = 1024;
+  int max_events = 65536;
 
   // Virtual time to move `bytes` at `gbps` GB/s, plus the DMA latency.
   VTime CopyCost(std::uint64_t bytes, double gbps) const;

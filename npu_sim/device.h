@@ -82,6 +82,19 @@ class Device {
     return n;
   }
 
+  // Device models by id, for model-execute tasks on host streams. Written by the host API.
+  StatusOr<actors::Address<ModelMsg>> model(std::uint32_t id) const {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (id >= models_.size() || !models_[id].valid())
+      return Status::NotFound("device {}: no model {} (never created, or destroyed)", id_, id);
+    return models_[id];
+  }
+  void SetModel(std::uint32_t id, actors::Address<ModelMsg> addr) {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (models_.size() <= id) models_.resize(id + 1);
+    models_[id] = addr;
+  }
+
   std::atomic<std::uint64_t> host_interactions{0};
   std::atomic<std::uint64_t> tasks_executed{0};
   std::atomic<std::uint64_t> kernels_executed{0};
@@ -99,6 +112,7 @@ class Device {
   const bool deterministic_;
   mutable std::mutex streams_mu_;
   std::vector<StreamEntry> streams_;
+  std::vector<actors::Address<ModelMsg>> models_;  // an invalid address: destroyed
 };
 
 }  // namespace npuflow::npu_sim

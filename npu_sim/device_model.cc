@@ -29,7 +29,7 @@ void DeviceModelActor::Receive(Message& msg, actors::Context<Message>& ctx) {
             ctx.ReplyError(Status::ParamInvalid("device {} model {}: no stream is bound", device_->id(), id_));
             return;
           }
-          queue_.push_back(Execution{m.at, ctx.template TakeReply<VTime>()});
+          queue_.push_back(Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io)});
           if (!running_) StartNext(ctx);
         } else if constexpr (std::is_same_v<M, ModelDone>) {
           if (!running_ || m.run != run_) return;  // a stream reporting on an aborted run
@@ -68,7 +68,7 @@ void DeviceModelActor::StartNext(actors::Context<Message>& ctx) {
   streams_left_ = streams_.size();
   end_ = queue_.front().at;
   status_ = Status::Ok();
-  for (const auto& [sid, addr] : streams_) addr.Send(StartModel{run_, queue_.front().at, self_});
+  for (const auto& [sid, addr] : streams_) addr.Send(StartModel{run_, queue_.front().at, self_, queue_.front().io});
 }
 
 }  // namespace npuflow::npu_sim

@@ -22,6 +22,7 @@ class DeviceModelActor {
   struct Execution {
     VTime at;
     actors::Replier<VTime> reply;
+    std::shared_ptr<const std::vector<std::uint64_t>> io;
   };
   void StartNext(actors::Context<Message>& ctx);
 

@@ -27,6 +27,7 @@ std::string_view TaskKindName(TaskKind kind) {
     case TaskKind::kEventWait: return "event_wait";
     case TaskKind::kNop: return "nop";
     case TaskKind::kTaskUpdate: return "task_update";
+    case TaskKind::kModelExecute: return "model_execute";
   }
   return "unknown";
 }
@@ -71,6 +72,14 @@ Task Task::Wait(EventId event) {
   Task t;
   t.kind = TaskKind::kEventWait;
   t.event = event;
+  return t;
+}
+
+Task Task::ModelExecute(std::uint32_t model, std::shared_ptr<const std::vector<std::uint64_t>> io) {
+  Task t;
+  t.kind = TaskKind::kModelExecute;
+  t.model = model;
+  t.io = std::move(io);
   return t;
 }
 

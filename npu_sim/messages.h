@@ -17,7 +17,9 @@ namespace npuflow::npu_sim {
 
 // Fault injection, per stream or per unit: the Nth task (counting from 1 since the fault was set)
 // fails, hangs (never completes) or is delayed by `delay` virtual nanoseconds.
-enum class FaultKind : std::uint8_t { kFail, kHang, kDelay };
+// kEndOfSequence (streams only): the task ends the run with an EndOfSequence status, as a
+// data-queue read past the last item does on the hardware.
+enum class FaultKind : std::uint8_t { kFail, kHang, kDelay, kEndOfSequence };
 struct Fault {
   FaultKind kind = FaultKind::kFail;
   std::uint64_t nth = 1;
@@ -55,6 +57,7 @@ struct BindModelStream {  // Ask<void>
 struct ExecuteModel {  // Ask<VTime>: one run of every bound stream's task list; replies with its end
   static constexpr std::string_view kKind = "ExecuteModel";
   VTime at = 0;
+  std::shared_ptr<const std::vector<std::uint64_t>> io;  // the run's I/O addresses; null: as loaded
 };
 struct AbortModel {  // Ask<void>: stops every bound stream; the running and queued executions fail
   static constexpr std::string_view kKind = "AbortModel";
@@ -78,12 +81,14 @@ struct Synchronize {  // Ask<VTime>: completes when every submission with seq < 
 struct LoadProgram {  // model stream: the task list executed on every model run
   static constexpr std::string_view kKind = "LoadProgram";
   std::vector<Task> tasks;
+  std::vector<IoPatch> patches;  // sorted by task
 };
 struct StartModel {  // run the program from its first task
   static constexpr std::string_view kKind = "StartModel";
   std::uint64_t run = 0;
   VTime at = 0;
   actors::Address<ModelMsg> model;  // hears ModelDone
+  std::shared_ptr<const std::vector<std::uint64_t>> io;  // null: run the list as loaded
 };
 struct UnitDone {  // a kernel, AICPU kernel or copy this stream started has finished
   static constexpr std::string_view kKind = "UnitDone";

@@ -188,6 +188,9 @@ StatusOr<Stream> Runtime::CreateStream(int device) {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   HostCall(*dev, "create stream");
   std::lock_guard<std::mutex> lock(dev->mu);
+  if (dev->device->live_streams() >= static_cast<std::size_t>(dev->device->chip().max_streams))
+    return Status::MemoryAllocation("npu_sim: device {}: all {} streams are in use", device,
+                                    dev->device->chip().max_streams);
   if (auto reused = dev->device->ReuseStream()) {
     HostStream& hs = *dev->streams[*reused];
     NPUFLOW_RETURN_IF_ERROR(hs.addr.Ask(ResetStream{}).Get());
@@ -248,6 +251,19 @@ Status Runtime::SynchronizeStream(Stream stream, Timeout timeout) {
   return Status::Ok();
 }
 
+actors::Future<StatusOr<VTime>> Runtime::SynchronizeStreamAsync(Stream stream) {
+  auto hs = HostStreamOf(stream);
+  if (!hs.ok()) return actors::Future<StatusOr<VTime>>::Ready(hs.status());
+  auto dev = Dev(stream.device);
+  HostCall(**dev, "synchronize stream");
+  std::uint64_t upto;
+  {
+    std::lock_guard<std::mutex> lock((*hs)->mu);
+    upto = (*hs)->next_seq;
+  }
+  return (*hs)->addr.Ask<VTime>(Synchronize{upto});
+}
+
 Status Runtime::AbortStream(Stream stream) {
   NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
@@ -285,6 +301,9 @@ StatusOr<std::uint32_t> Runtime::Submit(Stream stream, std::vector<Task> tasks) 
 StatusOr<Event> Runtime::CreateEvent(int device) {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   HostCall(*dev, "create event");
+  if (dev->device->live_events.load() >= static_cast<std::size_t>(dev->device->chip().max_events))
+    return Status::MemoryAllocation("npu_sim: device {}: all {} events are in use", device,
+                                    dev->device->chip().max_events);
   NPUFLOW_ASSIGN_OR_RETURN(EventId id, dev->device->events.Ask<EventId>(npu_sim::CreateEvent{}).Get());
   return Event{device, id};
 }
@@ -353,13 +372,14 @@ StatusOr<Model> Runtime::CreateModel(int device) {
   const auto id = static_cast<std::uint32_t>(dev->models.size());
   dev->models.push_back(ModelEntry{
       system_->Spawn<DeviceModelActor>(fmt::format("dev{}.model{}", device, id), dev->device.get(), id), {}});
+  dev->device->SetModel(id, dev->models.back().addr);
   return Model{device, id};
 }
 
 StatusOr<Runtime::ModelEntry*> Runtime::ModelOf(Model model) const {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
   std::lock_guard<std::mutex> lock(dev->mu);
-  if (model.id >= dev->models.size())
+  if (model.id >= dev->models.size() || !dev->models[model.id].live)
     return Status::NotFound("npu_sim: device {} has no model {}", model.device, model.id);
   return &dev->models[model.id];
 }
@@ -393,7 +413,8 @@ Status Runtime::BindStream(Model model, Stream stream) {
   return Status::Ok();
 }
 
-Status Runtime::LoadTasks(Model model, Stream stream, std::vector<Task> tasks) {
+Status Runtime::LoadTasks(Model model, Stream stream, std::vector<Task> tasks, std::vector<IoPatch> patches) {
+  NPUFLOW_ASSIGN_OR_RETURN(ModelEntry * m, ModelOf(model));
   NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
   {
@@ -406,20 +427,82 @@ Status Runtime::LoadTasks(Model model, Stream stream, std::vector<Task> tasks) {
     if ((t.kind == TaskKind::kKernel || t.kind == TaskKind::kAicpuKernel) && t.kernel == nullptr)
       return Status::ParamInvalid("npu_sim: task list for stream {} has a kernel task without a kernel", stream.id);
   }
+  std::uint32_t slots = 0;
+  for (const IoPatch& p : patches) slots = std::max(slots, p.slot + 1);
   HostCall(*dev, "load tasks");
-  return hs->addr.Ask(LoadProgram{std::move(tasks)}).Get();
+  NPUFLOW_RETURN_IF_ERROR(hs->addr.Ask(LoadProgram{std::move(tasks), std::move(patches)}).Get());
+  std::lock_guard<std::mutex> lock(dev->mu);
+  m->io_slots = std::max(m->io_slots, slots);
+  return Status::Ok();
 }
 
-actors::Future<StatusOr<VTime>> Runtime::ExecuteModelAsync(Model model) {
+StatusOr<std::shared_ptr<const std::vector<std::uint64_t>>> Runtime::CheckIo(Model model,
+                                                                              std::vector<std::uint64_t> io) const {
+  NPUFLOW_ASSIGN_OR_RETURN(ModelEntry * m, ModelOf(model));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
+  std::uint32_t slots;
+  {
+    std::lock_guard<std::mutex> lock(dev->mu);
+    slots = m->io_slots;
+  }
+  if (io.empty()) return std::shared_ptr<const std::vector<std::uint64_t>>();
+  if (io.size() != slots)
+    return Status::ParamInvalid("npu_sim: device {} model {} takes {} I/O addresses, got {}", model.device, model.id,
+                                slots, io.size());
+  for (std::size_t i = 0; i < io.size(); ++i)
+    if (io[i] == 0) return Status::ParamInvalid("npu_sim: device {} model {}: I/O address {} is null", model.device, model.id, i);
+  return std::make_shared<const std::vector<std::uint64_t>>(std::move(io));
+}
+
+actors::Future<StatusOr<VTime>> Runtime::ExecuteModelAsync(Model model, std::vector<std::uint64_t> io) {
   auto m = ModelOf(model);
   if (!m.ok()) return actors::Future<StatusOr<VTime>>::Ready(m.status());
+  auto checked = CheckIo(model, std::move(io));
+  if (!checked.ok()) return actors::Future<StatusOr<VTime>>::Ready(checked.status());
   auto dev = Dev(model.device);
   const VTime at = HostCall(**dev, "execute model");
-  return (*m)->addr.Ask<VTime>(npu_sim::ExecuteModel{at});
+  return (*m)->addr.Ask<VTime>(npu_sim::ExecuteModel{at, std::move(*checked)});
 }
 
-StatusOr<VTime> Runtime::ExecuteModel(Model model, Timeout timeout) {
-  auto future = ExecuteModelAsync(model);
+Status Runtime::ExecuteModelOnStream(Model model, Stream stream, std::vector<std::uint64_t> io) {
+  if (model.device != stream.device)
+    return Status::ParamInvalid("npu_sim: model of device {} executed on a stream of device {}", model.device,
+                                stream.device);
+  NPUFLOW_ASSIGN_OR_RETURN(auto checked, CheckIo(model, std::move(io)));
+  return SubmitTasks(stream, {Task::ModelExecute(model.id, std::move(checked))}, "execute model").status();
+}
+
+Status Runtime::DestroyModel(Model model) {
+  NPUFLOW_ASSIGN_OR_RETURN(ModelEntry * m, ModelOf(model));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
+  HostCall(*dev, "destroy model");
+  NPUFLOW_RETURN_IF_ERROR(
+      m->addr.Ask(npu_sim::AbortModel{Status::Aborted("device {} model {}: destroyed", model.device, model.id)}).Get());
+  std::vector<StreamId> streams;
+  {
+    std::lock_guard<std::mutex> lock(dev->mu);
+    m->live = false;
+    streams = std::move(m->streams);
+    dev->device->SetModel(model.id, {});
+  }
+  for (StreamId id : streams) {
+    HostStream* hs;
+    {
+      std::lock_guard<std::mutex> lock(dev->mu);
+      hs = dev->streams[id].get();
+    }
+    {
+      std::lock_guard<std::mutex> lock(hs->mu);
+      hs->live = false;
+    }
+    std::lock_guard<std::mutex> lock(dev->mu);
+    NPUFLOW_RETURN_IF_ERROR(dev->device->RetireStream(id));
+  }
+  return Status::Ok();
+}
+
+StatusOr<VTime> Runtime::ExecuteModel(Model model, std::vector<std::uint64_t> io, Timeout timeout) {
+  auto future = ExecuteModelAsync(model, std::move(io));
   auto end = Wait(future, timeout, fmt::format("device {} model {} execute", model.device, model.id));
   if (!end.ok()) {
     if (end.status().code() == StatusCode::kTimeout) {
@@ -439,6 +522,14 @@ Status Runtime::AbortModel(Model model) {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
   HostCall(*dev, "abort model");
   return m->addr.Ask(npu_sim::AbortModel{Status::Aborted("device {} model {}: aborted", model.device, model.id)}).Get();
+}
+
+actors::Future<Status> Runtime::AbortModelAsync(Model model) {
+  auto m = ModelOf(model);
+  if (!m.ok()) return actors::Future<Status>::Ready(m.status());
+  auto dev = Dev(model.device);
+  HostCall(**dev, "abort model");
+  return (*m)->addr.Ask(npu_sim::AbortModel{Status::Aborted("device {} model {}: aborted", model.device, model.id)});
 }
 
 // ---- faults and stats ----------------------------------------------------------------------------

@@ -84,6 +84,9 @@ class Runtime {
   // Waits for everything submitted to `stream` before this call. A failed task's error is
   // returned here (once). On timeout: a Timeout status; the stream goes on.
   Status SynchronizeStream(Stream stream, Timeout timeout = std::nullopt);
+  // The same without blocking: the future completes with the virtual time the work ended. For
+  // actors, which must not block.
+  actors::Future<StatusOr<VTime>> SynchronizeStreamAsync(Stream stream);
   // Stops a host stream: the running and queued tasks fail with Aborted (reported by the next
   // Synchronize); the stream then serves new submissions. The way out of a hung task.
   Status AbortStream(Stream stream);
@@ -107,13 +110,22 @@ class Runtime {
   // ---- device models (task sink)
   StatusOr<Model> CreateModel(int device);
   Status BindStream(Model model, Stream stream);
-  // Sends the stream its task list once. The stream must be bound to the model.
-  Status LoadTasks(Model model, Stream stream, std::vector<Task> tasks);
+  // Sends the stream its task list once. The stream must be bound to the model. `patches` name
+  // the zero-copy places of the list (task.h, IoPatch); a run then gives one address per slot.
+  Status LoadTasks(Model model, Stream stream, std::vector<Task> tasks, std::vector<IoPatch> patches = {});
   // One message to the device; the host hears only the completion. On timeout the model is
-  // aborted and a Timeout status returned. Returns the run's virtual end time.
-  StatusOr<VTime> ExecuteModel(Model model, Timeout timeout = std::nullopt);
-  actors::Future<StatusOr<VTime>> ExecuteModelAsync(Model model);
+  // aborted and a Timeout status returned. Returns the run's virtual end time. `io`: one address
+  // per slot of the loaded patches (empty: the lists run as loaded).
+  StatusOr<VTime> ExecuteModel(Model model, Timeout timeout = std::nullopt) { return ExecuteModel(model, {}, timeout); }
+  StatusOr<VTime> ExecuteModel(Model model, std::vector<std::uint64_t> io, Timeout timeout);
+  actors::Future<StatusOr<VTime>> ExecuteModelAsync(Model model, std::vector<std::uint64_t> io = {});
+  // rtModelExecute on a host stream: one task that runs the model after the stream's earlier
+  // work; the stream's later work waits for the run, and SynchronizeStream reports its error.
+  Status ExecuteModelOnStream(Model model, Stream stream, std::vector<std::uint64_t> io = {});
   Status AbortModel(Model model);
+  actors::Future<Status> AbortModelAsync(Model model);  // without blocking (for actors)
+  // Aborts the model, unbinds and destroys its streams, and forgets it. Its id is not reused.
+  Status DestroyModel(Model model);
 
   // ---- faults, stats, trace
   // The `fault.nth` task (from now) of the target fails, hangs or is delayed. index: stream id,
@@ -137,6 +149,8 @@ class Runtime {
   struct ModelEntry {
     actors::Address<ModelMsg> addr;
     std::vector<StreamId> streams;
+    std::uint32_t io_slots = 0;  // 1 + the largest patch slot of the loaded lists
+    bool live = true;
   };
   struct DeviceEntry {
     std::unique_ptr<Device> device;
@@ -150,6 +164,7 @@ class Runtime {
   StatusOr<DeviceEntry*> Dev(int device) const;
   StatusOr<HostStream*> HostStreamOf(Stream stream) const;
   StatusOr<ModelEntry*> ModelOf(Model model) const;
+  StatusOr<std::shared_ptr<const std::vector<std::uint64_t>>> CheckIo(Model model, std::vector<std::uint64_t> io) const;
   // Host side of a call that reaches the device: advances this thread's host clock.
   VTime HostCall(DeviceEntry& dev, std::string_view what);
   StatusOr<std::uint32_t> SubmitTasks(Stream stream, std::vector<Task> tasks, std::string_view what);

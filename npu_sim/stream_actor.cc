@@ -48,7 +48,15 @@ Status StreamActor::Receive(Message& msg, actors::Context<Message>& ctx) {
         } else if constexpr (std::is_same_v<M, LoadProgram>) {
           if (state_ != State::kIdle)
             return Status::ParamInvalid("device {} {}: cannot load a task list while it runs", device_->id(), name_);
+          for (const IoPatch& p : m.patches) {
+            const bool copy_field = p.field == IoPatch::kCopySrc || p.field == IoPatch::kCopyDst;
+            if (p.task >= m.tasks.size() ||
+                (copy_field ? m.tasks[p.task].kind != TaskKind::kMemcpy : p.field >= m.tasks[p.task].args.size()))
+              return Status::ParamInvalid("device {} {}: I/O patch of task {} field {} does not match the task list",
+                                          device_->id(), name_, p.task, p.field);
+          }
           mode_ = Mode::kModel;
+          patches_ = std::move(m.patches);
           tasks_ = std::move(m.tasks);
           live_.resize(tasks_.size());
           snap_.resize(tasks_.size());
@@ -70,6 +78,12 @@ Status StreamActor::Receive(Message& msg, actors::Context<Message>& ctx) {
           exec_ = fetch_end_ = 0;
           clock_ = std::max(clock_, m.at);
           ++epoch_;
+          if (m.io) {
+            if (Status s = ApplyPatches(*m.io); !s.ok()) {
+              m.model.Send(ModelDone{id_, m.run, clock_, std::move(s)});
+              return Status::Ok();
+            }
+          }
           state_ = State::kRunning;
           Advance();
         } else if constexpr (std::is_same_v<M, UnitDone>) {
@@ -105,6 +119,7 @@ Status StreamActor::Receive(Message& msg, actors::Context<Message>& ctx) {
         } else if constexpr (std::is_same_v<M, ResetStream>) {
           if (state_ != State::kIdle) Fail(Status::Aborted("device {} {}: reset", device_->id(), name_));
           tasks_.clear();
+          patches_.clear();
           live_.clear();
           snap_.clear();
           ready_at_.clear();
@@ -184,6 +199,11 @@ void StreamActor::Advance() {
         if (fault_->kind == FaultKind::kFail) {
           Fail(Status::Failed("device {} {} task {} ({}): injected fault", device_->id(), name_, TaskId(exec_),
                               tasks_[exec_].display_name()));
+          break;
+        }
+        if (fault_->kind == FaultKind::kEndOfSequence) {
+          Fail(Status::EndOfSequence("device {} {} task {} ({}): end of sequence", device_->id(), name_,
+                                     TaskId(exec_), tasks_[exec_].display_name()));
           break;
         }
         clock_ += fault_->delay;
@@ -296,10 +316,39 @@ void StreamActor::StartTask(Task& t, std::uint32_t index) {
       });
       return;
     }
+    case TaskKind::kModelExecute: {
+      // rtModelExecute on a stream: the model runs after this stream's earlier work, and the
+      // stream's later work waits for the run. The run's end comes back as this task's UnitDone.
+      auto model = device_->model(t.model);
+      if (!model.ok()) {
+        Fail(model.status().WithContext(fmt::format("device {} {} task {} (model execute)", device_->id(), name_, task_id)));
+        return;
+      }
+      state_ = State::kWaiting;
+      (void)model->Ask<VTime>(ExecuteModel{clock_, t.io}).Then([self = self_, epoch = epoch_, task_id](StatusOr<VTime> r) {
+        if (r.ok()) self.Send(UnitDone{epoch, task_id, *r, Status::Ok()});
+        else self.Send(UnitDone{epoch, task_id, 0, r.status()});
+      });
+      return;
+    }
     default:
       Fail(Status::Internal("device {} {} task {}: unknown task kind", device_->id(), name_, task_id));
       return;
   }
+}
+
+Status StreamActor::ApplyPatches(const std::vector<std::uint64_t>& io) {
+  for (const IoPatch& p : patches_) {
+    if (p.slot >= io.size())
+      return Status::ParamInvalid("device {} {}: model run gives {} I/O addresses, the task list uses slot {}",
+                                  device_->id(), name_, io.size(), p.slot);
+    const std::uint64_t value = io[p.slot] + p.offset;
+    Task& t = tasks_[p.task];
+    if (p.field == IoPatch::kCopySrc) t.src_dev = DevicePtr{value};
+    else if (p.field == IoPatch::kCopyDst) t.dst_dev = DevicePtr{value};
+    else t.args[p.field] = value;
+  }
+  return Status::Ok();
 }
 
 void StreamActor::CompleteWaitingTask(VTime end) {

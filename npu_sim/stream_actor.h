@@ -65,6 +65,9 @@ class StreamActor {
   Mode mode_ = Mode::kHost;
   State state_ = State::kIdle;
 
+  Status ApplyPatches(const std::vector<std::uint64_t>& io);
+
+  std::vector<IoPatch> patches_;  // model: zero-copy places, applied at each run's start
   std::vector<Task> tasks_;      // host: the queue (executed prefix compacted away); model: the program
   std::vector<Param> live_;      // current parameters, patchable until fetched
   std::vector<Param> snap_;      // parameters as fetched

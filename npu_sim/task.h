@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,7 @@ enum class TaskKind : std::uint8_t {
   kEventWait,
   kNop,
   kTaskUpdate,   // patch block_dim / tiling_key of a task on another stream
+  kModelExecute, // host stream: run a device model (rtModelExecute on a stream); done when the run is
 };
 std::string_view TaskKindName(TaskKind kind);
 
@@ -60,15 +62,33 @@ struct Task {
   std::uint32_t target_task = 0;
   DevicePtr block_dim_addr, tiling_key_addr;
 
+  // kModelExecute: the device model, and its I/O addresses for this run (see IoPatch)
+  std::uint32_t model = 0;
+  std::shared_ptr<const std::vector<std::uint64_t>> io;
+
   static Task Nop() { return Task{}; }
   static Task Kernel(const KernelDef* def, std::uint32_t block_dim, std::vector<std::uint64_t> args,
                      std::uint64_t tiling_key = 0);
   static Task Copy(CopyKind kind, std::uint64_t bytes);  // fill the endpoints
   static Task Record(EventId event);
   static Task Wait(EventId event);
+  static Task ModelExecute(std::uint32_t model, std::shared_ptr<const std::vector<std::uint64_t>> io);
   static Task Update(StreamId target_stream, std::uint32_t target_task, DevicePtr block_dim_addr,
                      DevicePtr tiling_key_addr);
   std::string_view display_name() const { return name.empty() ? TaskKindName(kind) : std::string_view(name); }
+};
+
+// Zero copy: a loaded task list names the places that hold a model input's or output's address,
+// and each model run supplies the addresses (one per slot). At the start of a run the stream
+// writes io[slot] + offset into each place, so a run reads and writes the caller's buffers
+// directly. Runs of one model are serialized, so a patch never changes a running list.
+struct IoPatch {
+  static constexpr std::uint32_t kCopySrc = 0xFFFFFFFEu;  // `field`: a copy task's src_dev
+  static constexpr std::uint32_t kCopyDst = 0xFFFFFFFFu;  // `field`: a copy task's dst_dev
+  std::uint32_t task = 0;   // index in the stream's list
+  std::uint32_t field = 0;  // a kernel argument index, or kCopySrc / kCopyDst
+  std::uint32_t slot = 0;
+  std::uint64_t offset = 0;
 };
 
 }  // namespace npuflow::npu_sim

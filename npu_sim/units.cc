@@ -63,6 +63,10 @@ void UnitActor::Run(RunBlocks& run) {
       case FaultKind::kDelay:
         t += fault_->delay;
         break;
+      case FaultKind::kEndOfSequence:
+        status = Status::EndOfSequence("device {} stream {} task {} ({}): end of sequence on {}", device_->id(),
+                                       job.stream_id, job.task, job.name, name_);
+        break;
     }
   }
   for (std::uint32_t b = run.first; status.ok() && b < run.first + run.count; ++b) {
@@ -176,7 +180,7 @@ void DmaChannelActor::Receive(Message& msg, actors::Context<Message>& ctx) {
   if (fault_ && runs_ == fault_->nth) {
     if (fault_->kind == FaultKind::kHang) return;
     if (fault_->kind == FaultKind::kDelay) cost += fault_->delay;
-    if (fault_->kind == FaultKind::kFail)
+    if (fault_->kind == FaultKind::kFail || fault_->kind == FaultKind::kEndOfSequence)
       status = Status::Failed("device {} stream {} task {} ({}): injected fault on dma {}", device_->id(),
                               req.stream.id(), req.task, req.name, index_);
   }

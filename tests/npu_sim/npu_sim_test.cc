@@ -432,6 +432,120 @@ std::string RunTracedProgram() {
   return rt->trace().ToJson();
 }
 
+// Zero copy: the loaded list names the places of the I/O addresses; each run writes its own.
+TEST(DeviceModel, IoPatchesPointEachRunAtItsOwnBuffers) {
+  auto rt = MakeRuntime();
+  Model m = rt->CreateModel(0).value();
+  Stream a = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->BindStream(m, a).ok());
+  constexpr std::size_t n = 64;
+  DevicePtr own_a = rt->Malloc(0, n * 4).value(), own_b = rt->Malloc(0, n * 4).value(), own_c = rt->Malloc(0, n * 4).value();
+  // c = a + b, then a copy of c into slot 2's buffer at offset 0 (the copy's dst is patched too)
+  std::vector<Task> list;
+  list.push_back(Task::Kernel(Kernel("vector_add_f32"), 4, {own_a.value, own_b.value, own_c.value, n}));
+  Task copy = Task::Copy(CopyKind::kDeviceToDevice, n * 4);
+  copy.src_dev = own_c;
+  copy.dst_dev = own_c;
+  list.push_back(copy);
+  std::vector<IoPatch> patches = {{0, 0, 0, 0}, {0, 1, 1, 0}, {1, IoPatch::kCopyDst, 2, 0}};
+  ASSERT_TRUE(rt->LoadTasks(m, a, list, patches).ok());
+  for (int run = 0; run < 3; ++run) {
+    DevicePtr x = rt->Malloc(0, n * 4).value(), y = rt->Malloc(0, n * 4).value(), z = rt->Malloc(0, n * 4).value();
+    std::vector<float> xs(n, 1.0f + run), ys(n, 10.0f);
+    ASSERT_TRUE(rt->MemcpyH2D(0, x, xs.data(), n * 4).ok());
+    ASSERT_TRUE(rt->MemcpyH2D(0, y, ys.data(), n * 4).ok());
+    const auto before = rt->Stats(0)->host_interactions;
+    ASSERT_TRUE(rt->ExecuteModel(m, {x.value, y.value, z.value}, 10s).ok());
+    EXPECT_EQ(rt->Stats(0)->host_interactions - before, 1u);
+    EXPECT_EQ(Read(*rt, z, n), std::vector<float>(n, 11.0f + run));
+  }
+  // The number of addresses must match the slots the lists use; none may be null.
+  EXPECT_EQ(rt->ExecuteModel(m, {own_a.value}, 10s).status().code(), StatusCode::kParamInvalid);
+  EXPECT_EQ(rt->ExecuteModel(m, {own_a.value, 0, own_c.value}, 10s).status().code(), StatusCode::kParamInvalid);
+  // A patch that names no task of the list is refused at load.
+  Model m2 = rt->CreateModel(0).value();
+  Stream b = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->BindStream(m2, b).ok());
+  EXPECT_EQ(rt->LoadTasks(m2, b, {Task::Nop()}, {{0, 0, 0, 0}}).code(), StatusCode::kParamInvalid);
+}
+
+// rtModelExecute on a stream: the run waits for the stream's earlier work, later work waits for it.
+TEST(DeviceModel, ExecuteOnAHostStreamOrdersWithTheStreamsWork) {
+  auto rt = MakeRuntime();
+  Model m = rt->CreateModel(0).value();
+  Stream bound = rt->CreateStream(0).value(), user = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->BindStream(m, bound).ok());
+  constexpr std::size_t n = 256;
+  DevicePtr in = rt->Malloc(0, n * 4).value(), out = rt->Malloc(0, n * 4).value();
+  ASSERT_TRUE(rt->LoadTasks(m, bound, {Task::Kernel(Kernel("vector_add_f32"), 2, {in.value, in.value, out.value, n})}).ok());
+  for (int run = 1; run <= 5; ++run) {
+    std::vector<float> xs(n, static_cast<float>(run)), ys(n, 0.0f);
+    ASSERT_TRUE(rt->MemcpyH2DAsync(user, in, xs.data(), n * 4).ok());
+    ASSERT_TRUE(rt->ExecuteModelOnStream(m, user).ok());
+    ASSERT_TRUE(rt->MemcpyD2HAsync(user, ys.data(), out, n * 4).ok());
+    ASSERT_TRUE(rt->SynchronizeStream(user, 10s).ok());
+    EXPECT_EQ(ys, std::vector<float>(n, 2.0f * run));
+  }
+  // A failed run fails the stream's synchronize.
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kStream, static_cast<int>(bound.id), Fault{FaultKind::kFail, 1}).ok());
+  ASSERT_TRUE(rt->ExecuteModelOnStream(m, user).ok());
+  EXPECT_EQ(rt->SynchronizeStream(user, 10s).code(), StatusCode::kFailed);
+}
+
+TEST(DeviceModel, EndOfSequenceIsItsOwnStatus) {
+  auto rt = MakeRuntime();
+  Model m = rt->CreateModel(0).value();
+  Stream a = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->BindStream(m, a).ok());
+  ASSERT_TRUE(rt->LoadTasks(m, a, {Task::Nop(), Task::Nop()}).ok());
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kStream, static_cast<int>(a.id), Fault{FaultKind::kEndOfSequence, 2}).ok());
+  EXPECT_EQ(rt->ExecuteModel(m, 10s).status().code(), StatusCode::kEndOfSequence);
+  EXPECT_TRUE(rt->ExecuteModel(m, 10s).ok());
+}
+
+TEST(DeviceModel, DestroyReleasesStreamsAndStreamAndEventLimitsHold) {
+  const std::string path = testing::TempDir() + "/tiny_chip.json";
+  {
+    std::string spec = R"({"name":"tiny","aicore_count":2,"aicpu_count":1,"hbm_capacity_bytes":16777216,
+      "hbm_bandwidth_gbps":100,"h2d_bandwidth_gbps":10,"d2h_bandwidth_gbps":10,"d2d_bandwidth_gbps":50,
+      "dma_latency_ns":100,"dma_channels":1,"host_launch_latency_ns":100,"event_record_latency_ns":10,
+      "event_wait_latency_ns":10,"nop_latency_ns":1,"kernel_launch_overhead_ns":10,"aicpu_launch_overhead_ns":10,
+      "task_update_latency_ns":50,"aicore_gflops":10,"aicpu_gflops":1,"prefetch_num":4,"max_streams":4,
+      "max_events":2,"features":{"task_update":true}})";
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(spec.c_str(), f);
+    std::fclose(f);
+  }
+  auto rt = MakeRuntime({.chips = {path}});
+  Model m = rt->CreateModel(0).value();
+  std::vector<Stream> streams;
+  for (int i = 0; i < 3; ++i) {
+    streams.push_back(rt->CreateStream(0).value());  // with the default stream: 4
+    ASSERT_TRUE(rt->BindStream(m, streams.back()).ok());
+  }
+  auto fifth = rt->CreateStream(0);
+  ASSERT_FALSE(fifth.ok());
+  EXPECT_NE(fifth.status().message().find("all 4 streams"), std::string::npos) << fifth.status();
+  ASSERT_TRUE(rt->CreateEvent(0).ok());
+  ASSERT_TRUE(rt->CreateEvent(0).ok());
+  EXPECT_EQ(rt->CreateEvent(0).status().code(), StatusCode::kMemoryAllocation);
+  ASSERT_TRUE(rt->DestroyModel(m).ok());
+  EXPECT_EQ(rt->Stats(0)->streams, 1u);
+  EXPECT_EQ(rt->ExecuteModel(m, 1s).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(rt->CreateStream(0).ok());  // a stream of the destroyed model, reused
+}
+
+TEST(Streams, SynchronizeAsyncCompletesWithoutBlocking) {
+  auto rt = MakeRuntime();
+  Stream s = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->LaunchKernel(s, "noop", 4, {}).ok());
+  auto f = rt->SynchronizeStreamAsync(s);
+  auto end = f.Get();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_GT(*end, 0);
+}
+
 TEST(Trace, DeterministicModeGivesAByteIdenticalTrace) {
   std::string first = RunTracedProgram();
   std::string second = RunTracedProgram();
