@@ -72,6 +72,25 @@ VTime CopyCost(const KernelContext& ctx, const ChipSpec& chip, bool skip_in_plac
 VTime CopyCostFn(const KernelContext& ctx, const ChipSpec& chip) { return CopyCost(ctx, chip, false); }
 VTime ReshapeCostFn(const KernelContext& ctx, const ChipSpec& chip) { return CopyCost(ctx, chip, true); }
 
+// ---- HcomAllReduce over one rank: a copy ----------------------------------------------------------
+Status AllReduceRun(KernelContext& ctx) {
+  NPUFLOW_ASSIGN_OR_RETURN(OpKernelView v, OpKernelView::Open(ctx));
+  const KernelParams& p = v.params();
+  NPUFLOW_RETURN_IF_ERROR(CheckCounts(p, "op.HcomAllReduce", 1, 1));
+  NPUFLOW_RETURN_IF_ERROR(CheckSameDtype(p.input(0), p.output(0), "op.HcomAllReduce"));
+  const std::int64_t n = p.output(0).num_elements();
+  if (p.input(0).num_elements() != n)
+    return Status::ParamInvalid("op.HcomAllReduce: {} input elements, {} output elements", p.input(0).num_elements(), n);
+  const auto [b, e] = BlockRange(n, v.block_idx(), v.block_dim());
+  if (b == e) return Status::Ok();
+  return BySize(DataTypeSize(p.output(0).data_type()), [&]<typename T>() -> Status {
+    NPUFLOW_ASSIGN_OR_RETURN(auto x, v.Input<const T>(0));
+    NPUFLOW_ASSIGN_OR_RETURN(auto y, v.Output<T>(0));
+    std::memmove(y.data() + b, x.data() + b, static_cast<std::size_t>(e - b) * sizeof(T));
+    return Status::Ok();
+  });
+}
+
 // ---- Reshape ----------------------------------------------------------------------------------------
 Status ReshapeRun(KernelContext& ctx) {
   NPUFLOW_ASSIGN_OR_RETURN(OpKernelView v, OpKernelView::Open(ctx));
@@ -435,6 +454,7 @@ void RegisterTensorKernels() {
   r.Register({DeviceKernelName("Split"), npu_sim::Engine::kAICore, &SplitRun, &CopyCostFn});
   r.Register({DeviceKernelName("Slice"), npu_sim::Engine::kAICore, &SliceRun, &CopyCostFn});
   r.Register({DeviceKernelName("Cast"), npu_sim::Engine::kAICore, &CastRun, &CopyCostFn});
+  r.Register({DeviceKernelName("HcomAllReduce"), npu_sim::Engine::kAICore, &AllReduceRun, &CopyCostFn});
 }
 
 }  // namespace npuflow::graph

@@ -71,6 +71,9 @@ struct OpDef {
   // update, which dead-code elimination keeps, the memory plan makes in the Variable's own bytes
   // and the interpreter persists (KvCacheWrite).
   bool updates_inplace_input = false;
+  // A collective communication (HCCL-like) op. A model holding one is never unloaded to free
+  // device resources for another (seed 002, 3.5.1): that would break the communication group.
+  bool communication = false;
 };
 
 // Process-wide, filled at start-up by RegisterBuiltinOps; lookups are thread-safe afterwards.

@@ -390,6 +390,15 @@ Status ParamsSlice(const OpDesc& op, const std::vector<TensorDesc>& in, KernelPa
 }
 
 // ---- Cast -------------------------------------------------------------------------------------------
+// HcomAllReduce over a group of one rank: the sum of one tensor is itself.
+Status InferAllReduce(const OpDesc& op, const std::vector<TensorDesc>& in, std::vector<TensorDesc>& out) {
+  NPUFLOW_ASSIGN_OR_RETURN(std::string r, op.AttrOr<std::string>("reduction", "sum"));
+  if (r != "sum" && r != "max" && r != "min" && r != "prod")
+    return Status::ParamInvalid("node '{}' (HcomAllReduce): reduction '{}' is not one of sum, max, min, prod", op.name(), r);
+  out = {in[0]};
+  return Status::Ok();
+}
+
 Status InferCast(const OpDesc& op, const std::vector<TensorDesc>& in, std::vector<TensorDesc>& out) {
   NPUFLOW_ASSIGN_OR_RETURN(DataType dtype, op.Attr<DataType>("dtype"));
   out.push_back(TensorDesc{dtype, in[0].shape});
@@ -569,6 +578,9 @@ void RegisterTensorOps(OpRegistry& r) {
   r.Register({.type = "Cast", .min_inputs = 1, .max_inputs = 1, .required_attrs = {"dtype"},
               .infer = &InferCast, .reference = &RefCast, .tiling = &TileByOutputs<&InferCast>,
               .device_kernel = DeviceKernelName("Cast")});
+  r.Register({.type = "HcomAllReduce", .min_inputs = 1, .max_inputs = 1, .infer = &InferAllReduce,
+              .reference = &RefCopy, .tiling = &TileByOutputs<&InferAllReduce>,
+              .device_kernel = DeviceKernelName("HcomAllReduce"), .communication = true});
   r.Register({.type = "Variable", .min_inputs = 0, .max_inputs = 0, .required_attrs = {"dtype", "shape"},
               .engine = OpEngine::kHostLocal, .infer = &InferVariable, .reference = &RefVariable});
   r.Register({.type = "FileConstant", .min_inputs = 0, .max_inputs = 0, .required_attrs = {"dtype", "shape"},
