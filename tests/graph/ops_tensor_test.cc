@@ -493,6 +493,17 @@ TEST(Cast, DeviceMatchesReferenceForEveryDtypePair) {
 }
 
 // ---- Variable ---------------------------------------------------------------------------------------
+// ---- HcomAllReduce over one rank ------------------------------------------------------------------
+TEST(HcomAllReduce, OneRankIsTheIdentityOnDeviceAndReference) {
+  std::mt19937 rng(4);
+  const Tensor x = RandomTensor(Desc(DataType::kFloat32, Shape{3, 517}), rng, -2.f, 2.f);
+  EXPECT_EQ(Reference(Op("HcomAllReduce"), {x})[0].data, x.data);
+  ExpectDeviceMatchesReference(Op("HcomAllReduce", {{"reduction", std::string("max")}}), {x});
+  EXPECT_EQ(InferError(Op("HcomAllReduce", {{"reduction", std::string("avg")}}), {F32Desc(Shape{2})}),
+            "node 'n' (HcomAllReduce): reduction 'avg' is not one of sum, max, min, prod");
+  EXPECT_TRUE(OpRegistry::Global().Find("HcomAllReduce").value()->communication);
+}
+
 TEST(Variable, OutputsItsValueOrZeros) {
   const Tensor v = F32(Shape{2}, {1.5f, -2.f});
   auto with_value =
