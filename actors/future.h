@@ -62,9 +62,12 @@ class CoreBase {
   virtual bool TryFail(Status status) = 0;
 
   bool ready() const { return (state_.load(std::memory_order_acquire) & kReady) != 0; }
-  // Whether anyone besides the caller's one reference still holds this state (a future, a
-  // continuation): a completer holding the last reference talks to nobody.
-  bool shared() const { return refs_.load(std::memory_order_acquire) > 1; }
+  // Whether anyone besides the caller's one reference still listens (a future, or a continuation,
+  // which lives in the state itself): a completer holding the last reference of a state without a
+  // continuation talks to nobody.
+  bool shared() const {
+    return refs_.load(std::memory_order_acquire) > 1 || (state_.load(std::memory_order_acquire) & kContinuation) != 0;
+  }
   const std::type_info& value_type() const { return value_type_; }
 
   void AddRef() { refs_.fetch_add(1, std::memory_order_relaxed); }
