@@ -1,0 +1,197 @@
+// DavinciModel: one compiled model loaded onto a device for the v1 task-sink runtime (seed 002,
+// section 2.4). Init runs the documented stages in order:
+//
+//   InitModelMem   weights, variables and, per execution instance, feature map (fixed and
+//                  refreshable), tiling data and the model's own I/O blocks; self-allocated or
+//                  on user memory (LoadConfig::feature_memory_base / const_memory_base)
+//   InitIoNodes    every place a task reads a model input or writes a model output becomes a
+//                  zero-copy slot (npu_sim::IoPatch): the caller's device addresses go straight
+//                  into the task arguments at each run; host buffers are copied through the
+//                  model's own I/O blocks, the only place a copy is made
+//   InitVariables  variable memory filled with the initial values (TransAllVarData)
+//   InitNodes      kernels resolved in npu_sim's registry; communication (HCCL-like) ops found
+//   DoTaskSink     per instance: BindModelStream, InitTaskInfo (TaskDef -> npu_sim::Task with
+//                  resolved addresses), DistributeTask (each stream's list sent once), build end
+//
+// After Init one execution is one message to the device (npu_sim::Runtime::ExecuteModel).
+//
+// Execution instances. A device model runs one execution at a time, because an execution owns the
+// feature map. A DavinciModel therefore loads `instances` copies of everything an execution
+// writes (feature map, tiling data, own I/O blocks, streams, events) over one copy of the weights;
+// concurrent callers spread over them. A model that updates a Variable in place has one instance,
+// so its updates stay in call order.
+//
+// Thread-safety: NnExecute may be called from many threads at once.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "graph/compiled_model.h"
+#include "npu_sim/runtime.h"
+
+namespace npuflow::scheduler {
+
+using graph::CompiledModel;
+using graph::Tensor;
+
+// A model input or output buffer: host memory (copied in, or filled on completion) or device
+// memory on the model's device (zero copy). `bytes` must equal the tensor's size.
+struct DataBuffer {
+  void* host = nullptr;
+  npu_sim::DevicePtr device;
+  std::uint64_t bytes = 0;
+  static DataBuffer Host(void* data, std::uint64_t bytes) { return DataBuffer{data, {}, bytes}; }
+  static DataBuffer Host(const void* data, std::uint64_t bytes) { return DataBuffer{const_cast<void*>(data), {}, bytes}; }
+  static DataBuffer Device(npu_sim::DevicePtr ptr, std::uint64_t bytes) { return DataBuffer{nullptr, ptr, bytes}; }
+};
+
+struct ExecuteArgs {
+  std::vector<DataBuffer> inputs;
+  std::vector<DataBuffer> outputs;
+  // Async on this user stream (rtModelExecute on a stream): NnExecute returns once submitted and
+  // the caller synchronizes the stream. Buffers must then be device memory.
+  std::optional<npu_sim::Stream> stream;
+  npu_sim::Timeout timeout;  // synchronous runs: abort the device model after this long
+};
+
+struct LoadConfig {
+  int device = 0;
+  std::uint64_t session_id = 0;
+  int instances = 1;  // concurrent executions, 1..64 (forced to 1 for models that update Variables)
+  // User memory: the refreshable feature map (SetFeatureMemoryBase; one instance only) and the
+  // weights (const memory base). Never freed by npuflow; each must be at least the segment size.
+  npu_sim::DevicePtr feature_memory_base;
+  std::uint64_t feature_memory_size = 0;
+  npu_sim::DevicePtr const_memory_base;
+  std::uint64_t const_memory_size = 0;
+  // Shared weights (ModelManager's weight sharing): when set, the weights already live here and
+  // are not allocated or copied.
+  npu_sim::DevicePtr shared_weights;
+};
+
+// What loading a model takes from a device.
+struct ResourceNeeds {
+  std::uint64_t memory_bytes = 0;
+  std::size_t streams = 0;
+  std::size_t events = 0;
+};
+
+class DavinciModel {
+ public:
+  // What Init needs from the device for `model` under `config` (before any allocation).
+  static ResourceNeeds Needs(const CompiledModel& model, const LoadConfig& config);
+
+  DavinciModel(npu_sim::Runtime* rt, std::uint32_t id, std::shared_ptr<const CompiledModel> model,
+               LoadConfig config);
+  ~DavinciModel();  // Unload()
+  DavinciModel(const DavinciModel&) = delete;
+  DavinciModel& operator=(const DavinciModel&) = delete;
+
+  // The stages above, in order. A failure releases what the earlier stages took.
+  Status Init();
+  // The stages Init ran, in order (for tests and `npuflow run -v`).
+  const std::vector<std::string>& init_stages() const { return init_stages_; }
+
+  // One inference (seed 002, 3.3): map (device buffers) or copy (host buffers) the inputs,
+  // execute, synchronize with the timeout unless async on a user stream, copy host outputs.
+  // A timeout aborts the device model and returns a Timeout status.
+  Status NnExecute(const ExecuteArgs& args);
+  // Host tensors in, host tensors out: the common case of NnExecute.
+  StatusOr<std::vector<Tensor>> Execute(const std::vector<Tensor>& inputs, npu_sim::Timeout timeout = std::nullopt);
+
+  // The same tasks without task sink, for comparison: every task is submitted by the host on its
+  // own (one host interaction each) to host streams, then the host synchronizes. Runs on
+  // instance 0 and fails if another execution of this model is in flight.
+  Status ExecuteHostScheduled(const ExecuteArgs& args);
+
+  // Releases every device resource the model holds (device models, streams, events, memory it
+  // allocated). Waits for nothing: executions in flight fail with Aborted. Idempotent.
+  Status Unload();
+
+  std::uint32_t id() const { return id_; }
+  int device() const { return config_.device; }
+  std::uint64_t session_id() const { return config_.session_id; }
+  const CompiledModel& compiled() const { return *model_; }
+  std::shared_ptr<const CompiledModel> compiled_shared() const { return model_; }
+  int instances() const { return static_cast<int>(instances_.size()); }
+  bool has_communication_tasks() const { return has_communication_; }
+  bool updates_variables() const { return updates_variables_; }
+  npu_sim::DevicePtr weights_base() const { return weights_; }
+  std::uint64_t last_used() const { return last_used_.load(std::memory_order_relaxed); }
+  void Touch();
+  // In use: an execution in flight or a Run loop started. Resource recycling skips busy models.
+  bool busy() const { return in_flight_.load(std::memory_order_relaxed) > 0 || run_loops_.load() > 0; }
+  void AddRunLoop(int delta) { run_loops_.fetch_add(delta); }
+
+  // The device model and execution stream of instance `i` (the Run loop uses instance 0).
+  npu_sim::Model device_model(int i) const { return instances_[i]->model; }
+  npu_sim::Stream exec_stream(int i) const { return instances_[i]->exec_stream; }
+  // The io vector that runs instance `i` on its own I/O blocks.
+  std::vector<std::uint64_t> OwnIo(int i) const;
+  // The device address of instance `i`'s own block for input / output `index`.
+  npu_sim::DevicePtr OwnInput(int i, std::size_t index) const;
+  npu_sim::DevicePtr OwnOutput(int i, std::size_t index) const;
+  npu_sim::Runtime& runtime() { return *rt_; }
+
+ private:
+  struct Instance {
+    std::array<npu_sim::DevicePtr, graph::kSegmentCount> base{};
+    std::array<bool, graph::kSegmentCount> owned{};  // allocated here (freed on unload)
+    npu_sim::Model model;
+    bool has_model = false;
+    std::vector<npu_sim::Stream> streams;  // bound to `model`
+    npu_sim::Stream exec_stream;           // host stream: copies and model executes
+    std::vector<npu_sim::Stream> host_streams;  // ExecuteHostScheduled only, created on first use
+    std::vector<npu_sim::Event> events;
+    std::vector<std::vector<npu_sim::Task>> lists;  // the resolved lists, kept for host scheduling
+    std::vector<std::vector<npu_sim::IoPatch>> patches;
+    std::atomic<int> in_flight{0};
+  };
+
+  Status InitModelMem();
+  Status InitIoNodes();
+  Status InitVariables();
+  Status InitNodes();
+  Status DoTaskSink();
+  StatusOr<std::uint64_t> Resolve(const Instance& inst, const graph::MemRef& ref) const;
+  Status CheckArgs(const ExecuteArgs& args) const;
+  Instance& PickInstance();
+  std::vector<std::uint64_t> IoFor(const Instance& inst, const ExecuteArgs& args) const;
+  Status FreeInstance(Instance& inst);
+
+  npu_sim::Runtime* rt_;
+  const std::uint32_t id_;
+  std::shared_ptr<const CompiledModel> model_;
+  LoadConfig config_;
+  std::vector<std::string> init_stages_;
+
+  npu_sim::DevicePtr weights_, variables_;
+  bool owns_weights_ = false, owns_variables_ = false;
+  std::vector<std::unique_ptr<Instance>> instances_;
+  // Zero-copy places: per stream, the patches (slot = input index, then n_inputs + output index).
+  std::vector<std::vector<npu_sim::IoPatch>> io_patches_;
+  std::vector<const npu_sim::KernelDef*> kernels_;  // per (stream, task), resolved by InitNodes
+  bool has_communication_ = false;
+  bool updates_variables_ = false;
+  // Executions hold exec_mu_ shared; Unload aborts the device models (so executions in flight
+  // end), then takes it exclusively before releasing anything they use.
+  std::shared_mutex exec_mu_;
+  std::atomic<bool> unloaded_{false};
+
+  std::atomic<int> in_flight_{0};
+  std::atomic<int> run_loops_{0};
+  std::atomic<std::uint64_t> last_used_{0};
+  std::atomic<std::uint64_t> next_instance_{0};
+};
+
+}  // namespace npuflow::scheduler

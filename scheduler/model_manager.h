@@ -1,0 +1,129 @@
+// ModelManager: the process-wide registry of loaded models (seed 002, 2.3), and the runtime
+// environment (the simulated devices) they live on.
+//
+//   ModelManager::Initialize({.chips = {"910B"}});   // GEInitialize: once per process
+//   ModelManager& mm = *ModelManager::Get();
+//   uint32_t id = mm.LoadModelOnline(compiled, {.device = 0}).value();
+//   auto outs = mm.GetModel(id).value()->Execute(inputs);
+//   ModelManager::Finalize();                          // GEFinalize: unloads everything
+//
+// Two registries are kept apart, as in the original: static-shape models (DavinciModel, task
+// sink) and dynamic-shape models (run by the RT2.0 host executors, which register themselves
+// through HybridModel). The v1 compiler only produces static models; loading a dynamic-shape
+// model with no RT2.0 runtime present is Unsupported, naming the model.
+//
+// Loading checks the device's free memory, streams and events against what the model needs.
+// When short it unloads loaded models of that device in least-recently-used order, skipping
+// models with communication (HCCL-like) tasks, models in use and dynamic-shape models,
+// re-checking after each. Still short is an error naming the resource and the shortfall.
+//
+// Weight sharing: models loaded from the same compiled model onto the same device with
+// `share_weights` use one copy of the weights, freed with the last of them.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/timer.h"
+#include "npu_sim/runtime.h"
+#include "scheduler/davinci_model.h"
+
+namespace npuflow::scheduler {
+
+// A dynamic-shape model, run on the host by an RT2.0 executor.
+class HybridModel {
+ public:
+  virtual ~HybridModel() = default;
+  virtual Status Unload() = 0;
+  virtual int device() const = 0;
+};
+
+struct ModelLoadOptions : LoadConfig {
+  bool share_weights = false;
+  std::string name;  // for messages
+};
+
+// What recycling did on a load (for tests and logs).
+struct RecycleReport {
+  std::vector<std::uint32_t> unloaded;  // in order
+};
+
+class ModelManager {
+ public:
+  static Status Initialize(npu_sim::RuntimeOptions options);
+  // Unloads every model and destroys the devices. Ok when not initialized.
+  static Status Finalize();
+  static ModelManager* Get();  // null unless initialized
+
+  npu_sim::Runtime& runtime() { return *rt_; }
+  DeadlineTimer& timer() { return timer_; }
+
+  // Online: from a compiled model in memory. The model is shared, never copied.
+  StatusOr<std::uint32_t> LoadModelOnline(std::shared_ptr<const CompiledModel> model, const ModelLoadOptions& options,
+                                          RecycleReport* report = nullptr);
+  // Offline: from the bytes of an .om file; `source` names it in errors.
+  StatusOr<std::uint32_t> LoadModelFromData(std::string_view om, const ModelLoadOptions& options,
+                                            std::string source, RecycleReport* report = nullptr);
+  Status Unload(std::uint32_t model_id);
+  StatusOr<std::shared_ptr<DavinciModel>> GetModel(std::uint32_t model_id) const;
+  bool IsLoaded(std::uint32_t model_id) const;
+  std::vector<std::uint32_t> LoadedModels() const;
+
+  StatusOr<std::uint32_t> RegisterHybridModel(std::shared_ptr<HybridModel> model);
+  StatusOr<std::shared_ptr<HybridModel>> GetHybridModel(std::uint32_t model_id) const;
+
+  // Session binding: the devices a session's models live on; unloading a session's models.
+  void BindSession(std::uint64_t session_id, int device);
+  std::set<int> SessionDevices(std::uint64_t session_id) const;
+  Status DestroySession(std::uint64_t session_id);
+
+  // Sync execution (GraphLoader::ExecuteModel / ModelManager::ExecuteModel -> NnExecute).
+  Status ExecuteModel(std::uint32_t model_id, const ExecuteArgs& args);
+
+  // Free resources of a device as the load check sees them: memory is
+  // max(0, capacity * 0.95 - in use) (5% kept in reserve).
+  ResourceNeeds Free(int device) const;
+
+ private:
+  explicit ModelManager(std::unique_ptr<npu_sim::Runtime> rt) : rt_(std::move(rt)) {}
+  Status CheckAndRelease(int device, const ResourceNeeds& need, const std::string& name, RecycleReport* report);
+  Status UnloadLocked(std::uint32_t model_id, std::unique_lock<std::mutex>& lock);
+
+  std::unique_ptr<npu_sim::Runtime> rt_;
+  DeadlineTimer timer_;
+  mutable std::mutex mu_;
+  std::mutex load_mu_;  // one load (check, recycle, init) at a time
+  std::uint32_t next_id_ = 1;
+  std::map<std::uint32_t, std::shared_ptr<DavinciModel>> model_map_;
+  std::map<std::uint32_t, std::shared_ptr<HybridModel>> hybrid_model_map_;
+  std::map<std::uint64_t, std::set<int>> sess_id_to_device_ids_;
+  std::map<std::uint64_t, std::set<std::uint32_t>> sess_id_to_models_;
+  // Weight sharing: (compiled model, device) -> the shared weights and who uses them.
+  struct SharedWeights {
+    npu_sim::DevicePtr ptr;
+    std::set<std::uint32_t> users;
+  };
+  std::map<std::pair<const CompiledModel*, int>, SharedWeights> weights_mem_ids_to_addr_info_;
+};
+
+// GraphLoader: the loading facade (seed 002, 2.2): static functions over ModelManager::Get().
+// Each fails with an error naming the missing environment when ModelManager is not initialized.
+class GraphLoader {
+ public:
+  static StatusOr<std::uint32_t> LoadModelOnline(std::shared_ptr<const CompiledModel> model,
+                                                 const ModelLoadOptions& options);
+  static StatusOr<std::uint32_t> LoadModelFromData(std::string_view om, const ModelLoadOptions& options,
+                                                   std::string source);
+  static Status UnloadModel(std::uint32_t model_id);
+  static Status ExecuteModel(std::uint32_t model_id, const ExecuteArgs& args);
+};
+
+}  // namespace npuflow::scheduler

@@ -1,0 +1,117 @@
+// Session: a user's context for graphs (seed 002, section 7): compile, load lazily, run.
+//
+//   ModelManager::Initialize({});
+//   auto session = Session::Create({{"ge.exec.deviceId", "0"}}).value();
+//   session->AddGraph(1, std::move(graph));
+//   auto outputs = session->RunGraph(1, inputs).value();   // builds and loads on first use
+//
+// Options (a string map; unknown names and bad values are ParamInvalid naming the option and
+// the accepted values). Session options are defaults for AddGraph's options.
+//   ge.exec.deviceId          device index (default 0)
+//   ge.socVersion             chip to compile for (default: the device's chip)
+//   ge.enableSingleStream     "true" | "false" (default false: multi-stream)
+//   ge.streamMaxParallelNum   streams per engine in multi-stream mode, 1..64 (default 8)
+//   npuflow.executionStreams  concurrent execution instances per loaded model, 1..64 (default 1)
+//   npuflow.executeTimeoutMs  per execution, 0 = none (default 0)
+//
+// Entry points and the runtime paths they take (seed 002, 3.4):
+//   RunGraph                 -> NnExecute on the caller's thread (sync)
+//   RunGraphAsync            -> the model's Run loop (ModelActor), outputs to the callback
+//   RunGraphWithStreamAsync  -> NnExecute async on the caller's stream, device buffers only
+//
+// Thread-safe: any number of threads may call any method; RunGraph calls on one graph run
+// concurrently over its execution instances.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "graph/compute_graph.h"
+#include "scheduler/model_actor.h"
+#include "scheduler/model_manager.h"
+
+namespace npuflow::scheduler {
+
+using Options = std::map<std::string, std::string>;
+
+// The options above, parsed.
+struct GraphOptions {
+  int device = 0;
+  std::string chip;  // empty: the device's
+  bool single_stream = false;
+  int max_parallel = 8;
+  int execution_streams = 1;
+  npu_sim::Timeout timeout;
+};
+// Parses `options` over `base`. Errors name the option and its accepted values.
+StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOptions& base = {});
+
+// A tensor in device memory (for RunGraphWithStreamAsync).
+struct DeviceTensor {
+  graph::TensorDesc desc;
+  npu_sim::DevicePtr ptr;
+};
+
+class Session {
+ public:
+  // Requires ModelManager::Initialize.
+  static StatusOr<std::unique_ptr<Session>> Create(const Options& options = {});
+  ~Session();  // Finalize()
+
+  std::uint64_t id() const { return id_; }
+
+  // Adds a graph under `graph_id` (an id in use is ParamInvalid).
+  Status AddGraph(std::uint32_t graph_id, std::unique_ptr<graph::ComputeGraph> graph, const Options& options = {});
+  // Adds an already compiled model (from an .om file): built, not loaded.
+  Status AddCompiledModel(std::uint32_t graph_id, std::shared_ptr<const CompiledModel> model,
+                          const Options& options = {});
+  // Compiles only (no device resources taken). Building a built graph is a no-op.
+  Status BuildGraph(std::uint32_t graph_id);
+  // Loads now (RunGraph does it on first use).
+  Status LoadGraph(std::uint32_t graph_id);
+
+  StatusOr<std::vector<Tensor>> RunGraph(std::uint32_t graph_id, const std::vector<Tensor>& inputs);
+  // The callback gets the outputs or the error; see ModelActor for the outcomes.
+  Status RunGraphAsync(std::uint32_t graph_id, std::vector<Tensor> inputs, RunCallback done);
+  Status RunGraphWithStreamAsync(std::uint32_t graph_id, npu_sim::Stream stream, const std::vector<DeviceTensor>& inputs,
+                                 const std::vector<DeviceTensor>& outputs);
+
+  // A fork shares the origin's compiled model and loads and runs on its own. Errors: the origin
+  // does not exist (NotFound), is not built (Failed), `fork_id` is in use (ParamInvalid).
+  Status ForkGraph(std::uint32_t origin_id, std::uint32_t fork_id);
+  // Stops its Run loop, unloads it, forgets it. Forks of it are unaffected.
+  Status RemoveGraph(std::uint32_t graph_id);
+
+  // User memory for a graph, used when it loads (set before the first run).
+  Status SetGraphConstMemoryBase(std::uint32_t graph_id, npu_sim::DevicePtr ptr, std::uint64_t size);
+  Status UpdateGraphFeatureMemoryBase(std::uint32_t graph_id, npu_sim::DevicePtr ptr, std::uint64_t size);
+
+  // Stops every Run loop and unloads every model of the session. Idempotent; later calls fail.
+  Status Finalize();
+
+  StatusOr<std::shared_ptr<const CompiledModel>> GetCompiledModel(std::uint32_t graph_id) const;
+  // The loaded model of a graph (NotFound if not loaded, e.g. unloaded by resource recycling).
+  StatusOr<std::shared_ptr<DavinciModel>> GetLoadedModel(std::uint32_t graph_id) const;
+
+  struct GraphNode;  // a graph's compile and load state (opaque)
+
+ private:
+  explicit Session(std::uint64_t id, GraphOptions options) : id_(id), options_(std::move(options)) {}
+  StatusOr<std::shared_ptr<GraphNode>> Find(std::uint32_t graph_id) const;
+  Status Insert(std::uint32_t graph_id, std::shared_ptr<GraphNode> node);
+  Status Build(GraphNode& node);
+  StatusOr<std::shared_ptr<DavinciModel>> EnsureLoaded(GraphNode& node);
+
+  const std::uint64_t id_;
+  const GraphOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::uint32_t, std::shared_ptr<GraphNode>> graphs_;
+  bool finalized_ = false;
+};
+
+}  // namespace npuflow::scheduler
