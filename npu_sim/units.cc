@@ -49,8 +49,9 @@ void UnitActor::Receive(Message& msg, actors::Context<Message>& ctx) {
 void UnitActor::Run(RunBlocks& run) {
   KernelJob& job = *run.job;
   ++runs_;
-  VTime start = std::max(clock_, run.at);
-  VTime t = start;
+  // Blocks run first (their results do not depend on time); their cost then takes the earliest
+  // idle gap on this unit at or after the kernel's start.
+  VTime t = 0;
   Status status;
   if (fault_ && runs_ == fault_->nth) {
     switch (fault_->kind) {
@@ -79,7 +80,8 @@ void UnitActor::Run(RunBlocks& run) {
     }
     t += job.def->cost ? std::max<VTime>(job.def->cost(kctx, device_->chip()), 0) : 0;
   }
-  clock_ = t;
+  const VTime start = busy_.Reserve(run.at, t);
+  t += start;
   if (track_) {
     track_->Add(TraceEvent{run.count == job.block_dim ? job.name : fmt::format("{} [{}+{}]", job.name, run.first, run.count),
                            start, t - start, device_->deterministic() ? -1 : WallNs(),
@@ -174,7 +176,6 @@ void DmaChannelActor::Receive(Message& msg, actors::Context<Message>& ctx) {
   if (std::holds_alternative<AttachChannels>(msg)) return ctx.Reply();
   auto& req = std::get<CopyRequest>(msg);
   ++runs_;
-  VTime start = std::max(clock_, req.at);
   VTime cost = device_->chip().CopyCost(req.bytes, CopyBandwidth(device_->chip(), req.kind));
   Status status;
   if (fault_ && runs_ == fault_->nth) {
@@ -190,13 +191,13 @@ void DmaChannelActor::Receive(Message& msg, actors::Context<Message>& ctx) {
       status = status.WithContext(fmt::format("device {} task {} ({} {} bytes) on dma {}", device_->id(), req.task,
                                               CopyKindName(req.kind), req.bytes, index_));
   }
-  clock_ = start + cost;
+  const VTime start = busy_.Reserve(req.at, cost);
   if (track_) {
     track_->Add(TraceEvent{req.name.empty() ? std::string(CopyKindName(req.kind)) : req.name, start, cost,
                            device_->deterministic() ? -1 : WallNs(),
                            fmt::format("\"bytes\":{},\"task\":{}", req.bytes, req.task)});
   }
-  req.stream.Send(UnitDone{req.epoch, req.task, clock_, std::move(status)});
+  req.stream.Send(UnitDone{req.epoch, req.task, start + cost, std::move(status)});
 }
 
 void DmaEngineActor::Receive(Message& msg, actors::Context<Message>& ctx) {

@@ -15,6 +15,7 @@
 
 #include "npu_sim/device.h"
 #include "npu_sim/messages.h"
+#include "npu_sim/timeline.h"
 
 namespace npuflow::npu_sim {
 
@@ -32,7 +33,7 @@ class UnitActor {
   std::string name_;
   actors::Address<ClusterMsg> cluster_;
   TraceTrack* track_ = nullptr;
-  VTime clock_ = 0;
+  BusyTimeline busy_;
   std::uint64_t runs_ = 0;  // RunBlocks handled since the fault was set
   std::optional<Fault> fault_;
 };
@@ -63,7 +64,7 @@ class DmaChannelActor {
   Device* device_;
   int index_;
   TraceTrack* track_ = nullptr;
-  VTime clock_ = 0;
+  BusyTimeline busy_;
   std::uint64_t runs_ = 0;
   std::optional<Fault> fault_;
 };

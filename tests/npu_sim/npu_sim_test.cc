@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "npu_sim/runtime.h"
+#include "npu_sim/timeline.h"
 
 namespace npuflow::npu_sim {
 namespace {
@@ -544,6 +545,22 @@ TEST(Streams, SynchronizeAsyncCompletesWithoutBlocking) {
   auto end = f.Get();
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_GT(*end, 0);
+}
+
+// Work that arrives late in wall time but early in virtual time fills an idle gap.
+TEST(BusyTimeline, ReservesTheEarliestGapAtOrAfterTheReadyTime) {
+  BusyTimeline unit;
+  EXPECT_EQ(unit.Reserve(1000, 100), 1000);  // [1000, 1100)
+  EXPECT_EQ(unit.Reserve(0, 100), 0);        // before it: [0, 100)
+  EXPECT_EQ(unit.Reserve(50, 100), 100);     // after the first busy stretch: [100, 200)
+  EXPECT_EQ(unit.Reserve(150, 900), 1100);   // does not fit in [200, 1000): after 1100
+  EXPECT_EQ(unit.Reserve(200, 800), 200);    // fits exactly in [200, 1000)
+  EXPECT_EQ(unit.Reserve(0, 0), 0);          // zero work takes no time and any place
+  EXPECT_EQ(unit.end(), 2000);
+  // Beyond kMaxIntervals the oldest gaps are forgotten (treated as busy), never double-booked.
+  BusyTimeline many;
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(many.Reserve(i * 20, 10), i * 20);
+  EXPECT_GE(many.Reserve(0, 10), 10);
 }
 
 TEST(Trace, DeterministicModeGivesAByteIdenticalTrace) {

@@ -1,0 +1,65 @@
+// BusyTimeline: when a unit (an AICore or AICPU core, a DMA channel) is busy in virtual time.
+//
+// Work reaches a unit in wall-clock order, which need not be virtual-time order: two streams
+// (or two model instances) run concurrently on the host, and the one that happens to be handled
+// first may be later in virtual time. Reserve places each piece of work in the earliest idle gap
+// at or after its ready time, so concurrent work overlaps in virtual time as it would on the
+// device, whichever message came first. Plain data: a sorted array of busy intervals, adjacent
+// ones merged; the oldest are forgotten beyond kMaxIntervals (the time before them counts as
+// busy), so no allocation happens once the array has grown.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "npu_sim/chip_spec.h"
+
+namespace npuflow::npu_sim {
+
+class BusyTimeline {
+ public:
+  static constexpr std::size_t kMaxIntervals = 64;
+
+  BusyTimeline() { busy_.reserve(kMaxIntervals + 1); }
+
+  // Reserves `duration` at the earliest start >= `at` that overlaps no busy interval; returns it.
+  VTime Reserve(VTime at, VTime duration) {
+    VTime t = std::max(at, horizon_);
+    // The first interval ending after t, then skip every interval the work would overlap.
+    auto it = std::upper_bound(busy_.begin(), busy_.end(), t,
+                               [](VTime v, const Interval& i) { return v < i.second; });
+    while (it != busy_.end() && it->first < t + duration) {
+      t = std::max(t, it->second);
+      ++it;
+    }
+    if (duration <= 0) return t;
+    // Insert [t, t + duration) before `it`, merging with touching neighbours.
+    const VTime end = t + duration;
+    auto pos = busy_.insert(it, Interval{t, end});
+    if (pos + 1 != busy_.end() && (pos + 1)->first == end) {
+      pos->second = (pos + 1)->second;
+      busy_.erase(pos + 1);
+    }
+    if (pos != busy_.begin() && (pos - 1)->second == t) {
+      (pos - 1)->second = pos->second;
+      pos = busy_.erase(pos);
+    }
+    if (busy_.size() > kMaxIntervals) {
+      horizon_ = std::max(horizon_, busy_.front().second);
+      busy_.erase(busy_.begin());
+    }
+    return t;
+  }
+
+  // The end of the latest busy interval.
+  VTime end() const { return busy_.empty() ? horizon_ : std::max(horizon_, busy_.back().second); }
+
+ private:
+  using Interval = std::pair<VTime, VTime>;  // [start, end)
+  std::vector<Interval> busy_;               // sorted, disjoint
+  VTime horizon_ = 0;                        // before this, everything counts as busy
+};
+
+}  // namespace npuflow::npu_sim
