@@ -345,9 +345,16 @@ Status DavinciModel::CheckArgs(const ExecuteArgs& args) const {
 }
 
 DavinciModel::Instance& DavinciModel::PickInstance() {
-  // The least busy instance, ties broken round-robin so load spreads.
+  // An idle instance, claimed atomically (two callers never both take the same idle one); if
+  // none is idle, the least busy. Starting points rotate so load spreads. The caller releases
+  // the instance (in_flight - 1) when its execution ends.
   const std::size_t n = instances_.size();
   const std::size_t start = next_instance_.fetch_add(1, std::memory_order_relaxed) % n;
+  for (std::size_t k = 0; k < n; ++k) {
+    Instance& inst = *instances_[(start + k) % n];
+    int idle = 0;
+    if (inst.in_flight.compare_exchange_strong(idle, 1, std::memory_order_acq_rel)) return inst;
+  }
   std::size_t best = start;
   int best_load = std::numeric_limits<int>::max();
   for (std::size_t k = 0; k < n; ++k) {
@@ -358,6 +365,7 @@ DavinciModel::Instance& DavinciModel::PickInstance() {
       best = i;
     }
   }
+  instances_[best]->in_flight.fetch_add(1, std::memory_order_acq_rel);
   return *instances_[best];
 }
 
@@ -378,9 +386,12 @@ std::vector<std::uint64_t> DavinciModel::IoFor(const Instance& inst, const Execu
 }
 
 namespace {
+// Counts an execution in `c` for its duration (adopt: already counted by PickInstance).
 struct InFlight {
-  explicit InFlight(std::atomic<int>& c) : c_(c) { c_.fetch_add(1, std::memory_order_relaxed); }
-  ~InFlight() { c_.fetch_sub(1, std::memory_order_relaxed); }
+  explicit InFlight(std::atomic<int>& c, bool adopt = false) : c_(c) {
+    if (!adopt) c_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~InFlight() { c_.fetch_sub(1, std::memory_order_acq_rel); }
   std::atomic<int>& c_;
 };
 }  // namespace
@@ -397,7 +408,7 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
     return rt_->ExecuteModelOnStream(inst.model, *args.stream, IoFor(inst, args));
   }
   Instance& inst = PickInstance();
-  InFlight inst_guard(inst.in_flight);
+  InFlight inst_guard(inst.in_flight, /*adopt=*/true);
   std::vector<std::uint64_t> io = IoFor(inst, args);
   const bool zero_copy = std::all_of(args.inputs.begin(), args.inputs.end(), [](const DataBuffer& b) { return b.host == nullptr; }) &&
                          std::all_of(args.outputs.begin(), args.outputs.end(), [](const DataBuffer& b) { return b.host == nullptr; });

@@ -40,7 +40,8 @@ class RunLoop {
   ~RunLoop();  // Stop()
 
   // Queues one inference. Inputs are checked here (count, sizes; errors name the input). If the
-  // loop has stopped, the callback gets the reason at once.
+  // loop has stopped, the callback gets the reason at once. An error returned here means the
+  // callback will never be called; otherwise it is called exactly once.
   Status Push(std::vector<Tensor> inputs, RunCallback done);
   // A normal stop. Waits until the item in flight has been answered. Idempotent.
   Status Stop();

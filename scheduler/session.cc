@@ -169,7 +169,8 @@ StatusOr<std::shared_ptr<DavinciModel>> Session::EnsureLoaded(GraphNode& node) {
   lo.feature_memory_size = node.feature_size;
   lo.const_memory_base = node.const_base;
   lo.const_memory_size = node.const_size;
-  lo.name = fmt::format("session {} graph {}", id_, node.id);
+  const std::string graph_name = node.compiled->graph ? node.compiled->graph->name() : std::string("?");
+  lo.name = fmt::format("{} (session {} graph {})", graph_name, id_, node.id);
   NPUFLOW_ASSIGN_OR_RETURN(std::uint32_t id, mm->LoadModelOnline(node.compiled, lo));
   node.model_id = id;
   return mm->GetModel(id);

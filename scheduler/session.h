@@ -76,7 +76,8 @@ class Session {
   Status LoadGraph(std::uint32_t graph_id);
 
   StatusOr<std::vector<Tensor>> RunGraph(std::uint32_t graph_id, const std::vector<Tensor>& inputs);
-  // The callback gets the outputs or the error; see ModelActor for the outcomes.
+  // The callback gets the outputs or the error; see ModelActor for the outcomes. When this call
+  // returns an error the callback is never called; otherwise it is called exactly once.
   Status RunGraphAsync(std::uint32_t graph_id, std::vector<Tensor> inputs, RunCallback done);
   Status RunGraphWithStreamAsync(std::uint32_t graph_id, npu_sim::Stream stream, const std::vector<DeviceTensor>& inputs,
                                  const std::vector<DeviceTensor>& outputs);
