@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -156,7 +157,7 @@ class Runtime {
     std::unique_ptr<Device> device;
     std::mutex mu;  // streams and models tables
     std::vector<std::unique_ptr<HostStream>> streams;
-    std::vector<ModelEntry> models;
+    std::deque<ModelEntry> models;  // deque: entries stay put while others are added
   };
 
   explicit Runtime(RuntimeOptions options);

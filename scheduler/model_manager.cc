@@ -134,52 +134,75 @@ StatusOr<std::uint32_t> ModelManager::LoadModelOnline(std::shared_ptr<const Comp
 
   std::lock_guard<std::mutex> load_lock(load_mu_);
   LoadConfig config = options;
-  const auto key = std::make_pair(model.get(), options.device);
-  bool new_shared = false;
-  if (options.share_weights && !options.const_memory_base) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = weights_mem_ids_to_addr_info_.find(key);
-    if (it != weights_mem_ids_to_addr_info_.end()) config.shared_weights = it->second.ptr;
-    else new_shared = true;
-  }
-  ResourceNeeds need = DavinciModel::Needs(*model, config);
-  NPUFLOW_RETURN_IF_ERROR(CheckAndRelease(options.device, need, name, report));
-
-  if (new_shared) {
-    const std::uint64_t bytes = std::max<std::uint64_t>(model->memory.bytes(graph::Segment::kWeights), 1);
-    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr ptr,
-                             rt_->Malloc(options.device, bytes, npu_sim::Placement::kHbm, "shared weights"));
-    if (!model->weights.empty()) {
-      Status s = rt_->MemcpyH2D(options.device, ptr, model->weights.data(), model->weights.size());
-      if (!s.ok()) {
-        (void)rt_->Free(options.device, ptr);
-        return s;
-      }
-    }
-    config.shared_weights = ptr;
-  }
-
   std::uint32_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
   }
-  auto davinci = std::make_shared<DavinciModel>(rt_.get(), id, model, config);
-  Status s = davinci->Init();
-  if (!s.ok()) {
-    if (new_shared) (void)rt_->Free(options.device, config.shared_weights);
-    return s.WithContext(fmt::format("loading model '{}' on device {}", name, options.device));
+  // Weight sharing: the new model becomes a user of already loaded weights before anything is
+  // unloaded to make room, so recycling their last other user cannot free them under it.
+  const bool share = options.share_weights && !options.const_memory_base;
+  const auto key = std::make_pair(model.get(), options.device);
+  bool new_shared = false;
+  if (share) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = weights_mem_ids_to_addr_info_.find(key);
+    if (it != weights_mem_ids_to_addr_info_.end()) {
+      config.shared_weights = it->second.ptr;
+      it->second.users.insert(id);
+    } else {
+      new_shared = true;
+    }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  model_map_[id] = davinci;
-  if (options.share_weights && config.shared_weights) {
+  auto fail = [&](Status s) -> Status {
+    if (share) {
+      if (npu_sim::DevicePtr ptr = ReleaseSharedWeights(id)) (void)rt_->Free(options.device, ptr);
+    }
+    return s;
+  };
+  ResourceNeeds need = DavinciModel::Needs(*model, config);
+  if (Status s = CheckAndRelease(options.device, need, name, report); !s.ok()) return fail(s);
+
+  if (new_shared) {
+    const std::uint64_t bytes = std::max<std::uint64_t>(model->memory.bytes(graph::Segment::kWeights), 1);
+    auto ptr = rt_->Malloc(options.device, bytes, npu_sim::Placement::kHbm, "shared weights");
+    if (!ptr.ok()) return ptr.status();
+    if (!model->weights.empty()) {
+      Status s = rt_->MemcpyH2D(options.device, *ptr, model->weights.data(), model->weights.size());
+      if (!s.ok()) {
+        (void)rt_->Free(options.device, *ptr);
+        return s;
+      }
+    }
+    config.shared_weights = *ptr;
+    std::lock_guard<std::mutex> lock(mu_);
     SharedWeights& sw = weights_mem_ids_to_addr_info_[key];
-    sw.ptr = config.shared_weights;
+    sw.ptr = *ptr;
     sw.users.insert(id);
   }
+
+  auto davinci = std::make_shared<DavinciModel>(rt_.get(), id, model, config);
+  if (Status s = davinci->Init(); !s.ok())
+    return fail(s.WithContext(fmt::format("loading model '{}' on device {}", name, options.device)));
+  std::lock_guard<std::mutex> lock(mu_);
+  model_map_[id] = davinci;
   sess_id_to_device_ids_[options.session_id].insert(options.device);
   sess_id_to_models_[options.session_id].insert(id);
   return id;
+}
+
+// Drops `model_id` from the users of shared weights; returns them when it was the last user (the
+// caller frees them), else null.
+npu_sim::DevicePtr ModelManager::ReleaseSharedWeights(std::uint32_t model_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto sw = weights_mem_ids_to_addr_info_.begin(); sw != weights_mem_ids_to_addr_info_.end(); ++sw) {
+    if (sw->second.users.erase(model_id) == 0) continue;
+    if (!sw->second.users.empty()) return {};
+    const npu_sim::DevicePtr ptr = sw->second.ptr;
+    weights_mem_ids_to_addr_info_.erase(sw);
+    return ptr;
+  }
+  return {};
 }
 
 StatusOr<std::uint32_t> ModelManager::LoadModelFromData(std::string_view om, const ModelLoadOptions& options,
@@ -204,15 +227,8 @@ Status ModelManager::Unload(std::uint32_t model_id) {
     model = it->second;
     model_map_.erase(it);
     for (auto& [sess, ids] : sess_id_to_models_) ids.erase(model_id);
-    for (auto sw = weights_mem_ids_to_addr_info_.begin(); sw != weights_mem_ids_to_addr_info_.end(); ++sw) {
-      if (sw->second.users.erase(model_id) == 0) continue;
-      if (sw->second.users.empty()) {
-        free_weights = sw->second.ptr;
-        weights_mem_ids_to_addr_info_.erase(sw);
-      }
-      break;
-    }
   }
+  free_weights = ReleaseSharedWeights(model_id);
   Status s = model->Unload();
   if (free_weights) {
     Status f = rt_->Free(model->device(), free_weights);

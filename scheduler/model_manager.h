@@ -95,7 +95,7 @@ class ModelManager {
  private:
   explicit ModelManager(std::unique_ptr<npu_sim::Runtime> rt) : rt_(std::move(rt)) {}
   Status CheckAndRelease(int device, const ResourceNeeds& need, const std::string& name, RecycleReport* report);
-  Status UnloadLocked(std::uint32_t model_id, std::unique_lock<std::mutex>& lock);
+  npu_sim::DevicePtr ReleaseSharedWeights(std::uint32_t model_id);
 
   std::unique_ptr<npu_sim::Runtime> rt_;
   DeadlineTimer timer_;
