@@ -1,0 +1,281 @@
+// DavinciModel (seed 002, 2.4 and 3.3): Init runs the documented stages in order; after Init one
+// zero-copy inference is one host interaction (task sink), against one per task when the host
+// schedules the same tasks; user memory is honoured and checked; Unload releases everything.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "graph/op_registry.h"
+#include "graph/tensor_access.h"
+#include "graph/text_format.h"
+#include "lowering/compiler.h"
+#include "scheduler/davinci_model.h"
+#include "scheduler/model_manager.h"
+#include "scheduler/session.h"
+
+namespace npuflow::scheduler {
+namespace {
+
+using graph::Segment;
+
+// Two branches (multi-stream: events too) with a Const.
+constexpr const char* kModel = R"pb(
+  node { name: "x" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+         attr { key: "shape" value { shape { dim { size: 8 } dim { size: 16 } } } } }
+  node { name: "w" op: "Const" attr { key: "value" value { tensor { dtype: DT_FLOAT
+         shape { dim { size: 16 } dim { size: 4 } } float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1
+         float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125
+         float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25
+         float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5
+         float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1
+         float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125
+         float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25
+         float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5
+         float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1
+         float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 } } } }
+  node { name: "a" op: "MatMul" input: "x" input: "w" }
+  node { name: "a2" op: "Relu" input: "a" }
+  node { name: "b" op: "Tanh" input: "x" }
+  node { name: "b2" op: "Relu" input: "b" }
+  node { name: "c" op: "Softmax" input: "a2" }
+  node { name: "out" op: "NetOutput" input: "c" input: "b2" }
+)pb";
+
+std::shared_ptr<const CompiledModel> Compile(graph::CompileOptions options = {}) {
+  auto g = graph::ParseGraphText(kModel, "model.pbtxt");
+  EXPECT_TRUE(g.ok()) << g.status();
+  auto m = lowering::CompileV1(std::move(*g), options);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return std::make_shared<const CompiledModel>(std::move(*m));
+}
+
+Tensor Input(float seed) {
+  Tensor t = graph::ZeroTensor(graph::TensorDesc{graph::DataType::kFloat32, graph::Shape{8, 16}});
+  for (std::size_t i = 0; i < 128; ++i) graph::StoreF(t, i, seed * (static_cast<float>(i % 7) - 3.f));
+  return t;
+}
+
+class SchedulerDavinciModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    graph::RegisterBuiltinOps();
+    Status s = ModelManager::Initialize({.chips = {"910B"}, .workers = 2});
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  void TearDown() override {
+    Status s = ModelManager::Finalize();
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  npu_sim::Runtime& rt() { return ModelManager::Get()->runtime(); }
+
+  // Device buffers for one input and the outputs of `m`.
+  struct Buffers {
+    ExecuteArgs args;
+    std::vector<npu_sim::DevicePtr> owned;
+  };
+  Buffers DeviceBuffers(const CompiledModel& m, const Tensor& x) {
+    Buffers b;
+    auto in = rt().Malloc(0, x.data.size());
+    EXPECT_TRUE(in.ok());
+    EXPECT_TRUE(rt().MemcpyH2D(0, *in, x.data.data(), x.data.size()).ok());
+    b.owned.push_back(*in);
+    b.args.inputs.push_back(DataBuffer::Device(*in, x.data.size()));
+    for (const graph::IoDef& o : m.outputs) {
+      const std::uint64_t bytes = o.desc.bytes().value();
+      auto p = rt().Malloc(0, bytes);
+      EXPECT_TRUE(p.ok());
+      b.owned.push_back(*p);
+      b.args.outputs.push_back(DataBuffer::Device(*p, bytes));
+    }
+    b.args.timeout = std::chrono::seconds(30);
+    return b;
+  }
+  std::vector<Tensor> ReadOutputs(const CompiledModel& m, const ExecuteArgs& args) {
+    std::vector<Tensor> outs;
+    for (std::size_t i = 0; i < m.outputs.size(); ++i) {
+      outs.push_back(graph::ZeroTensor(m.outputs[i].desc));
+      EXPECT_TRUE(rt().MemcpyD2H(0, outs.back().data.data(), args.outputs[i].device, outs.back().data.size()).ok());
+    }
+    return outs;
+  }
+};
+
+TEST_F(SchedulerDavinciModel, InitRunsTheDocumentedStagesInOrder) {
+  auto compiled = Compile();
+  DavinciModel model(&rt(), 1000, compiled, {});
+  Status s = model.Init();
+  ASSERT_TRUE(s.ok()) << s;
+  const std::vector<std::string> documented = {"InitModelMem", "InitIoNodes", "InitVariables", "InitNodes",
+                                               "DoTaskSink"};
+  const auto& stages = model.init_stages();
+  // Each documented stage once, in this order (finer stages in between are allowed).
+  std::size_t at = 0;
+  for (const std::string& stage : documented) {
+    EXPECT_EQ(std::count(stages.begin(), stages.end(), stage), 1) << stage;
+    auto it = std::find(stages.begin() + static_cast<std::ptrdiff_t>(std::min(at, stages.size())), stages.end(), stage);
+    ASSERT_NE(it, stages.end()) << stage << " missing or out of order; stages: " << ::testing::PrintToString(stages);
+    at = static_cast<std::size_t>(it - stages.begin()) + 1;
+  }
+  auto out = model.Execute({Input(1.f)}, std::chrono::seconds(30));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(model.Unload().ok());
+  EXPECT_TRUE(model.Unload().ok()) << "idempotent";
+}
+
+TEST_F(SchedulerDavinciModel, ZeroCopyNnExecuteIsOneHostInteraction) {
+  for (auto mode : {graph::CompileOptions::StreamMode::kSingle, graph::CompileOptions::StreamMode::kMulti}) {
+    graph::CompileOptions options;
+    options.stream_mode = mode;
+    auto compiled = Compile(options);
+    SCOPED_TRACE(testing::Message() << compiled->streams.size() << " streams");
+    auto id = ModelManager::Get()->LoadModelOnline(compiled, {});
+    ASSERT_TRUE(id.ok()) << id.status();
+    std::shared_ptr<DavinciModel> model = ModelManager::Get()->GetModel(*id).value();
+    Buffers b = DeviceBuffers(*compiled, Input(0.5f));
+
+    for (int run = 0; run < 3; ++run) {
+      const auto before = rt().Stats(0).value().host_interactions;
+      Status s = model->NnExecute(b.args);
+      const auto after = rt().Stats(0).value().host_interactions;
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_EQ(after - before, 1u) << "run " << run;
+    }
+    const std::vector<Tensor> sunk = ReadOutputs(*compiled, b.args);
+
+    // The same tasks scheduled by the host: one interaction per task at least, same results.
+    std::size_t tasks = 0;
+    for (const auto& sd : compiled->streams) tasks += sd.tasks.size();
+    Buffers h = DeviceBuffers(*compiled, Input(0.5f));
+    const auto before = rt().Stats(0).value().host_interactions;
+    Status s = model->ExecuteHostScheduled(h.args);
+    const auto after = rt().Stats(0).value().host_interactions;
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_GE(after - before, tasks);
+    EXPECT_EQ(ReadOutputs(*compiled, h.args), sunk);
+    for (auto p : b.owned) (void)rt().Free(0, p);
+    for (auto p : h.owned) (void)rt().Free(0, p);
+    ASSERT_TRUE(ModelManager::Get()->Unload(*id).ok());
+  }
+}
+
+TEST_F(SchedulerDavinciModel, AsyncOnAUserStream) {
+  auto compiled = Compile();
+  auto id = ModelManager::Get()->LoadModelOnline(compiled, {});
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::shared_ptr<DavinciModel> model = ModelManager::Get()->GetModel(*id).value();
+  Buffers sync = DeviceBuffers(*compiled, Input(2.f));
+  ASSERT_TRUE(model->NnExecute(sync.args).ok());
+  Buffers async = DeviceBuffers(*compiled, Input(2.f));
+  auto stream = rt().CreateStream(0);
+  ASSERT_TRUE(stream.ok());
+  async.args.stream = *stream;
+  async.args.timeout.reset();
+  Status s = model->NnExecute(async.args);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(rt().SynchronizeStream(*stream, std::chrono::seconds(30)).ok());
+  EXPECT_EQ(ReadOutputs(*compiled, async.args), ReadOutputs(*compiled, sync.args));
+  // Host buffers cannot go async on a user stream.
+  Tensor x = Input(1.f);
+  std::vector<Tensor> outs;
+  for (const auto& o : compiled->outputs) outs.push_back(graph::ZeroTensor(o.desc));
+  ExecuteArgs host;
+  host.inputs = {DataBuffer::Host(x.data.data(), x.data.size())};
+  for (auto& t : outs) host.outputs.push_back(DataBuffer::Host(t.data.data(), t.data.size()));
+  host.stream = *stream;
+  EXPECT_EQ(model->NnExecute(host).code(), StatusCode::kParamInvalid);
+}
+
+TEST_F(SchedulerDavinciModel, UserFeatureMemoryTooSmallFailsInitNamingBothSizes) {
+  auto compiled = Compile();
+  const std::uint64_t fm = compiled->memory.bytes(Segment::kFeatureMap);
+  ASSERT_GT(fm, 512u);
+  auto user = rt().Malloc(0, fm);
+  ASSERT_TRUE(user.ok());
+  const auto in_use = rt().Stats(0).value().memory.in_use;
+  const auto streams = rt().Stats(0).value().streams;
+  LoadConfig config;
+  config.feature_memory_base = *user;
+  config.feature_memory_size = fm - 512;
+  DavinciModel model(&rt(), 1001, compiled, config);
+  Status s = model.Init();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(std::to_string(fm)), std::string_view::npos) << s;
+  EXPECT_NE(s.message().find(std::to_string(fm - 512)), std::string_view::npos) << s;
+  // A failed Init releases what it took.
+  EXPECT_EQ(rt().Stats(0).value().memory.in_use, in_use);
+  EXPECT_EQ(rt().Stats(0).value().streams, streams);
+
+  config.feature_memory_size = fm;
+  DavinciModel ok_model(&rt(), 1002, compiled, config);
+  Status ok = ok_model.Init();
+  ASSERT_TRUE(ok.ok()) << ok;
+  EXPECT_TRUE(ok_model.Execute({Input(1.f)}, std::chrono::seconds(30)).ok());
+  // With user memory the model allocates less than its needs by the feature map.
+  const auto used = rt().Stats(0).value().memory.in_use - in_use;
+  EXPECT_LE(used + fm, DavinciModel::Needs(*compiled, {}).memory_bytes + 4096);
+}
+
+TEST_F(SchedulerDavinciModel, UnloadReleasesEverythingAndFailsLaterExecutes) {
+  const auto before = rt().Stats(0).value();
+  auto compiled = Compile();
+  ModelLoadOptions three;
+  three.instances = 3;
+  auto id = ModelManager::Get()->LoadModelOnline(compiled, three);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::shared_ptr<DavinciModel> model = ModelManager::Get()->GetModel(*id).value();
+  ASSERT_TRUE(model->Execute({Input(1.f)}, std::chrono::seconds(30)).ok());
+  const auto loaded = rt().Stats(0).value();
+  const ResourceNeeds need = DavinciModel::Needs(*compiled, {.instances = 3});
+  EXPECT_EQ(loaded.streams - before.streams, need.streams);
+  EXPECT_EQ(loaded.events - before.events, need.events);
+  EXPECT_GE(loaded.memory.in_use - before.memory.in_use, need.memory_bytes);
+  EXPECT_LE(loaded.memory.in_use - before.memory.in_use, need.memory_bytes + 64 * 512);
+
+  ASSERT_TRUE(ModelManager::Get()->Unload(*id).ok());
+  const auto after = rt().Stats(0).value();
+  EXPECT_EQ(after.memory.in_use, before.memory.in_use);
+  EXPECT_EQ(after.streams, before.streams);
+  EXPECT_EQ(after.events, before.events);
+  // The caller still holds the model: running it is an error, not a crash.
+  auto late = model->Execute({Input(1.f)}, std::chrono::seconds(5));
+  EXPECT_FALSE(late.ok());
+  EXPECT_EQ(ModelManager::Get()->Unload(*id).code(), StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerDavinciModel, SharedWeightsAreOneCopyFreedWithTheLastUser) {
+  auto compiled = Compile();
+  ModelLoadOptions options;
+  options.share_weights = true;
+  auto a = ModelManager::Get()->LoadModelOnline(compiled, options);
+  auto b = ModelManager::Get()->LoadModelOnline(compiled, options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto ma = ModelManager::Get()->GetModel(*a).value();
+  auto mb = ModelManager::Get()->GetModel(*b).value();
+  EXPECT_EQ(ma->weights_base().value, mb->weights_base().value);
+  auto ra = ma->Execute({Input(1.f)}, std::chrono::seconds(30));
+  ASSERT_TRUE(ra.ok()) << ra.status();
+  ASSERT_TRUE(ModelManager::Get()->Unload(*a).ok());
+  auto rb = mb->Execute({Input(1.f)}, std::chrono::seconds(30));
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  EXPECT_EQ(*ra, *rb);
+  std::vector<std::uint8_t> w(compiled->weights.size());
+  ASSERT_TRUE(rt().MemcpyD2H(0, w.data(), mb->weights_base(), w.size()).ok());
+  EXPECT_EQ(w, compiled->weights);
+}
+
+TEST_F(SchedulerDavinciModel, GraphLoaderWithoutModelManagerNamesIt) {
+  ASSERT_TRUE(ModelManager::Finalize().ok());
+  auto id = GraphLoader::LoadModelOnline(Compile(), {});
+  ASSERT_FALSE(id.ok());
+  const std::string_view msg = id.status().message();
+  EXPECT_TRUE(msg.find("ModelManager") != msg.npos || msg.find("Initialize") != msg.npos) << id.status();
+  EXPECT_FALSE(GraphLoader::ExecuteModel(1, {}).ok());
+  ASSERT_TRUE(ModelManager::Initialize({.chips = {"910B"}, .workers = 2}).ok());
+}
+
+}  // namespace
+}  // namespace npuflow::scheduler

@@ -1,0 +1,433 @@
+// The Run loop (RunGraphAsync -> ModelActor) and NnExecute under device faults, as seed 002
+// (3.2, 3.3) and GE_BEHAVIOUR "v1 runtime" describe them:
+//   hang + timeout       the request gets Timeout, the loop stops, later requests get an error;
+//                        on the NnExecute path the call gets Timeout and the model runs again
+//   end of sequence      the request gets EndOfSequence (with outputs), the loop goes on
+//   another device error that request fails, the loop goes on
+//   user stop            RemoveGraph / RunLoop::Stop: a normal stop, in-flight work Aborted
+// Faults are injected on a stream bound to the model's device model (npu_sim InjectFault): the
+// Nth task from now of that stream hangs / ends the sequence / fails, and is then consumed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "graph/op_registry.h"
+#include "graph/tensor_access.h"
+#include "graph/text_format.h"
+#include "scheduler/davinci_model.h"
+#include "scheduler/model_actor.h"
+#include "scheduler/model_manager.h"
+#include "scheduler/session.h"
+
+namespace npuflow::scheduler {
+namespace {
+
+using npu_sim::FaultKind;
+using npu_sim::FaultTarget;
+
+constexpr const char* kChain = R"pb(
+  node { name: "x" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+         attr { key: "shape" value { shape { dim { size: 4 } dim { size: 32 } } } } }
+  node { name: "a" op: "Relu" input: "x" }
+  node { name: "b" op: "Tanh" input: "a" }
+  node { name: "c" op: "Mul" input: "b" input: "x" }
+  node { name: "out" op: "NetOutput" input: "c" }
+)pb";
+
+Tensor Input(float scale) {
+  Tensor t = graph::ZeroTensor(graph::TensorDesc{graph::DataType::kFloat32, graph::Shape{4, 32}});
+  for (std::size_t i = 0; i < 128; ++i) graph::StoreF(t, i, scale * (static_cast<float>(i % 17) - 8.f) / 8.f);
+  return t;
+}
+
+// The same on the host: tanh(relu(x)) * x.
+Tensor Expected(const Tensor& x) {
+  Tensor t = graph::ZeroTensor(x.desc);
+  for (std::size_t i = 0; i < 128; ++i) {
+    const float v = graph::LoadF(x, i);
+    graph::StoreF(t, i, std::tanh(std::max(v, 0.f)) * v);
+  }
+  return t;
+}
+
+::testing::AssertionResult IsExpected(const std::vector<Tensor>& outs, const Tensor& x) {
+  if (outs.size() != 1) return ::testing::AssertionFailure() << outs.size() << " outputs, expected 1";
+  const Tensor want = Expected(x);
+  if (!(outs[0].desc == want.desc)) return ::testing::AssertionFailure() << "desc " << outs[0].desc.ToString();
+  for (std::size_t i = 0; i < 128; ++i) {
+    const float a = graph::LoadF(outs[0], i), b = graph::LoadF(want, i);
+    if (!(std::fabs(a - b) <= 1e-5f * std::fabs(b) + 1e-6f))
+      return ::testing::AssertionFailure() << "element " << i << ": " << a << ", expected " << b;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// One answer of the Run loop. `calls` counts callback invocations (must end at exactly one).
+struct Answer {
+  std::promise<std::pair<Status, std::vector<Tensor>>> promise;
+  std::future<std::pair<Status, std::vector<Tensor>>> future = promise.get_future();
+  std::atomic<int> calls{0};
+  RunCallback Callback() {
+    return [this](Status s, std::vector<Tensor> outs) {
+      if (calls.fetch_add(1) == 0) promise.set_value({std::move(s), std::move(outs)});
+    };
+  }
+  // Waits for the answer; a missing answer is a failure, not a hung test.
+  ::testing::AssertionResult Wait(std::pair<Status, std::vector<Tensor>>& out, int seconds = 30) {
+    if (future.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready)
+      return ::testing::AssertionFailure() << "no callback within " << seconds << " s";
+    out = future.get();
+    return ::testing::AssertionSuccess();
+  }
+};
+
+// Runs `fn` on another thread and gives up (aborting the binary, with a message) if it has not
+// returned in time: a deadlock must fail the test, not hang CI until its timeout.
+template <typename F>
+auto WithDeadline(const char* what, F fn, int seconds = 30) {
+  auto f = std::async(std::launch::async, std::move(fn));
+  if (f.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) {
+    ADD_FAILURE() << what << " did not return within " << seconds << " s (deadlock?)";
+    std::fprintf(stderr, "%s did not return within %d s: aborting\n", what, seconds);
+    std::abort();
+  }
+  return f.get();
+}
+
+class SchedulerRunLoop : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    graph::RegisterBuiltinOps();
+    Status s = ModelManager::Initialize({.chips = {"910B"}, .workers = 2});
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  void TearDown() override {
+    session_.reset();
+    Status s = ModelManager::Finalize();
+    EXPECT_TRUE(s.ok()) << s;
+  }
+
+  // A session with the chain graph (single stream) under id 1, loaded.
+  void LoadChain(Options options) {
+    options["ge.enableSingleStream"] = "true";
+    auto session = Session::Create(options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    session_ = std::move(*session);
+    ASSERT_TRUE(session_->AddGraph(1, graph::ParseGraphText(kChain, "chain").value()).ok());
+    Status s = session_->LoadGraph(1);
+    ASSERT_TRUE(s.ok()) << s;
+    auto model = session_->GetLoadedModel(1);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *model;
+    ASSERT_EQ(model_->compiled().streams.size(), 1u);
+    ASSERT_EQ(model_->instances(), 1);
+    model_stream_ = BoundStream();
+  }
+
+  // The stream bound to the device model. On this fresh device nothing but the default stream
+  // (0), the model's execution stream and its bound stream has been created yet.
+  int BoundStream() {
+    auto stats = model_->runtime().Stats(model_->device());
+    EXPECT_TRUE(stats.ok());
+    std::set<int> exec;
+    for (int i = 0; i < model_->instances(); ++i) exec.insert(static_cast<int>(model_->exec_stream(i).id));
+    std::vector<int> bound;
+    for (int id = 1; id < static_cast<int>(stats->streams); ++id)
+      if (!exec.count(id)) bound.push_back(id);
+    EXPECT_EQ(bound.size(), 1u) << stats->streams << " live streams";
+    return bound.empty() ? -1 : bound[0];
+  }
+
+  void Inject(FaultKind kind, std::uint64_t nth = 1) {
+    Status s = model_->runtime().InjectFault(model_->device(), FaultTarget::kStream, model_stream_, {kind, nth});
+    ASSERT_TRUE(s.ok()) << s;
+  }
+
+  // Waits until the device has started `n` more kernels than `before` (a run is in flight).
+  void WaitForKernels(std::uint64_t before, std::uint64_t n) {
+    for (int i = 0; i < 3000; ++i) {
+      if (KernelsExecuted() >= before + n) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ADD_FAILURE() << "the run did not start on the device";
+  }
+  std::uint64_t KernelsExecuted() { return model_->runtime().Stats(model_->device()).value().kernels_executed; }
+
+  // RunGraphAsync, answered into `answer`. Returns the submission's status.
+  Status Async(const Tensor& x, Answer& answer) { return session_->RunGraphAsync(1, {x}, answer.Callback()); }
+
+  std::unique_ptr<Session> session_;
+  std::shared_ptr<DavinciModel> model_;
+  int model_stream_ = -1;
+};
+
+TEST_F(SchedulerRunLoop, AsyncRunsAndAnswersInOrder) {
+  LoadChain({});
+  std::vector<std::unique_ptr<Answer>> answers;
+  for (int i = 0; i < 8; ++i) {
+    answers.push_back(std::make_unique<Answer>());
+    ASSERT_TRUE(Async(Input(0.5f + i), *answers.back()).ok());
+  }
+  for (int i = 0; i < 8; ++i) {
+    std::pair<Status, std::vector<Tensor>> r;
+    ASSERT_TRUE(answers[i]->Wait(r));
+    ASSERT_TRUE(r.first.ok()) << r.first;
+    EXPECT_TRUE(IsExpected(r.second, Input(0.5f + i))) << "request " << i;
+    EXPECT_EQ(answers[i]->calls.load(), 1);
+  }
+}
+
+TEST_F(SchedulerRunLoop, HangTimesOutAndStopsTheLoop) {
+  LoadChain({{"npuflow.executeTimeoutMs", "200"}});
+  Answer ok;
+  ASSERT_TRUE(Async(Input(1.f), ok).ok());
+  std::pair<Status, std::vector<Tensor>> r;
+  ASSERT_TRUE(ok.Wait(r));
+  ASSERT_TRUE(r.first.ok()) << r.first;
+  EXPECT_TRUE(IsExpected(r.second, Input(1.f)));
+
+  Inject(FaultKind::kHang);
+  Answer hung, queued;
+  ASSERT_TRUE(Async(Input(2.f), hung).ok());
+  Status queued_submit = Async(Input(3.f), queued);
+  ASSERT_TRUE(hung.Wait(r));
+  EXPECT_EQ(r.first.code(), StatusCode::kTimeout) << r.first;
+  // The queued request: Timeout too (or refused at submission if the loop had already stopped).
+  if (queued_submit.ok()) {
+    ASSERT_TRUE(queued.Wait(r));
+    EXPECT_EQ(r.first.code(), StatusCode::kTimeout) << r.first;
+  } else {
+    EXPECT_EQ(queued_submit.code(), StatusCode::kTimeout) << queued_submit;
+  }
+
+  // The loop has stopped: a later request gets an error, never a run.
+  Answer later;
+  Status later_submit = Async(Input(4.f), later);
+  if (later_submit.ok()) {
+    ASSERT_TRUE(later.Wait(r));
+    EXPECT_FALSE(r.first.ok()) << "a request after the loop stopped on a timeout ran";
+    EXPECT_EQ(r.first.code(), StatusCode::kTimeout) << r.first;
+  } else {
+    EXPECT_EQ(later_submit.code(), StatusCode::kTimeout) << later_submit;
+  }
+  EXPECT_EQ(hung.calls.load(), 1);
+  EXPECT_LE(later.calls.load(), 1);
+  // Removing the graph after that is still a clean stop.
+  Status rm = WithDeadline("RemoveGraph", [&] { return session_->RemoveGraph(1); });
+  EXPECT_TRUE(rm.ok()) << rm;
+}
+
+TEST_F(SchedulerRunLoop, EndOfSequenceIsReportedAndTheLoopGoesOn) {
+  LoadChain({{"npuflow.executeTimeoutMs", "5000"}});
+  Inject(FaultKind::kEndOfSequence);
+  Answer eos;
+  ASSERT_TRUE(Async(Input(1.f), eos).ok());
+  std::pair<Status, std::vector<Tensor>> r;
+  ASSERT_TRUE(eos.Wait(r));
+  EXPECT_EQ(r.first.code(), StatusCode::kEndOfSequence) << r.first;
+  EXPECT_EQ(r.second.size(), 1u) << "end of sequence comes with the model's outputs";
+
+  for (float scale : {2.f, 3.f}) {
+    Answer next;
+    ASSERT_TRUE(Async(Input(scale), next).ok());
+    ASSERT_TRUE(next.Wait(r));
+    ASSERT_TRUE(r.first.ok()) << r.first;
+    EXPECT_TRUE(IsExpected(r.second, Input(scale)));
+  }
+}
+
+TEST_F(SchedulerRunLoop, DeviceErrorFailsThatRequestOnly) {
+  LoadChain({{"npuflow.executeTimeoutMs", "5000"}});
+  Inject(FaultKind::kFail, 2);  // the second task of the next run
+  Answer failed, next;
+  ASSERT_TRUE(Async(Input(1.f), failed).ok());
+  ASSERT_TRUE(Async(Input(2.f), next).ok());
+  std::pair<Status, std::vector<Tensor>> r;
+  ASSERT_TRUE(failed.Wait(r));
+  EXPECT_FALSE(r.first.ok());
+  EXPECT_NE(r.first.code(), StatusCode::kTimeout) << r.first;
+  EXPECT_NE(r.first.code(), StatusCode::kEndOfSequence) << r.first;
+  ASSERT_TRUE(next.Wait(r));
+  ASSERT_TRUE(r.first.ok()) << r.first;
+  EXPECT_TRUE(IsExpected(r.second, Input(2.f)));
+}
+
+TEST_F(SchedulerRunLoop, RemoveGraphStopsTheLoopNormally) {
+  LoadChain({});  // no timeout: only the stop ends the hung request
+  Answer warm;
+  ASSERT_TRUE(Async(Input(1.f), warm).ok());
+  std::pair<Status, std::vector<Tensor>> r;
+  ASSERT_TRUE(warm.Wait(r));
+  ASSERT_TRUE(r.first.ok()) << r.first;
+
+  // The second task of the next run hangs: once its first kernel has started, the run is on
+  // the device.
+  Inject(FaultKind::kHang, 2);
+  const std::uint64_t kernels = KernelsExecuted();
+  Answer hung, queued;
+  ASSERT_TRUE(Async(Input(2.f), hung).ok());
+  ASSERT_TRUE(Async(Input(3.f), queued).ok());
+  WaitForKernels(kernels, 1);
+  Status rm = WithDeadline("RemoveGraph with a hung request", [&] { return session_->RemoveGraph(1); });
+  EXPECT_TRUE(rm.ok()) << rm;
+  ASSERT_TRUE(hung.Wait(r));
+  EXPECT_EQ(r.first.code(), StatusCode::kAborted) << r.first;
+  ASSERT_TRUE(queued.Wait(r));
+  EXPECT_EQ(r.first.code(), StatusCode::kAborted) << r.first;
+  EXPECT_EQ(hung.calls.load(), 1);
+  EXPECT_EQ(queued.calls.load(), 1);
+  EXPECT_EQ(session_->RunGraph(1, {Input(1.f)}).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(ModelManager::Get()->IsLoaded(model_->id()));
+}
+
+TEST_F(SchedulerRunLoop, RunLoopStopIsANormalStop) {
+  LoadChain({});
+  auto loop = RunLoop::Start(model_, std::nullopt);
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  EXPECT_TRUE((*loop)->running());
+  EXPECT_TRUE((*loop)->status().ok());
+
+  Answer first;
+  ASSERT_TRUE((*loop)->Push({Input(1.f)}, first.Callback()).ok());
+  std::pair<Status, std::vector<Tensor>> r;
+  ASSERT_TRUE(first.Wait(r));
+  ASSERT_TRUE(r.first.ok()) << r.first;
+  EXPECT_TRUE(IsExpected(r.second, Input(1.f)));
+
+  Inject(FaultKind::kHang, 2);
+  const std::uint64_t kernels = KernelsExecuted();
+  Answer hung;
+  ASSERT_TRUE((*loop)->Push({Input(2.f)}, hung.Callback()).ok());
+  WaitForKernels(kernels, 1);  // in flight on the device, hung on its second task
+  Status stop = WithDeadline("RunLoop::Stop with a hung request", [&] { return (*loop)->Stop(); });
+  EXPECT_TRUE(stop.ok()) << stop;
+  ASSERT_TRUE(hung.Wait(r, 5)) << "Stop returned before the item in flight was answered";
+  EXPECT_EQ(r.first.code(), StatusCode::kAborted) << r.first;
+  EXPECT_NE(r.first.message().find("stopped by the user"), std::string_view::npos) << r.first;
+  EXPECT_FALSE((*loop)->running());
+  EXPECT_EQ((*loop)->status().code(), StatusCode::kAborted) << (*loop)->status();
+  EXPECT_TRUE((*loop)->Stop().ok()) << "Stop is idempotent";
+
+  // After the stop a push is answered at once with the reason.
+  Answer after;
+  Status pushed = (*loop)->Push({Input(3.f)}, after.Callback());
+  if (pushed.ok()) {
+    ASSERT_TRUE(after.Wait(r));
+    EXPECT_EQ(r.first.code(), StatusCode::kAborted) << r.first;
+  } else {
+    EXPECT_EQ(pushed.code(), StatusCode::kAborted) << pushed;
+  }
+
+  // A normal stop leaves the model usable; the fault was consumed by the aborted run.
+  auto out = model_->Execute({Input(4.f)}, std::chrono::seconds(30));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(IsExpected(*out, Input(4.f)));
+}
+
+TEST_F(SchedulerRunLoop, LoopTimeoutFromRunLoopStartStopsIt) {
+  LoadChain({});
+  auto loop = RunLoop::Start(model_, std::chrono::milliseconds(200));
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  Inject(FaultKind::kHang);
+  Answer hung;
+  ASSERT_TRUE((*loop)->Push({Input(2.f)}, hung.Callback()).ok());
+  std::pair<Status, std::vector<Tensor>> r;
+  ASSERT_TRUE(hung.Wait(r));
+  EXPECT_EQ(r.first.code(), StatusCode::kTimeout) << r.first;
+  // The loop stops on its own after a timeout; wait for the state to settle.
+  for (int i = 0; i < 300 && (*loop)->running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE((*loop)->running());
+  EXPECT_EQ((*loop)->status().code(), StatusCode::kTimeout) << (*loop)->status();
+  Answer after;
+  Status pushed = (*loop)->Push({Input(3.f)}, after.Callback());
+  if (pushed.ok()) {
+    ASSERT_TRUE(after.Wait(r));
+    EXPECT_EQ(r.first.code(), StatusCode::kTimeout) << r.first;
+  } else {
+    EXPECT_EQ(pushed.code(), StatusCode::kTimeout) << pushed;
+  }
+  EXPECT_TRUE(WithDeadline("RunLoop::Stop after a timeout", [&] { return (*loop)->Stop(); }).ok());
+}
+
+// ---- NnExecute / RunGraph: a timeout fails the call, the model runs again ---------------------
+
+TEST_F(SchedulerRunLoop, RunGraphTimeoutThenRunsAgain) {
+  LoadChain({{"npuflow.executeTimeoutMs", "200"}});
+  auto out = session_->RunGraph(1, {Input(1.f)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(IsExpected(*out, Input(1.f)));
+
+  Inject(FaultKind::kHang);
+  auto hung = WithDeadline("RunGraph on a hung model", [&] { return session_->RunGraph(1, {Input(2.f)}); });
+  EXPECT_EQ(hung.status().code(), StatusCode::kTimeout) << hung.status();
+
+  for (float scale : {3.f, 4.f}) {
+    out = session_->RunGraph(1, {Input(scale)});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(IsExpected(*out, Input(scale)));
+  }
+}
+
+TEST_F(SchedulerRunLoop, ZeroCopyNnExecuteTimeoutThenRunsAgain) {
+  LoadChain({});
+  npu_sim::Runtime& rt = model_->runtime();
+  const Tensor x = Input(1.5f);
+  auto in = rt.Malloc(0, x.data.size());
+  auto out = rt.Malloc(0, x.data.size());
+  ASSERT_TRUE(in.ok() && out.ok());
+  ASSERT_TRUE(rt.MemcpyH2D(0, *in, x.data.data(), x.data.size()).ok());
+  ExecuteArgs args;
+  args.inputs = {DataBuffer::Device(*in, x.data.size())};
+  args.outputs = {DataBuffer::Device(*out, x.data.size())};
+  args.timeout = std::chrono::milliseconds(200);
+
+  Inject(FaultKind::kHang);
+  Status hung = WithDeadline("NnExecute on a hung model", [&] { return model_->NnExecute(args); });
+  EXPECT_EQ(hung.code(), StatusCode::kTimeout) << hung;
+
+  args.timeout = std::chrono::seconds(30);
+  Status again = model_->NnExecute(args);
+  ASSERT_TRUE(again.ok()) << again;
+  Tensor got = graph::ZeroTensor(x.desc);
+  ASSERT_TRUE(rt.MemcpyD2H(0, got.data.data(), *out, got.data.size()).ok());
+  EXPECT_TRUE(IsExpected({got}, x));
+
+  // Execute (host tensors) with its own timeout: the same.
+  Inject(FaultKind::kHang);
+  auto hung2 = WithDeadline("Execute on a hung model",
+                            [&] { return model_->Execute({x}, std::chrono::milliseconds(200)); });
+  EXPECT_EQ(hung2.status().code(), StatusCode::kTimeout) << hung2.status();
+  auto fine = model_->Execute({x}, std::chrono::seconds(30));
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_TRUE(IsExpected(*fine, x));
+  (void)rt.Free(0, *in);
+  (void)rt.Free(0, *out);
+}
+
+// A device error on the NnExecute path is that call's error; end of sequence keeps its code.
+TEST_F(SchedulerRunLoop, RunGraphReportsDeviceErrorsAndEndOfSequence) {
+  LoadChain({{"npuflow.executeTimeoutMs", "5000"}});
+  Inject(FaultKind::kEndOfSequence);
+  auto eos = session_->RunGraph(1, {Input(1.f)});
+  EXPECT_EQ(eos.status().code(), StatusCode::kEndOfSequence) << eos.status();
+  Inject(FaultKind::kFail);
+  auto failed = session_->RunGraph(1, {Input(1.f)});
+  EXPECT_FALSE(failed.ok());
+  auto out = session_->RunGraph(1, {Input(2.f)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(IsExpected(*out, Input(2.f)));
+}
+
+}  // namespace
+}  // namespace npuflow::scheduler
