@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/compile_cmd.h"
+#include "apps/run_cmd.h"
 #include "base/logging.h"
 #include "lowering/pass.h"
 #include "benchmarks/harness.h"
@@ -77,6 +78,30 @@ int main(int argc, char** argv) {
   info->add_flag("--tasks", info_tasks, "also list every stream's tasks");
   info->add_flag("--placements", info_placements, "also list every tensor's segment, offset and lifetime");
 
+  // run
+  auto* run = app.add_subcommand("run", "load an .om model on the simulated device and run it: output checksums, "
+                                        "latency, throughput, host interactions per inference");
+  npuflow::apps::RunArgs run_args;
+  std::string run_inputs;
+  run->add_option("--om", run_args.om, "the .om model file (npuflow compile)")->required();
+  auto* inputs_opt =
+      run->add_option("--inputs", run_inputs, "one raw little-endian file per model input, in order: f1.bin,f2.bin");
+  auto* random_opt = run->add_flag("--random-inputs", run_args.random_inputs,
+                                   "deterministic inputs from --seed: floats uniform in [-1, 1], integers 1");
+  inputs_opt->excludes(random_opt);
+  run->add_option("--seed", run_args.seed, "seed of --random-inputs")->needs(random_opt)->capture_default_str();
+  run->add_option("--outputs", run_args.outputs_dir, "write each output as DIR/<index>_<name>.bin");
+  run->add_option("--mode", run_args.mode,
+                  "nnexecute: RunGraph from --streams client threads; runloop: RunGraphAsync into the Run loop")
+      ->capture_default_str();
+  run->add_option("--streams", run_args.streams, "execution streams (model instances), 1..64")->capture_default_str();
+  run->add_option("--requests", run_args.requests, "measured requests, >= 1")->capture_default_str();
+  run->add_option("--timeout-ms", run_args.timeout_ms, "per execution, >= 0 (0: none)")->capture_default_str();
+  run->add_option("--trace", run_args.trace, "write the Chrome trace (Perfetto) of the run to this file");
+  run->add_option("--device-chip", run_args.device_chip,
+                  "the simulated device: 910B, 310P or a chip JSON path (default: the model's chip)");
+  run->add_flag("-v,--verbose", run_args.verbose, "also print how the model was loaded");
+
   // demo
   auto* demo = app.add_subcommand("demo", "the main job: what npuflow does, end to end");
   bool demo_json = false;
@@ -122,6 +147,18 @@ int main(int argc, char** argv) {
   }
   if (info->parsed()) {
     Status s = npuflow::apps::RunInfo(info_path, info_tasks, info_placements, std::cout);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (run->parsed()) {
+    if (!run_inputs.empty()) {
+      for (std::size_t start = 0;;) {
+        const std::size_t comma = run_inputs.find(',', start);
+        run_args.inputs.push_back(run_inputs.substr(start, comma - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+    Status s = npuflow::apps::RunModel(run_args, std::cout);
     return s.ok() ? 0 : Fail(s);
   }
   if (demo->parsed()) {

@@ -4,6 +4,7 @@
 #include "benchmarks/harness.h"
 #include "benchmarks/npu_bench.h"
 #include "benchmarks/ops_bench.h"
+#include "benchmarks/v1_bench.h"
 
 namespace npuflow::bench {
 
@@ -17,6 +18,9 @@ const std::vector<Area>& Areas() {
        &RegisterCompileBenchmarks, &CompileFigures},
       {"ops", "op device kernels: f32 MatMul (768x768x768, 768x768x3072) vs a naive triple loop", &RegisterOpsBenchmarks,
        &OpsFigures},
+      {"v1", "v1 task sink: host interactions and time per inference vs host-scheduled tasks (200-op chain); "
+             "throughput with 1, 2, 4, 8 execution streams (200-op DAG)",
+       &RegisterV1Benchmarks, &V1Figures},
   };
   return areas;
 }

@@ -1,0 +1,58 @@
+// `npuflow run`: load an .om model on the simulated device through a Session and run it, as a
+// user's program would: outputs with checksums, latency percentiles, throughput and host
+// interactions per inference.
+//
+//   npuflow run --om /tmp/mlp.om --random-inputs --seed 7 --mode nnexecute --streams 4 --requests 400
+//
+// Modes (the runtime paths of seed 002, 3.4):
+//   nnexecute  `streams` execution instances and as many client threads; each thread runs its share
+//              of the requests with Session::RunGraph (NnExecute on the caller's thread). Latency
+//              is per request, wall and virtual (the thread's host virtual clock, the time the
+//              request took as the host sees it).
+//   runloop    every request pushed at once with Session::RunGraphAsync into the model's Run loop
+//              (one execution instance); latency is completion minus push, so it includes the
+//              wait in the queue. No host clock sees a Run-loop request, so virtual figures are n/a.
+// One warm-up request per client thread (nnexecute) or one (runloop) runs before the measured
+// ones and is not counted: it brings the thread's host clock to the device's time. With several
+// streams the virtual figures depend on how the host interleaved the runs: npu_sim's units serve
+// work in arrival order, so runs that did not overlap in wall time serialize in virtual time
+// (see benchmarks/v1_bench.cc).
+//
+// Random inputs are deterministic for a seed: floating-point elements uniform in [-1, 1]; integer
+// and bool elements are all 1, which is in range for every index-like input of the op library
+// (Gather indices, Attention valid_len, KvCacheWrite pos) whenever the indexed dim is at least 2.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace npuflow::apps {
+
+struct RunArgs {
+  std::string om;                    // the .om model file
+  std::vector<std::string> inputs;   // raw little-endian bytes, one file per model input, in order
+  bool random_inputs = false;        // instead of `inputs`
+  std::uint64_t seed = 1;            // for random_inputs
+  std::string outputs_dir;           // write each output as <dir>/<index>_<name>.bin; empty: don't
+  std::string mode = "nnexecute";    // nnexecute | runloop
+  int streams = 1;                   // execution instances (and client threads in nnexecute), 1..64
+  int requests = 1;                  // measured requests, >= 1
+  std::int64_t timeout_ms = 0;       // per execution; 0: none
+  std::string trace;                 // Chrome trace file; empty: no trace
+  std::string device_chip;           // the simulated device; empty: the chip the model was compiled for
+  bool verbose = false;              // also print the load stages
+};
+
+// Every option in range; errors name the option and the accepted values.
+Status CheckRunArgs(const RunArgs& args);
+
+Status RunModel(const RunArgs& args, std::ostream& out);
+
+// FNV-1a, 64 bits, of `bytes` (the output checksum `npuflow run` prints, in hex).
+std::uint64_t Fnv1a64(const std::uint8_t* bytes, std::size_t size);
+
+}  // namespace npuflow::apps

@@ -1,0 +1,184 @@
+// `npuflow run` as a user meets it: examples/graphs/mlp.pbtxt compiled with `npuflow compile`, run
+// in both modes with random inputs; the outputs agree across modes and with the file written by
+// --outputs; bad arguments fail naming the option, the input and the accepted values. Also the
+// `npuflow bench v1` JSON figures.
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+namespace {
+
+struct CommandRun {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+CommandRun Npuflow(const std::string& args) {
+  std::string cmd = std::string(NPUFLOW_BIN) + " " + args + " 2>&1";
+  CommandRun run{-1, {}};
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return run;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) run.output.append(buf.data(), n);
+  int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+std::string WriteTemp(const std::string& name, const std::string& content) {
+  std::string path = ::testing::TempDir() + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The checksum printed for output 0, or "" when the line is missing.
+std::string Checksum(const std::string& output) {
+  std::smatch m;
+  static const std::regex re(R"(output 0 'probs:0' f32\[4, 4\] fnv1a64 ([0-9a-f]{16}))");
+  return std::regex_search(output, m, re) ? m[1].str() : "";
+}
+
+std::string Fnv1a64Hex(const std::string& bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+class RunCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    om_ = ::testing::TempDir() + "run_cli_mlp.om";
+    CommandRun c = Npuflow("compile --model " + std::string(NPUFLOW_SOURCE_DIR) + "/examples/graphs/mlp.pbtxt --output " +
+                           om_);
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+  }
+  static std::string om_;
+};
+std::string RunCli::om_;
+
+TEST_F(RunCli, NnExecutePrintsTheSummary) {
+  CommandRun r = Npuflow("run --om " + om_ + " --random-inputs --seed 3 --mode nnexecute --streams 2 --requests 8");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* want : {"input 0 'x' f32[4, 8]: random, seed 3", "ran 8 requests (2 warm-up not counted)",
+                           "(the same in all 8 requests)", "latency wall ms:     p50 ", "latency virtual us:  p50 ",
+                           "inferences/s wall", "inferences/s virtual", "host interactions per inference: "})
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+  EXPECT_NE(Checksum(r.output), "") << r.output;
+  EXPECT_EQ(r.output.find("n/a"), std::string::npos) << r.output;
+}
+
+TEST_F(RunCli, RunLoopPrintsTheSummaryAndTheSameOutputs) {
+  CommandRun loop = Npuflow("run --om " + om_ + " --random-inputs --seed 3 --mode runloop --requests 6");
+  ASSERT_EQ(loop.exit_code, 0) << loop.output;
+  for (const char* want : {"ran 6 requests (1 warm-up not counted)", "(the same in all 6 requests)",
+                           "latency wall ms:     p50 ", "latency virtual us:  n/a", "inferences/s wall",
+                           "n/a inferences/s virtual", "host interactions per inference: "})
+    EXPECT_NE(loop.output.find(want), std::string::npos) << want << "\n" << loop.output;
+
+  CommandRun sync = Npuflow("run --om " + om_ + " --random-inputs --seed 3");
+  ASSERT_EQ(sync.exit_code, 0) << sync.output;
+  ASSERT_NE(Checksum(loop.output), "");
+  EXPECT_EQ(Checksum(loop.output), Checksum(sync.output)) << loop.output << sync.output;
+
+  CommandRun other_seed = Npuflow("run --om " + om_ + " --random-inputs --seed 4");
+  ASSERT_EQ(other_seed.exit_code, 0) << other_seed.output;
+  EXPECT_NE(Checksum(other_seed.output), Checksum(sync.output));
+}
+
+TEST_F(RunCli, OutputsAreWrittenAsPrinted) {
+  const std::string dir = ::testing::TempDir() + "run_cli_outputs";
+  const std::string trace = ::testing::TempDir() + "run_cli_trace.json";
+  const std::string zeros = WriteTemp("run_cli_zeros.bin", std::string(4 * 8 * 4, '\0'));
+  CommandRun r = Npuflow("run --om " + om_ + " --inputs " + zeros + " --outputs " + dir + " --trace " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string bytes = ReadFile(dir + "/0_probs_0.bin");
+  ASSERT_EQ(bytes.size(), 4u * 4 * 4) << r.output;
+  EXPECT_EQ(Fnv1a64Hex(bytes), Checksum(r.output)) << r.output;
+  // Softmax rows: each sums to 1.
+  for (int row = 0; row < 4; ++row) {
+    float sum = 0;
+    for (int col = 0; col < 4; ++col) {
+      float v;
+      std::memcpy(&v, bytes.data() + 4 * (row * 4 + col), 4);
+      sum += v;
+    }
+    EXPECT_NEAR(sum, 1.0f, 1e-5) << "row " << row;
+  }
+  EXPECT_NE(ReadFile(trace).find("traceEvents"), std::string::npos);
+}
+
+TEST_F(RunCli, BadArgumentsNameTheOptionAndWhatIsAccepted) {
+  const std::string short_file = WriteTemp("run_cli_short.bin", std::string(100, '\0'));
+  const std::string good_file = WriteTemp("run_cli_good.bin", std::string(128, '\0'));
+  const std::string base = "run --om " + om_ + " ";
+  struct Case {
+    std::string args;
+    std::vector<std::string> wants;
+  } cases[] = {
+      {"--inputs " + short_file, {"input 0 'x'", "takes 128 bytes", short_file, "has 100"}},
+      {"--inputs " + good_file + "," + good_file, {"--inputs", "takes 1 input", "'x' f32[4, 8]", "got 2 files"}},
+      {"--random-inputs --mode fast", {"--mode 'fast'", "nnexecute", "runloop"}},
+      {"--random-inputs --streams 0", {"--streams 0", "1..64"}},
+      {"--random-inputs --streams 65", {"--streams 65", "1..64"}},
+      {"--random-inputs --requests 0", {"--requests 0", ">= 1"}},
+      {"--random-inputs --timeout-ms -1", {"--timeout-ms -1", ">= 0"}},
+      {"", {"--inputs", "--random-inputs"}},
+      {"--random-inputs --inputs " + good_file, {"--inputs", "--random-inputs"}},
+      {"--random-inputs --device-chip 920X", {"920X", "910B"}},
+  };
+  for (const Case& c : cases) {
+    CommandRun r = Npuflow(base + c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args << ": " << r.output;
+    for (const std::string& want : c.wants) EXPECT_NE(r.output.find(want), std::string::npos) << c.args << ": " << r.output;
+  }
+  CommandRun missing = Npuflow("run --om /nonexistent.om --random-inputs");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("/nonexistent.om"), std::string::npos) << missing.output;
+}
+
+// The v1 bench area: the task sink takes one host interaction per inference (zero copy, one execute
+// message) where host scheduling takes one per task; every figure has a same-run baseline.
+TEST(BenchV1, JsonHasEveryFigureWithItsBaseline) {
+  CommandRun r = Npuflow("bench v1 --json --repetitions 1 --min-time 0.001");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  const auto& f = j["figures"];
+  std::vector<std::string> names = {"host_interactions_per_inference", "wall_us_per_inference",
+                                    "virtual_us_per_inference"};
+  for (int streams : {1, 2, 4, 8}) {
+    names.push_back("throughput_wall_streams" + std::to_string(streams));
+    names.push_back("throughput_virtual_streams" + std::to_string(streams));
+  }
+  for (const std::string& name : names) {
+    ASSERT_TRUE(f.contains(name)) << name << "\n" << r.output;
+    EXPECT_GT(f[name]["value"].get<double>(), 0) << name;
+    EXPECT_GT(f[name]["baseline"].get<double>(), 0) << name;
+  }
+  EXPECT_EQ(f["host_interactions_per_inference"]["value"].get<double>(), 1.0);
+  // 200 kernel tasks, each its own submission, plus the synchronize.
+  EXPECT_GE(f["host_interactions_per_inference"]["baseline"].get<double>(), 200.0);
+  EXPECT_LT(f["virtual_us_per_inference"]["ratio"].get<double>(), 1.0);
+}
+
+}  // namespace
