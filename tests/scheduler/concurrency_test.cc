@@ -19,17 +19,24 @@
 #include <fmt/format.h>
 
 #include "graph/interpreter.h"
-#include "graph/op_registry.h"
 #include "graph/tensor_access.h"
 #include "graph/text_format.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
+#include "scheduler_testing.h"
 
 namespace npuflow::scheduler {
 namespace {
 
-using graph::IoDef;
+using test::DataNode;
+using test::DeviceBuffers;
+using test::FilledF32;
+using test::FilledI32;
+using test::HostArgs;
+using test::RandomInputs;
+using test::VariableNode;
+using test::ZeroOutputs;
 
 // Repetitions of the secondary race tests (not the issue's 8 x 100, which always runs in full):
 // NPUFLOW_TEST_REPEAT_PERCENT scales them (sanitizer builds may lower it).
@@ -41,11 +48,7 @@ int Repeat(int n) {
 }
 
 // Two independent branches joined: a multi-stream model with events.
-constexpr const char* kBranches = R"pb(
-  node { name: "x" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
-         attr { key: "shape" value { shape { dim { size: 16 } dim { size: 32 } } } } }
-  node { name: "y" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
-         attr { key: "shape" value { shape { dim { size: 32 } dim { size: 16 } } } } }
+const std::string kBranches = DataNode("x", "DT_FLOAT", {16, 32}) + DataNode("y", "DT_FLOAT", {32, 16}) + R"pb(
   node { name: "a" op: "MatMul" input: "x" input: "y" }
   node { name: "a2" op: "Gelu" input: "a" }
   node { name: "b" op: "Tanh" input: "x" }
@@ -57,28 +60,12 @@ constexpr const char* kBranches = R"pb(
 )pb";
 
 // A KV cache in a Variable: each call writes one row at `pos`.
-constexpr const char* kKvWrite = R"pb(
-  node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
-         attr { key: "shape" value { shape { dim { size: 1 } dim { size: 16 } dim { size: 4 } } } } }
-  node { name: "row" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
-         attr { key: "shape" value { shape { dim { size: 1 } dim { size: 1 } dim { size: 4 } } } } }
-  node { name: "pos" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
-         attr { key: "shape" value { shape { dim { size: 1 } } } } }
+const std::string kKvWrite = VariableNode("cache", "DT_FLOAT", {1, 16, 4}) + DataNode("row", "DT_FLOAT", {1, 1, 4}) +
+                             DataNode("pos", "DT_INT32", {1}) + R"pb(
   node { name: "kv" op: "KvCacheWrite" input: "cache" input: "row" input: "pos" }
   node { name: "r" op: "Relu" input: "kv" }
   node { name: "out" op: "NetOutput" input: "r" }
 )pb";
-
-std::vector<Tensor> RandomInputs(const CompiledModel& cm, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<Tensor> inputs;
-  for (const IoDef& io : cm.inputs) {
-    Tensor t = graph::ZeroTensor(io.desc);
-    for (std::size_t i = 0; i < t.data.size() / 4; ++i) graph::StoreF(t, i, dist(rng));
-    inputs.push_back(std::move(t));
-  }
-  return inputs;
-}
 
 // The first failure any thread saw, and how many there were.
 struct Failures {
@@ -93,18 +80,28 @@ struct Failures {
   }
 };
 
-class SchedulerConcurrency : public ::testing::Test {
- protected:
-  void SetUp() override {
-    graph::RegisterBuiltinOps();
-    Status s = ModelManager::Initialize({.chips = {"910B"}, .workers = 2});
-    ASSERT_TRUE(s.ok()) << s;
+// The device outputs of `io` against `expected`; a difference (or a failed copy) is a failure
+// "<who>: output <i> differs".
+void CheckDeviceOutputs(const std::string& who, const DeviceBuffers& io, const std::vector<Tensor>& expected,
+                        Failures& failures) {
+  auto got = io.ReadOutputs();
+  for (std::size_t o = 0; o < expected.size(); ++o)
+    if (!got.ok() || (*got)[o] != expected[o]) failures.Add(fmt::format("{}: output {} differs", who, o));
+}
+
+// `n` random inputs for graph 1 of `s` (compiled as `cm`) and the single-threaded answers to them.
+void SingleThreadedAnswers(Session& s, const CompiledModel& cm, unsigned seed, int n,
+                           std::vector<std::vector<Tensor>>& inputs, std::vector<std::vector<Tensor>>& expected) {
+  std::mt19937 rng(seed);
+  for (int k = 0; k < n; ++k) {
+    inputs.push_back(RandomInputs(cm, rng));
+    auto out = s.RunGraph(1, inputs.back());
+    ASSERT_TRUE(out.ok()) << out.status();
+    expected.push_back(std::move(*out));
   }
-  void TearDown() override {
-    Status s = ModelManager::Finalize();
-    EXPECT_TRUE(s.ok()) << s;
-  }
-};
+}
+
+class SchedulerConcurrency : public test::ModelManagerTest {};
 
 TEST_F(SchedulerConcurrency, EightThreadsTimesHundredRunGraphCallsMatchTheSingleThreadedResults) {
   constexpr int kThreads = 8, kCalls = 100, kDistinctInputs = 16;
@@ -116,14 +113,8 @@ TEST_F(SchedulerConcurrency, EightThreadsTimesHundredRunGraphCallsMatchTheSingle
   const CompiledModel& cm = *s.GetCompiledModel(1).value();
 
   // Single-threaded answers for distinct inputs: a mix-up between concurrent calls shows.
-  std::mt19937 rng(11);
   std::vector<std::vector<Tensor>> inputs, expected;
-  for (int i = 0; i < kDistinctInputs; ++i) {
-    inputs.push_back(RandomInputs(cm, rng));
-    auto out = s.RunGraph(1, inputs.back());
-    ASSERT_TRUE(out.ok()) << out.status();
-    expected.push_back(std::move(*out));
-  }
+  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 11, kDistinctInputs, inputs, expected));
   auto model = s.GetLoadedModel(1);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->instances(), 4);
@@ -158,47 +149,25 @@ TEST_F(SchedulerConcurrency, ConcurrentZeroCopyNnExecuteOnOwnBuffers) {
   const CompiledModel& cm = model->compiled();
   npu_sim::Runtime& rt = model->runtime();
 
-  std::mt19937 rng(5);
   std::vector<std::vector<Tensor>> inputs, expected;
-  for (int t = 0; t < kThreads; ++t) {
-    inputs.push_back(RandomInputs(cm, rng));
-    auto out = s.RunGraph(1, inputs.back());
-    ASSERT_TRUE(out.ok()) << out.status();
-    expected.push_back(std::move(*out));
-  }
+  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 5, kThreads, inputs, expected));
 
   Failures failures;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      ExecuteArgs args;
-      std::vector<npu_sim::DevicePtr> owned;
-      for (const Tensor& in : inputs[t]) {
-        auto p = rt.Malloc(0, in.data.size());
-        if (!p.ok() || !rt.MemcpyH2D(0, *p, in.data.data(), in.data.size()).ok()) return failures.Add("malloc/copy");
-        owned.push_back(*p);
-        args.inputs.push_back(DataBuffer::Device(*p, in.data.size()));
-      }
-      for (const Tensor& out : expected[t]) {
-        auto p = rt.Malloc(0, out.data.size());
-        if (!p.ok()) return failures.Add("malloc");
-        owned.push_back(*p);
-        args.outputs.push_back(DataBuffer::Device(*p, out.data.size()));
-      }
-      args.timeout = std::chrono::seconds(60);
+      DeviceBuffers io(rt, 0);
+      Status allocated = io.Allocate(inputs[t], cm.outputs);
+      if (!allocated.ok()) return failures.Add("malloc/copy: " + allocated.ToString());
+      io.args.timeout = std::chrono::seconds(60);
       for (int c = 0; c < kCalls; ++c) {
-        Status st = model->NnExecute(args);
+        Status st = model->NnExecute(io.args);
         if (!st.ok()) {
           failures.Add(fmt::format("thread {} call {}: {}", t, c, st.ToString()));
           continue;
         }
-        for (std::size_t o = 0; o < expected[t].size(); ++o) {
-          Tensor got = graph::ZeroTensor(expected[t][o].desc);
-          if (!rt.MemcpyD2H(0, got.data.data(), args.outputs[o].device, got.data.size()).ok() || got != expected[t][o])
-            failures.Add(fmt::format("thread {} call {}: output {} differs", t, c, o));
-        }
+        CheckDeviceOutputs(fmt::format("thread {} call {}", t, c), io, expected[t], failures);
       }
-      for (auto p : owned) (void)rt.Free(0, p);
     });
   }
   for (auto& th : threads) th.join();
@@ -217,14 +186,8 @@ TEST_F(SchedulerConcurrency, RunGraphAsyncFromManyThreadsAnswersEveryCallOnce) {
   ASSERT_TRUE(s.AddGraph(1, graph::ParseGraphText(kBranches, "branches").value()).ok());
   ASSERT_TRUE(s.BuildGraph(1).ok());
   const CompiledModel& cm = *s.GetCompiledModel(1).value();
-  std::mt19937 rng(9);
   std::vector<std::vector<Tensor>> inputs, expected;
-  for (int k = 0; k < 4; ++k) {
-    inputs.push_back(RandomInputs(cm, rng));
-    auto out = s.RunGraph(1, inputs.back());
-    ASSERT_TRUE(out.ok()) << out.status();
-    expected.push_back(std::move(*out));
-  }
+  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 9, 4, inputs, expected));
 
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -263,40 +226,10 @@ TEST_F(SchedulerConcurrency, AllEntriesAtOnceOnOneModel) {
   ASSERT_TRUE(s.AddGraph(1, graph::ParseGraphText(kBranches, "branches").value()).ok());
   ASSERT_TRUE(s.BuildGraph(1).ok());
   const CompiledModel& cm = *s.GetCompiledModel(1).value();
-  std::mt19937 rng(21);
   std::vector<std::vector<Tensor>> inputs, expected;
-  for (int k = 0; k < 4; ++k) {
-    inputs.push_back(RandomInputs(cm, rng));
-    auto out = s.RunGraph(1, inputs.back());
-    ASSERT_TRUE(out.ok()) << out.status();
-    expected.push_back(std::move(*out));
-  }
+  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 21, 4, inputs, expected));
   std::shared_ptr<DavinciModel> model = s.GetLoadedModel(1).value();
   npu_sim::Runtime& rt = model->runtime();
-
-  // Device buffers per zero-copy / stream worker.
-  auto device_args = [&](int k, std::vector<npu_sim::DevicePtr>& owned) {
-    ExecuteArgs args;
-    for (const Tensor& in : inputs[k]) {
-      auto p = rt.Malloc(0, in.data.size()).value();
-      (void)rt.MemcpyH2D(0, p, in.data.data(), in.data.size());
-      owned.push_back(p);
-      args.inputs.push_back(DataBuffer::Device(p, in.data.size()));
-    }
-    for (const Tensor& out : expected[k]) {
-      auto p = rt.Malloc(0, out.data.size()).value();
-      owned.push_back(p);
-      args.outputs.push_back(DataBuffer::Device(p, out.data.size()));
-    }
-    return args;
-  };
-  auto check_device = [&](const char* who, int c, int k, const ExecuteArgs& args) {
-    for (std::size_t o = 0; o < expected[k].size(); ++o) {
-      Tensor got = graph::ZeroTensor(expected[k][o].desc);
-      if (!rt.MemcpyD2H(0, got.data.data(), args.outputs[o].device, got.data.size()).ok() || got != expected[k][o])
-        failures.Add(fmt::format("{} call {}: output {} differs", who, c, o));
-    }
-  };
 
   auto host_tensors = [&] {
     for (int c = 0; c < kCalls; ++c) {
@@ -306,33 +239,30 @@ TEST_F(SchedulerConcurrency, AllEntriesAtOnceOnOneModel) {
       else if (*out != expected[k]) failures.Add(fmt::format("RunGraph {}: outputs differ", c));
     }
   };
+  // The zero-copy and the user-stream workers each have their own device buffers.
   auto zero_copy = [&] {
-    std::vector<npu_sim::DevicePtr> owned;
-    ExecuteArgs args = device_args(1, owned);
-    args.timeout = std::chrono::seconds(60);
+    DeviceBuffers io(rt, 0);
+    if (Status st = io.Allocate(inputs[1], cm.outputs); !st.ok()) return failures.Add(st.ToString());
+    io.args.timeout = std::chrono::seconds(60);
     for (int c = 0; c < kCalls; ++c) {
-      Status st = model->NnExecute(args);
+      Status st = model->NnExecute(io.args);
       if (!st.ok()) failures.Add(fmt::format("NnExecute {}: {}", c, st.ToString()));
-      else check_device("NnExecute", c, 1, args);
+      else CheckDeviceOutputs(fmt::format("NnExecute call {}", c), io, expected[1], failures);
     }
-    for (auto p : owned) (void)rt.Free(0, p);
   };
   auto user_stream = [&] {
-    std::vector<npu_sim::DevicePtr> owned;
-    ExecuteArgs args = device_args(2, owned);
+    DeviceBuffers io(rt, 0);
+    if (Status st = io.Allocate(inputs[2], cm.outputs); !st.ok()) return failures.Add(st.ToString());
     auto stream = rt.CreateStream(0);
     if (!stream.ok()) return failures.Add("CreateStream");
-    std::vector<DeviceTensor> ins, outs;
-    for (std::size_t i = 0; i < cm.inputs.size(); ++i) ins.push_back({cm.inputs[i].desc, args.inputs[i].device});
-    for (std::size_t i = 0; i < cm.outputs.size(); ++i) outs.push_back({cm.outputs[i].desc, args.outputs[i].device});
+    const std::vector<DeviceTensor> ins = io.InputTensors(), outs = io.OutputTensors();
     for (int c = 0; c < kCalls; ++c) {
       Status st = s.RunGraphWithStreamAsync(1, *stream, ins, outs);
       if (st.ok()) st = rt.SynchronizeStream(*stream, std::chrono::seconds(60));
       if (!st.ok()) failures.Add(fmt::format("RunGraphWithStreamAsync {}: {}", c, st.ToString()));
-      else check_device("RunGraphWithStreamAsync", c, 2, args);
+      else CheckDeviceOutputs(fmt::format("RunGraphWithStreamAsync call {}", c), io, expected[2], failures);
     }
     (void)rt.DestroyStream(*stream);
-    for (auto p : owned) (void)rt.Free(0, p);
   };
   auto run_loop = [&] {
     for (int c = 0; c < kCalls; ++c) {
@@ -369,12 +299,8 @@ TEST_F(SchedulerConcurrency, HostScheduledExecutionNeverInterleaves) {
   ASSERT_TRUE(s.AddGraph(1, graph::ParseGraphText(kBranches, "branches").value()).ok());
   ASSERT_TRUE(s.BuildGraph(1).ok());
   const CompiledModel& cm = *s.GetCompiledModel(1).value();
-  std::mt19937 rng(4);
   std::vector<std::vector<Tensor>> inputs, expected;
-  for (int k = 0; k < 2; ++k) {
-    inputs.push_back(RandomInputs(cm, rng));
-    expected.push_back(s.RunGraph(1, inputs.back()).value());
-  }
+  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 4, 2, inputs, expected));
   std::shared_ptr<DavinciModel> model = s.GetLoadedModel(1).value();
   Failures failures;
   std::atomic<int> ran{0};
@@ -382,11 +308,8 @@ TEST_F(SchedulerConcurrency, HostScheduledExecutionNeverInterleaves) {
   for (int t = 0; t < 2; ++t) {
     threads.emplace_back([&, t] {
       for (int c = 0; c < kCalls; ++c) {
-        std::vector<Tensor> outs;
-        ExecuteArgs args;
-        for (const Tensor& in : inputs[t]) args.inputs.push_back(DataBuffer::Host(in.data.data(), in.data.size()));
-        for (const Tensor& e : expected[t]) outs.push_back(graph::ZeroTensor(e.desc));
-        for (Tensor& o : outs) args.outputs.push_back(DataBuffer::Host(o.data.data(), o.data.size()));
+        std::vector<Tensor> outs = ZeroOutputs(cm.outputs);
+        ExecuteArgs args = HostArgs(inputs[t], outs);
         args.timeout = std::chrono::seconds(60);
         Status st = model->ExecuteHostScheduled(args);
         if (st.ok()) {
@@ -415,15 +338,9 @@ TEST_F(SchedulerConcurrency, ConcurrentVariableUpdatesAllLand) {
   auto interp = graph::Interpreter::Create(*oracle_graph).value();
 
   auto row = [](int t) {
-    Tensor r = graph::ZeroTensor(graph::TensorDesc{graph::DataType::kFloat32, graph::Shape{1, 1, 4}});
-    for (int i = 0; i < 4; ++i) graph::StoreF(r, i, 0.25f * static_cast<float>(t + 1) + 0.01f * i);
-    return r;
+    return FilledF32({1, 1, 4}, [t](std::size_t i) { return 0.25f * static_cast<float>(t + 1) + 0.01f * i; });
   };
-  auto pos = [](int p) {
-    Tensor t = graph::ZeroTensor(graph::TensorDesc{graph::DataType::kInt32, graph::Shape{1}});
-    graph::StoreI(t, 0, p);
-    return t;
-  };
+  auto pos = [](int p) { return FilledI32({1}, [p](std::size_t) { return p; }); };
   const int rounds = Repeat(10);
   ASSERT_TRUE(s.LoadGraph(1).ok());
   Failures failures;

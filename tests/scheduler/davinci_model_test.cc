@@ -9,34 +9,31 @@
 #include <string>
 #include <vector>
 
-#include "graph/op_registry.h"
 #include "graph/tensor_access.h"
-#include "graph/text_format.h"
 #include "lowering/compiler.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
+#include "scheduler_testing.h"
 
 namespace npuflow::scheduler {
 namespace {
 
 using graph::Segment;
+using test::CompileText;
+using test::ConstNode;
+using test::DataNode;
+using test::DeviceBuffers;
+using test::FilledF32;
+using test::HostArgs;
+using test::ManagerOptions;
+using test::ZeroOutputs;
 
 // Two branches (multi-stream: events too) with a Const.
-constexpr const char* kModel = R"pb(
-  node { name: "x" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
-         attr { key: "shape" value { shape { dim { size: 8 } dim { size: 16 } } } } }
-  node { name: "w" op: "Const" attr { key: "value" value { tensor { dtype: DT_FLOAT
-         shape { dim { size: 16 } dim { size: 4 } } float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1
-         float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125
-         float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25
-         float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5
-         float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1
-         float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125
-         float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25
-         float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5
-         float_val: -0.25 float_val: 0.125 float_val: 1 float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1
-         float_val: 0.5 float_val: -0.25 float_val: 0.125 float_val: 1 } } } }
+std::string ModelText() {
+  std::vector<float> w;
+  for (int i = 0; i < 16; ++i) w.insert(w.end(), {0.5f, -0.25f, 0.125f, 1.f});
+  return DataNode("x", "DT_FLOAT", {8, 16}) + ConstNode("w", {16, 4}, w) + R"pb(
   node { name: "a" op: "MatMul" input: "x" input: "w" }
   node { name: "a2" op: "Relu" input: "a" }
   node { name: "b" op: "Tanh" input: "x" }
@@ -44,63 +41,30 @@ constexpr const char* kModel = R"pb(
   node { name: "c" op: "Softmax" input: "a2" }
   node { name: "out" op: "NetOutput" input: "c" input: "b2" }
 )pb";
+}
 
 std::shared_ptr<const CompiledModel> Compile(graph::CompileOptions options = {}) {
-  auto g = graph::ParseGraphText(kModel, "model.pbtxt");
-  EXPECT_TRUE(g.ok()) << g.status();
-  auto m = lowering::CompileV1(std::move(*g), options);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return std::make_shared<const CompiledModel>(std::move(*m));
+  return CompileText(ModelText(), options, "model.pbtxt");
 }
 
 Tensor Input(float seed) {
-  Tensor t = graph::ZeroTensor(graph::TensorDesc{graph::DataType::kFloat32, graph::Shape{8, 16}});
-  for (std::size_t i = 0; i < 128; ++i) graph::StoreF(t, i, seed * (static_cast<float>(i % 7) - 3.f));
-  return t;
+  return FilledF32({8, 16}, [seed](std::size_t i) { return seed * (static_cast<float>(i % 7) - 3.f); });
 }
 
-class SchedulerDavinciModel : public ::testing::Test {
+class SchedulerDavinciModel : public test::ModelManagerTest {
  protected:
-  void SetUp() override {
-    graph::RegisterBuiltinOps();
-    Status s = ModelManager::Initialize({.chips = {"910B"}, .workers = 2});
-    ASSERT_TRUE(s.ok()) << s;
-  }
-  void TearDown() override {
-    Status s = ModelManager::Finalize();
-    EXPECT_TRUE(s.ok()) << s;
-  }
-  npu_sim::Runtime& rt() { return ModelManager::Get()->runtime(); }
-
   // Device buffers for one input and the outputs of `m`.
-  struct Buffers {
-    ExecuteArgs args;
-    std::vector<npu_sim::DevicePtr> owned;
-  };
-  Buffers DeviceBuffers(const CompiledModel& m, const Tensor& x) {
-    Buffers b;
-    auto in = rt().Malloc(0, x.data.size());
-    EXPECT_TRUE(in.ok());
-    EXPECT_TRUE(rt().MemcpyH2D(0, *in, x.data.data(), x.data.size()).ok());
-    b.owned.push_back(*in);
-    b.args.inputs.push_back(DataBuffer::Device(*in, x.data.size()));
-    for (const graph::IoDef& o : m.outputs) {
-      const std::uint64_t bytes = o.desc.bytes().value();
-      auto p = rt().Malloc(0, bytes);
-      EXPECT_TRUE(p.ok());
-      b.owned.push_back(*p);
-      b.args.outputs.push_back(DataBuffer::Device(*p, bytes));
-    }
+  DeviceBuffers Buffers(const CompiledModel& m, const Tensor& x) {
+    DeviceBuffers b(rt(), 0);
+    Status s = b.Allocate({x}, m.outputs);
+    EXPECT_TRUE(s.ok()) << s;
     b.args.timeout = std::chrono::seconds(30);
     return b;
   }
-  std::vector<Tensor> ReadOutputs(const CompiledModel& m, const ExecuteArgs& args) {
-    std::vector<Tensor> outs;
-    for (std::size_t i = 0; i < m.outputs.size(); ++i) {
-      outs.push_back(graph::ZeroTensor(m.outputs[i].desc));
-      EXPECT_TRUE(rt().MemcpyD2H(0, outs.back().data.data(), args.outputs[i].device, outs.back().data.size()).ok());
-    }
-    return outs;
+  std::vector<Tensor> ReadOutputs(const DeviceBuffers& b) {
+    auto outs = b.ReadOutputs();
+    EXPECT_TRUE(outs.ok()) << outs.status();
+    return outs.value_or(std::vector<Tensor>{});
   }
 };
 
@@ -135,7 +99,7 @@ TEST_F(SchedulerDavinciModel, ZeroCopyNnExecuteIsOneHostInteraction) {
     auto id = ModelManager::Get()->LoadModelOnline(compiled, {});
     ASSERT_TRUE(id.ok()) << id.status();
     std::shared_ptr<DavinciModel> model = ModelManager::Get()->GetModel(*id).value();
-    Buffers b = DeviceBuffers(*compiled, Input(0.5f));
+    DeviceBuffers b = Buffers(*compiled, Input(0.5f));
 
     for (int run = 0; run < 3; ++run) {
       const auto before = rt().Stats(0).value().host_interactions;
@@ -144,20 +108,18 @@ TEST_F(SchedulerDavinciModel, ZeroCopyNnExecuteIsOneHostInteraction) {
       ASSERT_TRUE(s.ok()) << s;
       EXPECT_EQ(after - before, 1u) << "run " << run;
     }
-    const std::vector<Tensor> sunk = ReadOutputs(*compiled, b.args);
+    const std::vector<Tensor> sunk = ReadOutputs(b);
 
     // The same tasks scheduled by the host: one interaction per task at least, same results.
     std::size_t tasks = 0;
     for (const auto& sd : compiled->streams) tasks += sd.tasks.size();
-    Buffers h = DeviceBuffers(*compiled, Input(0.5f));
+    DeviceBuffers h = Buffers(*compiled, Input(0.5f));
     const auto before = rt().Stats(0).value().host_interactions;
     Status s = model->ExecuteHostScheduled(h.args);
     const auto after = rt().Stats(0).value().host_interactions;
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_GE(after - before, tasks);
-    EXPECT_EQ(ReadOutputs(*compiled, h.args), sunk);
-    for (auto p : b.owned) (void)rt().Free(0, p);
-    for (auto p : h.owned) (void)rt().Free(0, p);
+    EXPECT_EQ(ReadOutputs(h), sunk);
     ASSERT_TRUE(ModelManager::Get()->Unload(*id).ok());
   }
 }
@@ -167,9 +129,9 @@ TEST_F(SchedulerDavinciModel, AsyncOnAUserStream) {
   auto id = ModelManager::Get()->LoadModelOnline(compiled, {});
   ASSERT_TRUE(id.ok()) << id.status();
   std::shared_ptr<DavinciModel> model = ModelManager::Get()->GetModel(*id).value();
-  Buffers sync = DeviceBuffers(*compiled, Input(2.f));
+  DeviceBuffers sync = Buffers(*compiled, Input(2.f));
   ASSERT_TRUE(model->NnExecute(sync.args).ok());
-  Buffers async = DeviceBuffers(*compiled, Input(2.f));
+  DeviceBuffers async = Buffers(*compiled, Input(2.f));
   auto stream = rt().CreateStream(0);
   ASSERT_TRUE(stream.ok());
   async.args.stream = *stream;
@@ -177,14 +139,11 @@ TEST_F(SchedulerDavinciModel, AsyncOnAUserStream) {
   Status s = model->NnExecute(async.args);
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_TRUE(rt().SynchronizeStream(*stream, std::chrono::seconds(30)).ok());
-  EXPECT_EQ(ReadOutputs(*compiled, async.args), ReadOutputs(*compiled, sync.args));
+  EXPECT_EQ(ReadOutputs(async), ReadOutputs(sync));
   // Host buffers cannot go async on a user stream.
-  Tensor x = Input(1.f);
-  std::vector<Tensor> outs;
-  for (const auto& o : compiled->outputs) outs.push_back(graph::ZeroTensor(o.desc));
-  ExecuteArgs host;
-  host.inputs = {DataBuffer::Host(x.data.data(), x.data.size())};
-  for (auto& t : outs) host.outputs.push_back(DataBuffer::Host(t.data.data(), t.data.size()));
+  const std::vector<Tensor> x = {Input(1.f)};
+  std::vector<Tensor> outs = ZeroOutputs(compiled->outputs);
+  ExecuteArgs host = HostArgs(x, outs);
   host.stream = *stream;
   EXPECT_EQ(model->NnExecute(host).code(), StatusCode::kParamInvalid);
 }
@@ -274,7 +233,7 @@ TEST_F(SchedulerDavinciModel, GraphLoaderWithoutModelManagerNamesIt) {
   const std::string_view msg = id.status().message();
   EXPECT_TRUE(msg.find("ModelManager") != msg.npos || msg.find("Initialize") != msg.npos) << id.status();
   EXPECT_FALSE(GraphLoader::ExecuteModel(1, {}).ok());
-  ASSERT_TRUE(ModelManager::Initialize({.chips = {"910B"}, .workers = 2}).ok());
+  ASSERT_TRUE(ModelManager::Initialize(ManagerOptions()).ok());
 }
 
 }  // namespace

@@ -8,12 +8,13 @@
 // against the interpreter (reference kernels) f32 outputs agree within 1e-5 relative.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,47 +23,41 @@
 
 #include "graph/interpreter.h"
 #include "graph/model_file.h"
-#include "graph/op_registry.h"
 #include "graph/synthetic.h"
 #include "graph/tensor_access.h"
 #include "graph/text_format.h"
-#include "lowering/compiler.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
+#include "scheduler_testing.h"
 
 namespace npuflow::scheduler {
 namespace {
 
 using graph::ComputeGraph;
 using graph::IoDef;
+using test::Answer;
+using test::CompileText;
+using test::ConstNode;
+using test::DataNode;
+using test::DeviceBuffers;
+using test::HostArgs;
+using test::Near;
+using test::RandomFloats;
+using test::VariableNode;
+using test::ZeroOutputs;
 
 // ---- graphs -----------------------------------------------------------------------------------
 
-std::string Dims(const std::vector<std::int64_t>& dims) {
-  std::string s;
-  for (std::int64_t d : dims) s += fmt::format(" dim {{ size: {} }}", d);
-  return s;
-}
-
-std::string DataNode(const std::string& name, const std::string& dtype, const std::vector<std::int64_t>& dims) {
-  return fmt::format(
-      "node {{ name: \"{}\" op: \"Data\" attr {{ key: \"dtype\" value {{ type: {} }} }}"
-      " attr {{ key: \"shape\" value {{ shape {{{} }} }} }} }}\n",
-      name, dtype, Dims(dims));
-}
-
 // A float Const with values in [-0.5, 0.5), deterministic for `seed`.
-std::string ConstNode(const std::string& name, const std::vector<std::int64_t>& dims, unsigned seed) {
+std::string RandomConstNode(const std::string& name, const std::vector<std::int64_t>& dims, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-0.5f, 0.5f);
   std::int64_t n = 1;
   for (std::int64_t d : dims) n *= d;
-  std::string values;
-  for (std::int64_t i = 0; i < n; ++i) values += fmt::format(" float_val: {}", dist(rng));
-  return fmt::format(
-      "node {{ name: \"{}\" op: \"Const\" attr {{ key: \"value\" value {{ tensor {{ dtype: DT_FLOAT shape {{{} }}{} }} }} }} }}\n",
-      name, Dims(dims), values);
+  std::vector<float> values;
+  for (std::int64_t i = 0; i < n; ++i) values.push_back(dist(rng));
+  return ConstNode(name, dims, values);
 }
 
 std::string DiamondText() {
@@ -79,7 +74,7 @@ std::string DiamondText() {
 std::string BranchesText() {
   std::string t = DataNode("x", "DT_FLOAT", {8, 16});
   for (int b = 0; b < 4; ++b) {
-    t += ConstNode(fmt::format("w{}", b), {16, 8}, 10 + b);
+    t += RandomConstNode(fmt::format("w{}", b), {16, 8}, 10 + b);
     t += fmt::format(R"pb(
       node {{ name: "m{0}" op: "MatMul" input: "x" input: "w{0}" }}
       node {{ name: "g{0}" op: "Gelu" input: "m{0}" }}
@@ -97,8 +92,8 @@ std::string BranchesText() {
 
 // LayerNorm -> MatMul (+bias) -> Gelu -> Softmax -> Transpose.
 std::string NnBlockText() {
-  return DataNode("x", "DT_FLOAT", {6, 16}) + ConstNode("gamma", {16}, 1) + ConstNode("beta", {16}, 2) +
-         ConstNode("w", {16, 32}, 3) + ConstNode("bias", {32}, 4) + R"pb(
+  return DataNode("x", "DT_FLOAT", {6, 16}) + RandomConstNode("gamma", {16}, 1) + RandomConstNode("beta", {16}, 2) +
+         RandomConstNode("w", {16, 32}, 3) + RandomConstNode("bias", {32}, 4) + R"pb(
     node { name: "ln" op: "LayerNorm" input: "x" input: "gamma" input: "beta" }
     node { name: "mm" op: "MatMul" input: "ln" input: "w" input: "bias" }
     node { name: "act" op: "Gelu" input: "mm" }
@@ -138,10 +133,7 @@ std::string GatherAllReduceText() {
 
 // One decode step over a KV cache held in a Variable (updated in place, persists across runs).
 std::string KvDecodeText() {
-  return R"pb(
-    node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
-           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
-  )pb" + DataNode("q", "DT_FLOAT", {2, 1, 4}) +
+  return VariableNode("cache", "DT_FLOAT", {2, 8, 4}) + DataNode("q", "DT_FLOAT", {2, 1, 4}) +
          DataNode("row", "DT_FLOAT", {2, 1, 4}) + DataNode("pos", "DT_INT32", {1}) + DataNode("len", "DT_INT32", {1}) +
          R"pb(
     node { name: "kv" op: "KvCacheWrite" input: "cache" input: "row" input: "pos" }
@@ -160,13 +152,9 @@ GraphMaker FromText(std::string text) {
 
 // Inputs of step `step`: floats in [-3, 3); integer inputs by name (index bounds, KV positions).
 Tensor MakeInput(const IoDef& io, int step, std::mt19937& rng) {
+  if (graph::IsFloat(io.desc.dtype)) return RandomFloats(io.desc, rng, -3.f, 3.f);
   Tensor t = graph::ZeroTensor(io.desc);
   const auto n = static_cast<std::size_t>(io.desc.shape.num_elements().value_or(0));
-  if (graph::IsFloat(io.desc.dtype)) {
-    std::uniform_real_distribution<float> dist(-3.f, 3.f);
-    for (std::size_t i = 0; i < n; ++i) graph::StoreF(t, i, dist(rng));
-    return t;
-  }
   std::int64_t bound = 1;
   if (io.name == "rows") bound = 10;
   if (io.name == "cols") bound = 8;
@@ -177,26 +165,6 @@ Tensor MakeInput(const IoDef& io, int step, std::mt19937& rng) {
     graph::StoreI(t, i, v);
   }
   return t;
-}
-
-// f32 within 1e-5 relative (1e-6 absolute near zero); integers exact.
-::testing::AssertionResult Near(const Tensor& got, const Tensor& want) {
-  if (!(got.desc == want.desc))
-    return ::testing::AssertionFailure() << "desc " << got.desc.ToString() << ", expected " << want.desc.ToString();
-  if (got.data.size() != want.data.size())
-    return ::testing::AssertionFailure() << got.data.size() << " bytes, expected " << want.data.size();
-  const auto n = static_cast<std::size_t>(want.desc.shape.num_elements().value_or(0));
-  for (std::size_t i = 0; i < n; ++i) {
-    if (graph::IsFloat(want.desc.dtype)) {
-      const float a = graph::LoadF(got, i), b = graph::LoadF(want, i);
-      if (!(std::fabs(a - b) <= 1e-5f * std::fabs(b) + 1e-6f))
-        return ::testing::AssertionFailure() << "element " << i << ": " << a << ", expected " << b;
-    } else if (graph::LoadI(got, i) != graph::LoadI(want, i)) {
-      return ::testing::AssertionFailure() << "element " << i << ": " << graph::LoadI(got, i) << ", expected "
-                                           << graph::LoadI(want, i);
-    }
-  }
-  return ::testing::AssertionSuccess();
 }
 
 ::testing::AssertionResult SameBits(const Tensor& a, const Tensor& b) {
@@ -219,117 +187,51 @@ const char* PathName(Path p) {
   return "?";
 }
 
-// Device buffers for a model's inputs (filled) and outputs; freed on destruction.
-struct DeviceIo {
-  npu_sim::Runtime* rt = nullptr;
-  int device = 0;
-  std::vector<npu_sim::DevicePtr> in, out;
-  ~DeviceIo() {
-    for (auto p : in) (void)rt->Free(device, p);
-    for (auto p : out) (void)rt->Free(device, p);
-  }
-};
-
 StatusOr<std::vector<Tensor>> RunZeroCopy(DavinciModel& model, const std::vector<Tensor>& inputs) {
-  DeviceIo io{&model.runtime(), model.device(), {}, {}};
-  ExecuteArgs args;
-  for (const Tensor& t : inputs) {
-    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p, io.rt->Malloc(io.device, std::max<std::uint64_t>(t.data.size(), 1)));
-    io.in.push_back(p);
-    NPUFLOW_RETURN_IF_ERROR(io.rt->MemcpyH2D(io.device, p, t.data.data(), t.data.size()));
-    args.inputs.push_back(DataBuffer::Device(p, t.data.size()));
-  }
-  std::vector<Tensor> outs;
-  for (const IoDef& o : model.compiled().outputs) {
-    outs.push_back(graph::ZeroTensor(o.desc));
-    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p,
-                             io.rt->Malloc(io.device, std::max<std::uint64_t>(outs.back().data.size(), 1)));
-    // Poison: an output the run never wrote shows.
-    std::vector<std::uint8_t> poison(outs.back().data.size(), 0xCD);
-    NPUFLOW_RETURN_IF_ERROR(io.rt->MemcpyH2D(io.device, p, poison.data(), poison.size()));
-    io.out.push_back(p);
-    args.outputs.push_back(DataBuffer::Device(p, outs.back().data.size()));
-  }
-  args.timeout = std::chrono::seconds(60);
-  NPUFLOW_RETURN_IF_ERROR(model.NnExecute(args));
-  for (std::size_t i = 0; i < outs.size(); ++i)
-    NPUFLOW_RETURN_IF_ERROR(io.rt->MemcpyD2H(io.device, outs[i].data.data(), io.out[i], outs[i].data.size()));
-  return outs;
+  DeviceBuffers io(model.runtime(), model.device());
+  // Poison: an output the run never wrote shows.
+  NPUFLOW_RETURN_IF_ERROR(io.Allocate(inputs, model.compiled().outputs, 0xCD));
+  io.args.timeout = std::chrono::seconds(60);
+  NPUFLOW_RETURN_IF_ERROR(model.NnExecute(io.args));
+  return io.ReadOutputs();
 }
 
 StatusOr<std::vector<Tensor>> RunHostBuffers(DavinciModel& model, const std::vector<Tensor>& inputs) {
-  ExecuteArgs args;
-  for (const Tensor& t : inputs) args.inputs.push_back(DataBuffer::Host(t.data.data(), t.data.size()));
-  std::vector<Tensor> outs;
-  for (const IoDef& o : model.compiled().outputs) outs.push_back(graph::ZeroTensor(o.desc));
-  for (Tensor& t : outs) {
-    std::fill(t.data.begin(), t.data.end(), 0xCD);
-    args.outputs.push_back(DataBuffer::Host(t.data.data(), t.data.size()));
-  }
+  std::vector<Tensor> outs = ZeroOutputs(model.compiled().outputs);
+  for (Tensor& t : outs) std::fill(t.data.begin(), t.data.end(), 0xCD);
+  ExecuteArgs args = HostArgs(inputs, outs);
   args.timeout = std::chrono::seconds(60);
   NPUFLOW_RETURN_IF_ERROR(model.NnExecute(args));
   return outs;
 }
 
 StatusOr<std::vector<Tensor>> RunAsync(Session& session, std::uint32_t id, const std::vector<Tensor>& inputs) {
-  auto done = std::make_shared<std::promise<StatusOr<std::vector<Tensor>>>>();
-  auto calls = std::make_shared<std::atomic<int>>(0);
-  auto future = done->get_future();
-  Status submitted = session.RunGraphAsync(id, inputs, [done, calls](Status s, std::vector<Tensor> outs) {
-    if (calls->fetch_add(1) > 0) return;  // a second answer is reported below
-    if (s.ok()) done->set_value(std::move(outs));
-    else done->set_value(std::move(s));
-  });
+  Answer answer;  // a second answer is reported below
+  Status submitted = session.RunGraphAsync(id, inputs, answer.Callback());
   if (!submitted.ok()) return submitted.WithContext("RunGraphAsync");
-  if (future.wait_for(std::chrono::seconds(60)) != std::future_status::ready)
-    return Status::Timeout("RunGraphAsync: the callback did not come within 60 s");
-  auto result = future.get();
-  if (calls->load() != 1) return Status::Internal("RunGraphAsync: the callback ran {} times", calls->load());
-  return result;
+  Answer::Result result;
+  if (!answer.Wait(result, 60)) return Status::Timeout("RunGraphAsync: the callback did not come within 60 s");
+  if (answer.calls() != 1) return Status::Internal("RunGraphAsync: the callback ran {} times", answer.calls());
+  if (!result.first.ok()) return result.first;
+  return std::move(result.second);
 }
 
 StatusOr<std::vector<Tensor>> RunWithStream(Session& session, std::uint32_t id, DavinciModel& model,
                                             const std::vector<Tensor>& inputs) {
-  DeviceIo io{&model.runtime(), model.device(), {}, {}};
-  std::vector<DeviceTensor> ins, outs_dev;
-  for (const Tensor& t : inputs) {
-    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p, io.rt->Malloc(io.device, std::max<std::uint64_t>(t.data.size(), 1)));
-    io.in.push_back(p);
-    NPUFLOW_RETURN_IF_ERROR(io.rt->MemcpyH2D(io.device, p, t.data.data(), t.data.size()));
-    ins.push_back(DeviceTensor{t.desc, p});
-  }
-  std::vector<Tensor> outs;
-  for (const IoDef& o : model.compiled().outputs) {
-    outs.push_back(graph::ZeroTensor(o.desc));
-    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p,
-                             io.rt->Malloc(io.device, std::max<std::uint64_t>(outs.back().data.size(), 1)));
-    io.out.push_back(p);
-    outs_dev.push_back(DeviceTensor{o.desc, p});
-  }
-  NPUFLOW_ASSIGN_OR_RETURN(npu_sim::Stream stream, io.rt->CreateStream(io.device));
-  Status run = session.RunGraphWithStreamAsync(id, stream, ins, outs_dev);
-  if (run.ok()) run = io.rt->SynchronizeStream(stream, std::chrono::seconds(60));
-  (void)io.rt->DestroyStream(stream);
+  DeviceBuffers io(model.runtime(), model.device());
+  NPUFLOW_RETURN_IF_ERROR(io.Allocate(inputs, model.compiled().outputs));
+  NPUFLOW_ASSIGN_OR_RETURN(npu_sim::Stream stream, model.runtime().CreateStream(model.device()));
+  Status run = session.RunGraphWithStreamAsync(id, stream, io.InputTensors(), io.OutputTensors());
+  if (run.ok()) run = model.runtime().SynchronizeStream(stream, std::chrono::seconds(60));
+  (void)model.runtime().DestroyStream(stream);
   NPUFLOW_RETURN_IF_ERROR(run);
-  for (std::size_t i = 0; i < outs.size(); ++i)
-    NPUFLOW_RETURN_IF_ERROR(io.rt->MemcpyD2H(io.device, outs[i].data.data(), io.out[i], outs[i].data.size()));
-  return outs;
+  return io.ReadOutputs();
 }
 
 // ---- the fixture ------------------------------------------------------------------------------
 
-class SchedulerExecute : public ::testing::Test {
+class SchedulerExecute : public test::ModelManagerTest {
  protected:
-  void SetUp() override {
-    graph::RegisterBuiltinOps();
-    Status s = ModelManager::Initialize({.chips = {"910B"}, .workers = 2});
-    ASSERT_TRUE(s.ok()) << s;
-  }
-  void TearDown() override {
-    Status s = ModelManager::Finalize();
-    EXPECT_TRUE(s.ok()) << s;
-  }
-
   struct Case {
     std::string name;
     GraphMaker make;
@@ -504,13 +406,10 @@ TEST_F(SchedulerExecute, ExecutionInstances) {
 
 // ModelManager's own entries: online and offline (.om bytes) loads run the same.
 TEST_F(SchedulerExecute, ModelManagerOnlineAndOfflineLoadsRunTheSame) {
-  auto g = graph::ParseGraphText(NnBlockText(), "nn");
-  ASSERT_TRUE(g.ok());
-  auto compiled = lowering::CompileV1(std::move(*g), {});
-  ASSERT_TRUE(compiled.ok()) << compiled.status();
-  auto bytes = graph::SerializeModel(*compiled);
+  std::shared_ptr<const CompiledModel> shared = CompileText(NnBlockText(), {}, "nn");
+  ASSERT_NE(shared, nullptr);
+  auto bytes = graph::SerializeModel(*shared);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  auto shared = std::make_shared<const CompiledModel>(std::move(*compiled));
 
   ModelManager& mm = *ModelManager::Get();
   auto online = mm.LoadModelOnline(shared, {});
@@ -530,12 +429,8 @@ TEST_F(SchedulerExecute, ModelManagerOnlineAndOfflineLoadsRunTheSame) {
   for (std::size_t i = 0; i < a->size(); ++i) EXPECT_TRUE(SameBits((*a)[i], (*b)[i])) << "output " << i;
 
   // GraphLoader::ExecuteModel -> NnExecute, host buffers.
-  std::vector<Tensor> outs;
-  ExecuteArgs args;
-  for (const Tensor& t : inputs) args.inputs.push_back(DataBuffer::Host(t.data.data(), t.data.size()));
-  for (const IoDef& o : shared->outputs) outs.push_back(graph::ZeroTensor(o.desc));
-  for (Tensor& t : outs) args.outputs.push_back(DataBuffer::Host(t.data.data(), t.data.size()));
-  Status s = GraphLoader::ExecuteModel(*online, args);
+  std::vector<Tensor> outs = ZeroOutputs(shared->outputs);
+  Status s = GraphLoader::ExecuteModel(*online, HostArgs(inputs, outs));
   ASSERT_TRUE(s.ok()) << s;
   for (std::size_t i = 0; i < outs.size(); ++i) EXPECT_TRUE(SameBits(outs[i], (*a)[i])) << "output " << i;
 

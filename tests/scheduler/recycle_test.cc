@@ -24,23 +24,25 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "graph/op_registry.h"
 #include "graph/tensor_access.h"
 #include "graph/text_format.h"
-#include "lowering/compiler.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
+#include "scheduler_testing.h"
 
 namespace npuflow::scheduler {
 namespace {
 
+using test::CompileText;
+using test::ConstNode;
+using test::DataNode;
+using test::Filled;
+using test::ManagerOptions;
+
 // x -> `branches` x (Relu -> Tanh) -> summed [-> HcomAllReduce] -> out, all f32[elems].
 std::string GraphText(bool communication, std::int64_t elems, int branches) {
-  std::string t = fmt::format(
-      "node {{ name: \"x\" op: \"Data\" attr {{ key: \"dtype\" value {{ type: DT_FLOAT }} }}"
-      " attr {{ key: \"shape\" value {{ shape {{ dim {{ size: {} }} }} }} }} }}\n",
-      elems);
+  std::string t = DataNode("x", "DT_FLOAT", {elems});
   for (int b = 0; b < branches; ++b) {
     t += fmt::format("node {{ name: \"r{0}\" op: \"Relu\" input: \"x\" }}\n", b);
     t += fmt::format("node {{ name: \"t{0}\" op: \"Tanh\" input: \"r{0}\" }}\n", b);
@@ -59,17 +61,11 @@ std::string GraphText(bool communication, std::int64_t elems, int branches) {
 }
 
 std::shared_ptr<const CompiledModel> Compile(bool communication, std::int64_t elems, int branches) {
-  auto g = graph::ParseGraphText(GraphText(communication, elems, branches), "recycle.pbtxt");
-  EXPECT_TRUE(g.ok()) << g.status();
-  auto m = lowering::CompileV1(std::move(*g), {});
-  EXPECT_TRUE(m.ok()) << m.status();
-  return std::make_shared<const CompiledModel>(std::move(*m));
+  return CompileText(GraphText(communication, elems, branches), {}, "recycle.pbtxt");
 }
 
 Tensor Input(const CompiledModel& cm, float scale) {
-  Tensor t = graph::ZeroTensor(cm.inputs[0].desc);
-  for (std::size_t i = 0; i < t.data.size() / 4; ++i) graph::StoreF(t, i, scale * (static_cast<float>(i % 13) - 6.f));
-  return t;
+  return Filled(cm.inputs[0].desc, [scale](std::size_t i) { return scale * (static_cast<float>(i % 13) - 6.f); });
 }
 
 struct Limits {
@@ -84,22 +80,16 @@ bool NamesNumber(std::string_view text, std::uint64_t number) {
   return std::regex_search(std::string(text), re);
 }
 
-class SchedulerRecycle : public ::testing::Test {
+class SchedulerRecycle : public test::ModelManagerTest {
  protected:
   void SetUp() override {
-    graph::RegisterBuiltinOps();
-    Status s = ModelManager::Initialize({.chips = {"910B"}, .workers = 2});
-    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_NO_FATAL_FAILURE(ModelManagerTest::SetUp());
     // What a fresh device holds before any model (the default stream, ...).
     auto stats = ModelManager::Get()->runtime().Stats(0);
     ASSERT_TRUE(stats.ok());
     base_memory_ = stats->memory.in_use;
     base_streams_ = static_cast<std::int64_t>(stats->streams);
     base_events_ = static_cast<std::int64_t>(stats->events);
-  }
-  void TearDown() override {
-    Status s = ModelManager::Finalize();
-    EXPECT_TRUE(s.ok()) << s;
   }
 
   // Restarts ModelManager on one 910B shrunk to `limits`.
@@ -115,7 +105,7 @@ class SchedulerRecycle : public ::testing::Test {
     const std::string path = ::testing::TempDir() + fmt::format("npuflow_recycle_{}.json", ::getpid());
     std::ofstream(path) << chip.dump(2);
     ASSERT_TRUE(ModelManager::Finalize().ok());
-    Status s = ModelManager::Initialize({.chips = {path}, .workers = 2});
+    Status s = ModelManager::Initialize(ManagerOptions(path));
     ASSERT_TRUE(s.ok()) << s;
     const ResourceNeeds free = mm().Free(0);
     // The device is what the test asked for (within the allocation granularity).
@@ -123,8 +113,6 @@ class SchedulerRecycle : public ::testing::Test {
     EXPECT_EQ(static_cast<std::int64_t>(free.streams), limits.free_streams);
     EXPECT_EQ(static_cast<std::int64_t>(free.events), limits.free_events);
   }
-
-  ModelManager& mm() { return *ModelManager::Get(); }
 
   std::uint32_t Load(std::shared_ptr<const CompiledModel> m, const std::string& name, RecycleReport* report = nullptr,
                      int instances = 1) {
@@ -134,6 +122,33 @@ class SchedulerRecycle : public ::testing::Test {
     auto id = mm().LoadModelOnline(std::move(m), options, report);
     EXPECT_TRUE(id.ok()) << name << ": " << id.status();
     return id.value_or(0);
+  }
+
+  // Loads `m` as `name` with `instances` (its id into `id`), which makes room by unloading
+  // `victim` and nothing else.
+  void LoadUnloading(std::shared_ptr<const CompiledModel> m, const std::string& name, int instances,
+                     std::uint32_t victim, std::uint32_t& id) {
+    RecycleReport report;
+    id = Load(std::move(m), name, &report, instances);
+    ASSERT_NE(id, 0u);
+    EXPECT_EQ(report.unloaded, std::vector<std::uint32_t>{victim});
+  }
+
+  // Loading `m` as "A" with `instances` fails with an error naming `resource` and the shortfall,
+  // and unloads nothing to make room.
+  void ExpectLoadFailsNamingTheShortfall(std::shared_ptr<const CompiledModel> m, int instances,
+                                         const std::string& resource, std::uint64_t shortfall,
+                                         const std::string& expectation) {
+    ModelLoadOptions options;
+    options.name = "A";
+    options.instances = instances;
+    RecycleReport report;
+    auto a = mm().LoadModelOnline(std::move(m), options, &report);
+    ASSERT_FALSE(a.ok());
+    const std::string msg(a.status().message());
+    EXPECT_NE(msg.find(resource), std::string::npos) << a.status();
+    EXPECT_TRUE(NamesNumber(msg, shortfall)) << expectation << ": " << a.status();
+    EXPECT_TRUE(report.unloaded.empty());
   }
 
   // Runs model `id` once (which also makes it the most recently used), checking the output.
@@ -162,10 +177,8 @@ TEST_F(SchedulerRecycle, MemoryShortUnloadsTheLeastRecentlyUsedModel) {
   const std::uint32_t a = Load(plain, "A");
   const std::uint32_t b = Load(plain, "B");
   Run(a);  // B is now the least recently used (A is older by id and by load)
-  RecycleReport report;
-  const std::uint32_t c = Load(plain, "C", &report);
-  ASSERT_NE(c, 0u);
-  EXPECT_EQ(report.unloaded, std::vector<std::uint32_t>{b});
+  std::uint32_t c = 0;
+  ASSERT_NO_FATAL_FAILURE(LoadUnloading(plain, "C", 1, b, c));
   EXPECT_TRUE(mm().IsLoaded(a));
   EXPECT_FALSE(mm().IsLoaded(b));
   EXPECT_TRUE(mm().IsLoaded(c));
@@ -193,10 +206,8 @@ TEST_F(SchedulerRecycle, ModelsWithCommunicationTasksAreNeverUnloaded) {
   ASSERT_TRUE(mm().GetModel(h).value()->has_communication_tasks());
   ASSERT_FALSE(mm().GetModel(a).value()->has_communication_tasks());
   Run(a);  // H is the least recently used, but holds an all-reduce
-  RecycleReport report;
-  const std::uint32_t c = Load(plain, "C", &report);
-  ASSERT_NE(c, 0u);
-  EXPECT_EQ(report.unloaded, std::vector<std::uint32_t>{a});
+  std::uint32_t c = 0;
+  ASSERT_NO_FATAL_FAILURE(LoadUnloading(plain, "C", 1, a, c));
   EXPECT_TRUE(mm().IsLoaded(h));
   EXPECT_FALSE(mm().IsLoaded(a));
   Run(h);
@@ -214,18 +225,11 @@ TEST_F(SchedulerRecycle, OnlyCommunicationModelsLeftMemoryLoadFailsNamingTheShor
   const ResourceNeeds before = mm().Free(0);
   const auto in_use_before = mm().runtime().Stats(0).value().memory.in_use;
   ASSERT_LT(before.memory_bytes, na);
-  RecycleReport report;
-  ModelLoadOptions options;
-  options.name = "A";
-  auto a = mm().LoadModelOnline(plain, options, &report);
-  ASSERT_FALSE(a.ok());
-  const std::string msg(a.status().message());
-  EXPECT_NE(msg.find("memory"), std::string::npos) << a.status();
-  EXPECT_TRUE(NamesNumber(msg, na - before.memory_bytes))
-      << "expected the shortfall " << na - before.memory_bytes << " bytes (needs " << na << ", free "
-      << before.memory_bytes << "): " << a.status();
+  ASSERT_NO_FATAL_FAILURE(ExpectLoadFailsNamingTheShortfall(
+      plain, 1, "memory", na - before.memory_bytes,
+      fmt::format("expected the shortfall {} bytes (needs {}, free {})", na - before.memory_bytes, na,
+                  before.memory_bytes)));
   // Cleanly: the communication models stay, nothing leaked.
-  EXPECT_TRUE(report.unloaded.empty());
   EXPECT_TRUE(mm().IsLoaded(h1));
   EXPECT_TRUE(mm().IsLoaded(h2));
   EXPECT_EQ(mm().LoadedModels().size(), 2u);
@@ -248,10 +252,8 @@ TEST_F(SchedulerRecycle, StreamsShortUnloadsTheLeastRecentlyUsedModel) {
   const std::uint32_t b = Load(plain, "B", nullptr, 3);
   EXPECT_EQ(static_cast<std::int64_t>(mm().Free(0).streams), s - 1);
   Run(a);
-  RecycleReport report;
-  const std::uint32_t c = Load(plain, "C", &report, 3);
-  ASSERT_NE(c, 0u);
-  EXPECT_EQ(report.unloaded, std::vector<std::uint32_t>{b});
+  std::uint32_t c = 0;
+  ASSERT_NO_FATAL_FAILURE(LoadUnloading(plain, "C", 3, b, c));
   EXPECT_TRUE(mm().IsLoaded(a));
   EXPECT_FALSE(mm().IsLoaded(b));
   Run(c);
@@ -266,16 +268,8 @@ TEST_F(SchedulerRecycle, OnlyCommunicationModelsLeftStreamsLoadFailsNamingTheSho
   const std::uint32_t h1 = Load(comm, "H1");
   const std::uint32_t h2 = Load(comm, "H2");
   ASSERT_EQ(mm().Free(0).streams, 0u);
-  ModelLoadOptions options;
-  options.name = "A";
-  options.instances = 2;
-  RecycleReport report;
-  auto a = mm().LoadModelOnline(plain, options, &report);
-  ASSERT_FALSE(a.ok());
-  const std::string msg(a.status().message());
-  EXPECT_NE(msg.find("stream"), std::string::npos) << a.status();
-  EXPECT_TRUE(NamesNumber(msg, na.streams)) << "expected the shortfall " << na.streams << " streams: " << a.status();
-  EXPECT_TRUE(report.unloaded.empty());
+  ASSERT_NO_FATAL_FAILURE(ExpectLoadFailsNamingTheShortfall(
+      plain, 2, "stream", na.streams, fmt::format("expected the shortfall {} streams", na.streams)));
   EXPECT_TRUE(mm().IsLoaded(h1));
   EXPECT_TRUE(mm().IsLoaded(h2));
   EXPECT_EQ(mm().Free(0).streams, 0u);
@@ -292,10 +286,8 @@ TEST_F(SchedulerRecycle, EventsShortUnloadsTheLeastRecentlyUsedModel) {
   const std::uint32_t b = Load(plain, "B", nullptr, 2);
   EXPECT_EQ(static_cast<std::int64_t>(mm().Free(0).events), e - 1);
   Run(a);
-  RecycleReport report;
-  const std::uint32_t c = Load(plain, "C", &report, 2);
-  ASSERT_NE(c, 0u);
-  EXPECT_EQ(report.unloaded, std::vector<std::uint32_t>{b});
+  std::uint32_t c = 0;
+  ASSERT_NO_FATAL_FAILURE(LoadUnloading(plain, "C", 2, b, c));
   EXPECT_TRUE(mm().IsLoaded(a));
   EXPECT_FALSE(mm().IsLoaded(b));
   Run(c);
@@ -311,16 +303,8 @@ TEST_F(SchedulerRecycle, OnlyCommunicationModelsLeftEventsLoadFailsNamingTheShor
   const std::uint32_t h1 = Load(comm, "H1");
   const std::uint32_t h2 = Load(comm, "H2");
   ASSERT_EQ(mm().Free(0).events, 0u);
-  ModelLoadOptions options;
-  options.name = "A";
-  options.instances = 2;
-  RecycleReport report;
-  auto a = mm().LoadModelOnline(plain, options, &report);
-  ASSERT_FALSE(a.ok());
-  const std::string msg(a.status().message());
-  EXPECT_NE(msg.find("event"), std::string::npos) << a.status();
-  EXPECT_TRUE(NamesNumber(msg, na.events)) << "expected the shortfall " << na.events << " events: " << a.status();
-  EXPECT_TRUE(report.unloaded.empty());
+  ASSERT_NO_FATAL_FAILURE(ExpectLoadFailsNamingTheShortfall(
+      plain, 2, "event", na.events, fmt::format("expected the shortfall {} events", na.events)));
   EXPECT_TRUE(mm().IsLoaded(h1));
   EXPECT_TRUE(mm().IsLoaded(h2));
   EXPECT_EQ(mm().Free(0).events, 0u);
@@ -348,10 +332,8 @@ TEST_F(SchedulerRecycle, ModelsInUseAreNotUnloaded) {
 
   const std::uint32_t x = Load(plain, "X");
   Run(x);  // the session's model is now the least recently used, but its loop runs
-  RecycleReport report;
-  const std::uint32_t y = Load(plain, "Y", &report);
-  ASSERT_NE(y, 0u);
-  EXPECT_EQ(report.unloaded, std::vector<std::uint32_t>{x});
+  std::uint32_t y = 0;
+  ASSERT_NO_FATAL_FAILURE(LoadUnloading(plain, "Y", 1, x, y));
   EXPECT_TRUE(mm().IsLoaded(looped));
   ASSERT_TRUE(s.RemoveGraph(1).ok());
 }
@@ -359,23 +341,15 @@ TEST_F(SchedulerRecycle, ModelsInUseAreNotUnloaded) {
 // Weight sharing under recycling: when the model that holds shared weights is unloaded to make
 // room for another user of the same weights, the newcomer must not be left on freed weights.
 TEST_F(SchedulerRecycle, SharedWeightsSurviveRecyclingTheirLastUser) {
-  std::string w;
-  for (int i = 0; i < 128 * 128; ++i) w += fmt::format(" float_val: {}", 0.001 * ((i * 37) % 101) - 0.05);
-  const std::string text = fmt::format(R"pb(
-    node {{ name: "x" op: "Data" attr {{ key: "dtype" value {{ type: DT_FLOAT }} }}
-           attr {{ key: "shape" value {{ shape {{ dim {{ size: 1024 }} dim {{ size: 128 }} }} }} }} }}
-    node {{ name: "w" op: "Const" attr {{ key: "value" value {{ tensor {{ dtype: DT_FLOAT
-           shape {{ dim {{ size: 128 }} dim {{ size: 128 }} }} {} }} }} }} }}
-    node {{ name: "m" op: "MatMul" input: "x" input: "w" }}
-    node {{ name: "r" op: "Relu" input: "m" }}
-    node {{ name: "out" op: "NetOutput" input: "r" }}
-  )pb",
-                                       w);
-  auto g = graph::ParseGraphText(text, "shared.pbtxt");
-  ASSERT_TRUE(g.ok()) << g.status();
-  auto compiled = lowering::CompileV1(std::move(*g), {});
-  ASSERT_TRUE(compiled.ok()) << compiled.status();
-  auto model = std::make_shared<const CompiledModel>(std::move(*compiled));
+  std::vector<double> w;
+  for (int i = 0; i < 128 * 128; ++i) w.push_back(0.001 * ((i * 37) % 101) - 0.05);
+  const std::string text = DataNode("x", "DT_FLOAT", {1024, 128}) + ConstNode("w", {128, 128}, w) + R"pb(
+    node { name: "m" op: "MatMul" input: "x" input: "w" }
+    node { name: "r" op: "Relu" input: "m" }
+    node { name: "out" op: "NetOutput" input: "r" }
+  )pb";
+  std::shared_ptr<const CompiledModel> model = CompileText(text, {}, "shared.pbtxt");
+  ASSERT_NE(model, nullptr);
   const std::uint64_t n = DavinciModel::Needs(*model, {}).memory_bytes;
   LoadConfig shared_config;
   shared_config.shared_weights = npu_sim::DevicePtr{1};  // any: the needs without the weights
@@ -429,10 +403,8 @@ TEST_F(SchedulerRecycle, RecycledSessionModelReloadsOnTheNextRunGraph) {
 
   const std::uint32_t x_id = Load(plain, "X");
   Run(x_id);
-  RecycleReport report;
-  const std::uint32_t y_id = Load(plain, "Y", &report);
-  ASSERT_NE(y_id, 0u);
-  EXPECT_EQ(report.unloaded, std::vector<std::uint32_t>{m1});
+  std::uint32_t y_id = 0;
+  ASSERT_NO_FATAL_FAILURE(LoadUnloading(plain, "Y", 1, m1, y_id));
   EXPECT_FALSE(mm().IsLoaded(m1));
   EXPECT_EQ(s.GetLoadedModel(1).status().code(), StatusCode::kNotFound);
 

@@ -22,23 +22,26 @@
 #include <thread>
 #include <vector>
 
-#include "graph/op_registry.h"
 #include "graph/tensor_access.h"
 #include "graph/text_format.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_actor.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
+#include "scheduler_testing.h"
 
 namespace npuflow::scheduler {
 namespace {
 
 using npu_sim::FaultKind;
 using npu_sim::FaultTarget;
+using test::Answer;
+using test::DataNode;
+using test::DeviceBuffers;
+using test::FilledF32;
+using test::Near;
 
-constexpr const char* kChain = R"pb(
-  node { name: "x" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
-         attr { key: "shape" value { shape { dim { size: 4 } dim { size: 32 } } } } }
+const std::string kChain = DataNode("x", "DT_FLOAT", {4, 32}) + R"pb(
   node { name: "a" op: "Relu" input: "x" }
   node { name: "b" op: "Tanh" input: "a" }
   node { name: "c" op: "Mul" input: "b" input: "x" }
@@ -46,9 +49,7 @@ constexpr const char* kChain = R"pb(
 )pb";
 
 Tensor Input(float scale) {
-  Tensor t = graph::ZeroTensor(graph::TensorDesc{graph::DataType::kFloat32, graph::Shape{4, 32}});
-  for (std::size_t i = 0; i < 128; ++i) graph::StoreF(t, i, scale * (static_cast<float>(i % 17) - 8.f) / 8.f);
-  return t;
+  return FilledF32({4, 32}, [scale](std::size_t i) { return scale * (static_cast<float>(i % 17) - 8.f) / 8.f; });
 }
 
 // The same on the host: tanh(relu(x)) * x.
@@ -63,34 +64,8 @@ Tensor Expected(const Tensor& x) {
 
 ::testing::AssertionResult IsExpected(const std::vector<Tensor>& outs, const Tensor& x) {
   if (outs.size() != 1) return ::testing::AssertionFailure() << outs.size() << " outputs, expected 1";
-  const Tensor want = Expected(x);
-  if (!(outs[0].desc == want.desc)) return ::testing::AssertionFailure() << "desc " << outs[0].desc.ToString();
-  for (std::size_t i = 0; i < 128; ++i) {
-    const float a = graph::LoadF(outs[0], i), b = graph::LoadF(want, i);
-    if (!(std::fabs(a - b) <= 1e-5f * std::fabs(b) + 1e-6f))
-      return ::testing::AssertionFailure() << "element " << i << ": " << a << ", expected " << b;
-  }
-  return ::testing::AssertionSuccess();
+  return Near(outs[0], Expected(x));
 }
-
-// One answer of the Run loop. `calls` counts callback invocations (must end at exactly one).
-struct Answer {
-  std::promise<std::pair<Status, std::vector<Tensor>>> promise;
-  std::future<std::pair<Status, std::vector<Tensor>>> future = promise.get_future();
-  std::atomic<int> calls{0};
-  RunCallback Callback() {
-    return [this](Status s, std::vector<Tensor> outs) {
-      if (calls.fetch_add(1) == 0) promise.set_value({std::move(s), std::move(outs)});
-    };
-  }
-  // Waits for the answer; a missing answer is a failure, not a hung test.
-  ::testing::AssertionResult Wait(std::pair<Status, std::vector<Tensor>>& out, int seconds = 30) {
-    if (future.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready)
-      return ::testing::AssertionFailure() << "no callback within " << seconds << " s";
-    out = future.get();
-    return ::testing::AssertionSuccess();
-  }
-};
 
 // Runs `fn` on another thread and gives up (aborting the binary, with a message) if it has not
 // returned in time: a deadlock must fail the test, not hang CI until its timeout.
@@ -105,17 +80,11 @@ auto WithDeadline(const char* what, F fn, int seconds = 30) {
   return f.get();
 }
 
-class SchedulerRunLoop : public ::testing::Test {
+class SchedulerRunLoop : public test::ModelManagerTest {
  protected:
-  void SetUp() override {
-    graph::RegisterBuiltinOps();
-    Status s = ModelManager::Initialize({.chips = {"910B"}, .workers = 2});
-    ASSERT_TRUE(s.ok()) << s;
-  }
   void TearDown() override {
     session_.reset();
-    Status s = ModelManager::Finalize();
-    EXPECT_TRUE(s.ok()) << s;
+    ModelManagerTest::TearDown();
   }
 
   // A session with the chain graph (single stream) under id 1, loaded.
@@ -184,7 +153,7 @@ TEST_F(SchedulerRunLoop, AsyncRunsAndAnswersInOrder) {
     ASSERT_TRUE(answers[i]->Wait(r));
     ASSERT_TRUE(r.first.ok()) << r.first;
     EXPECT_TRUE(IsExpected(r.second, Input(0.5f + i))) << "request " << i;
-    EXPECT_EQ(answers[i]->calls.load(), 1);
+    EXPECT_EQ(answers[i]->calls(), 1);
   }
 }
 
@@ -221,8 +190,8 @@ TEST_F(SchedulerRunLoop, HangTimesOutAndStopsTheLoop) {
   } else {
     EXPECT_EQ(later_submit.code(), StatusCode::kTimeout) << later_submit;
   }
-  EXPECT_EQ(hung.calls.load(), 1);
-  EXPECT_LE(later.calls.load(), 1);
+  EXPECT_EQ(hung.calls(), 1);
+  EXPECT_LE(later.calls(), 1);
   // Removing the graph after that is still a clean stop.
   Status rm = WithDeadline("RemoveGraph", [&] { return session_->RemoveGraph(1); });
   EXPECT_TRUE(rm.ok()) << rm;
@@ -285,8 +254,8 @@ TEST_F(SchedulerRunLoop, RemoveGraphStopsTheLoopNormally) {
   EXPECT_EQ(r.first.code(), StatusCode::kAborted) << r.first;
   ASSERT_TRUE(queued.Wait(r));
   EXPECT_EQ(r.first.code(), StatusCode::kAborted) << r.first;
-  EXPECT_EQ(hung.calls.load(), 1);
-  EXPECT_EQ(queued.calls.load(), 1);
+  EXPECT_EQ(hung.calls(), 1);
+  EXPECT_EQ(queued.calls(), 1);
   EXPECT_EQ(session_->RunGraph(1, {Input(1.f)}).status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(ModelManager::Get()->IsLoaded(model_->id()));
 }
@@ -381,15 +350,11 @@ TEST_F(SchedulerRunLoop, RunGraphTimeoutThenRunsAgain) {
 
 TEST_F(SchedulerRunLoop, ZeroCopyNnExecuteTimeoutThenRunsAgain) {
   LoadChain({});
-  npu_sim::Runtime& rt = model_->runtime();
   const Tensor x = Input(1.5f);
-  auto in = rt.Malloc(0, x.data.size());
-  auto out = rt.Malloc(0, x.data.size());
-  ASSERT_TRUE(in.ok() && out.ok());
-  ASSERT_TRUE(rt.MemcpyH2D(0, *in, x.data.data(), x.data.size()).ok());
-  ExecuteArgs args;
-  args.inputs = {DataBuffer::Device(*in, x.data.size())};
-  args.outputs = {DataBuffer::Device(*out, x.data.size())};
+  DeviceBuffers io(model_->runtime(), 0);
+  Status allocated = io.Allocate({x}, model_->compiled().outputs);
+  ASSERT_TRUE(allocated.ok()) << allocated;
+  ExecuteArgs& args = io.args;
   args.timeout = std::chrono::milliseconds(200);
 
   Inject(FaultKind::kHang);
@@ -399,9 +364,9 @@ TEST_F(SchedulerRunLoop, ZeroCopyNnExecuteTimeoutThenRunsAgain) {
   args.timeout = std::chrono::seconds(30);
   Status again = model_->NnExecute(args);
   ASSERT_TRUE(again.ok()) << again;
-  Tensor got = graph::ZeroTensor(x.desc);
-  ASSERT_TRUE(rt.MemcpyD2H(0, got.data.data(), *out, got.data.size()).ok());
-  EXPECT_TRUE(IsExpected({got}, x));
+  auto got = io.ReadOutputs();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(IsExpected(*got, x));
 
   // Execute (host tensors) with its own timeout: the same.
   Inject(FaultKind::kHang);
@@ -411,8 +376,6 @@ TEST_F(SchedulerRunLoop, ZeroCopyNnExecuteTimeoutThenRunsAgain) {
   auto fine = model_->Execute({x}, std::chrono::seconds(30));
   ASSERT_TRUE(fine.ok()) << fine.status();
   EXPECT_TRUE(IsExpected(*fine, x));
-  (void)rt.Free(0, *in);
-  (void)rt.Free(0, *out);
 }
 
 // A device error on the NnExecute path is that call's error; end of sequence keeps its code.

@@ -14,83 +14,71 @@
 #include <fmt/format.h>
 
 #include "graph/interpreter.h"
-#include "graph/op_registry.h"
 #include "graph/tensor_access.h"
 #include "graph/text_format.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
+#include "scheduler_testing.h"
 
 namespace npuflow::scheduler {
 namespace {
 
 using graph::Segment;
+using test::ConstNode;
+using test::DataNode;
+using test::FilledF32;
+using test::FilledI32;
+using test::ManagerOptions;
+using test::VariableNode;
 
 // x -> a = Relu(x) -> b = Add(a, a) -> c = Relu(b) -> d = Add(c, c) -> out: every intermediate
 // is exact on the host (c = 2 relu(x), d = 4 relu(x)). A second output multiplies x by a Const.
 std::string ChainText() {
-  std::string w;
-  for (int i = 0; i < 512; ++i) w += fmt::format(" float_val: {}", 0.25 * (i % 9) - 1.0);
-  return fmt::format(R"pb(
-  node {{ name: "x" op: "Data" attr {{ key: "dtype" value {{ type: DT_FLOAT }} }}
-         attr {{ key: "shape" value {{ shape {{ dim {{ size: 8 }} dim {{ size: 64 }} }} }} }} }}
-  node {{ name: "w" op: "Const" attr {{ key: "value" value {{ tensor {{ dtype: DT_FLOAT
-         shape {{ dim {{ size: 8 }} dim {{ size: 64 }} }} {} }} }} }} }}
-  node {{ name: "a" op: "Relu" input: "x" }}
-  node {{ name: "b" op: "Add" input: "a" input: "a" }}
-  node {{ name: "c" op: "Relu" input: "b" }}
-  node {{ name: "d" op: "Add" input: "c" input: "c" }}
-  node {{ name: "e" op: "Mul" input: "x" input: "w" }}
-  node {{ name: "out" op: "NetOutput" input: "d" input: "e" }}
-)pb",
-                     w);
+  std::vector<double> w;
+  for (int i = 0; i < 512; ++i) w.push_back(0.25 * (i % 9) - 1.0);
+  return DataNode("x", "DT_FLOAT", {8, 64}) + ConstNode("w", {8, 64}, w) + R"pb(
+  node { name: "a" op: "Relu" input: "x" }
+  node { name: "b" op: "Add" input: "a" input: "a" }
+  node { name: "c" op: "Relu" input: "b" }
+  node { name: "d" op: "Add" input: "c" input: "c" }
+  node { name: "e" op: "Mul" input: "x" input: "w" }
+  node { name: "out" op: "NetOutput" input: "d" input: "e" }
+)pb";
 }
-const std::string kChainText = ChainText();
-const char* const kChain = kChainText.c_str();
+const std::string kChain = ChainText();
 
 // A KV cache in a Variable: state that a fork must not share.
-constexpr const char* kKv = R"pb(
-  node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
-         attr { key: "shape" value { shape { dim { size: 1 } dim { size: 4 } dim { size: 2 } } } } }
-  node { name: "row" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
-         attr { key: "shape" value { shape { dim { size: 1 } dim { size: 1 } dim { size: 2 } } } } }
-  node { name: "pos" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
-         attr { key: "shape" value { shape { dim { size: 1 } } } } }
+const std::string kKv = VariableNode("cache", "DT_FLOAT", {1, 4, 2}) + DataNode("row", "DT_FLOAT", {1, 1, 2}) +
+                        DataNode("pos", "DT_INT32", {1}) + R"pb(
   node { name: "kv" op: "KvCacheWrite" input: "cache" input: "row" input: "pos" }
   node { name: "out" op: "NetOutput" input: "kv" }
 )pb";
 
 // Two named inputs of different types, for the bad-input tests.
-constexpr const char* kTwoInputs = R"pb(
-  node { name: "tokens_in" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
-         attr { key: "shape" value { shape { dim { size: 4 } dim { size: 8 } } } } }
-  node { name: "mask_in" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
-         attr { key: "shape" value { shape { dim { size: 5 } } } } }
+const std::string kTwoInputs = DataNode("tokens_in", "DT_FLOAT", {4, 8}) + DataNode("mask_in", "DT_INT32", {5}) + R"pb(
   node { name: "mask_f" op: "Cast" input: "mask_in" attr { key: "dtype" value { type: DT_FLOAT } } }
   node { name: "t" op: "Relu" input: "tokens_in" }
   node { name: "out" op: "NetOutput" input: "t" input: "mask_f" }
 )pb";
 
-std::unique_ptr<graph::ComputeGraph> Parse(const char* text) {
+std::unique_ptr<graph::ComputeGraph> Parse(const std::string& text) {
   auto g = graph::ParseGraphText(text, "session_test.pbtxt");
   EXPECT_TRUE(g.ok()) << g.status();
   return std::move(g).value();
 }
 
 Tensor F32(graph::Shape shape, float seed) {
-  Tensor t = graph::ZeroTensor(graph::TensorDesc{graph::DataType::kFloat32, std::move(shape)});
-  for (std::size_t i = 0; i < t.data.size() / 4; ++i)
-    graph::StoreF(t, i, seed * (static_cast<float>(i % 11) - 5.f) + 0.125f * static_cast<float>(i % 3));
-  return t;
+  return FilledF32(std::move(shape), [seed](std::size_t i) {
+    return seed * (static_cast<float>(i % 11) - 5.f) + 0.125f * static_cast<float>(i % 3);
+  });
 }
 Tensor I32(graph::Shape shape, std::int64_t v) {
-  Tensor t = graph::ZeroTensor(graph::TensorDesc{graph::DataType::kInt32, std::move(shape)});
-  for (std::size_t i = 0; i < t.data.size() / 4; ++i) graph::StoreI(t, i, v + static_cast<std::int64_t>(i));
-  return t;
+  return FilledI32(std::move(shape), [v](std::size_t i) { return v + static_cast<std::int64_t>(i); });
 }
 
 // The chain's outputs by the interpreter.
-std::vector<Tensor> Reference(const char* text, const std::map<std::string, Tensor>& feeds) {
+std::vector<Tensor> Reference(const std::string& text, const std::map<std::string, Tensor>& feeds) {
   auto g = Parse(text);
   auto interp = graph::Interpreter::Create(*g);
   EXPECT_TRUE(interp.ok()) << interp.status();
@@ -101,19 +89,7 @@ std::vector<Tensor> Reference(const char* text, const std::map<std::string, Tens
 
 bool Contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
 
-class SchedulerSession : public ::testing::Test {
- protected:
-  void SetUp() override {
-    graph::RegisterBuiltinOps();
-    Status s = ModelManager::Initialize({.chips = {"910B"}, .workers = 2});
-    ASSERT_TRUE(s.ok()) << s;
-  }
-  void TearDown() override {
-    Status s = ModelManager::Finalize();
-    EXPECT_TRUE(s.ok()) << s;
-  }
-  npu_sim::Runtime& rt() { return ModelManager::Get()->runtime(); }
-};
+class SchedulerSession : public test::ModelManagerTest {};
 
 // ---- lifecycle ------------------------------------------------------------------------------
 
@@ -184,7 +160,7 @@ TEST_F(SchedulerSession, CreateNeedsModelManager) {
   EXPECT_FALSE(GraphLoader::UnloadModel(1).ok());
   EXPECT_EQ(ModelManager::Get(), nullptr);
   EXPECT_TRUE(ModelManager::Finalize().ok()) << "Ok when not initialized";
-  ASSERT_TRUE(ModelManager::Initialize({.chips = {"910B"}, .workers = 2}).ok());
+  ASSERT_TRUE(ModelManager::Initialize(ManagerOptions()).ok());
 }
 
 // ---- ForkGraph ------------------------------------------------------------------------------
