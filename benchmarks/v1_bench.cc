@@ -14,12 +14,11 @@
 // What limits the throughput figures, as measured (not what the runtime would show on hardware):
 //   wall     every kernel really runs on the host's CPUs through the actor workers, so scaling is
 //            bounded by the machine's cores (2 on the development machine: expect about 1x).
-//   virtual  npu_sim's AICore units serve blocks in the order they arrive (start = max(unit
-//            clock, block time)), not in virtual-time order. When one instance's whole run is
-//            processed in wall time before another's (common with two worker threads), the later
-//            run's first kernel waits for a unit clock the earlier run pushed ahead, and the two
-//            runs serialize in virtual time although they share no resource but idle cores. The
-//            virtual figures are therefore a lower bound until the units fill idle time.
+//   virtual  instances share the chip's AICore units and DMA channels; each unit places work in
+//            the earliest idle gap of its virtual timeline (npu_sim/timeline.h), so runs that
+//            arrive one after the other in wall time still overlap in virtual time where the units
+//            have room. The host side (one launch latency per execute, per client thread) and the
+//            cores a run's kernels need bound the virtual scaling.
 #include "benchmarks/v1_bench.h"
 
 #include <algorithm>

@@ -181,6 +181,7 @@ struct CopyRequest {
   const void* src_host = nullptr;
   std::uint64_t bytes = 0;
   std::string name;
+  std::shared_ptr<const void> keep_alive;  // the host memory's owner, held until the copy is done
   StreamAddr stream;
   std::uint64_t epoch = 0;
   std::uint32_t task = 0;

@@ -281,7 +281,7 @@ void StreamActor::StartTask(Task& t, std::uint32_t index) {
     case TaskKind::kMemcpy: {
       state_ = State::kWaiting;
       device_->dma.Send(CopyRequest{t.copy, t.dst_dev, t.src_dev, t.dst_host, t.src_host, t.bytes,
-                                    std::string(t.display_name()), self_, epoch_, task_id, clock_});
+                                    std::string(t.display_name()), t.keep_alive, self_, epoch_, task_id, clock_});
       return;
     }
     case TaskKind::kTaskUpdate: {

@@ -52,6 +52,9 @@ struct Task {
   void* dst_host = nullptr;
   const void* src_host = nullptr;
   std::uint64_t bytes = 0;
+  // The owner of the host memory the copy reads or writes: the DMA engine holds it until the copy
+  // is done, so an aborted stream's caller may drop its buffers while a copy is still in flight.
+  std::shared_ptr<const void> keep_alive;
 
   // kEventRecord, kEventWait
   EventId event = 0;

@@ -1,6 +1,7 @@
 #include "scheduler/davinci_model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
@@ -419,23 +420,37 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
     return Status::Ok();
   }
   // Host buffers: copied through the instance's own I/O blocks, in one submission with the run.
+  // The copies go through host staging owned by the tasks (Task::keep_alive), as pageable memory
+  // is staged for DMA: a timeout returns at once, and a copy still in flight never touches the
+  // caller's buffers after that.
   const CompiledModel& m = *model_;
+  struct Staging {
+    std::vector<std::vector<std::uint8_t>> in, out;
+  };
+  auto staging = std::make_shared<Staging>();
+  staging->in.resize(m.inputs.size());
+  staging->out.resize(m.outputs.size());
   std::vector<npu_sim::Task> tasks;
   for (std::size_t i = 0; i < m.inputs.size(); ++i) {
     if (args.inputs[i].host == nullptr || args.inputs[i].bytes == 0) continue;
+    const auto* src = static_cast<const std::uint8_t*>(args.inputs[i].host);
+    staging->in[i].assign(src, src + args.inputs[i].bytes);
     npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, args.inputs[i].bytes);
-    c.src_host = args.inputs[i].host;
+    c.src_host = staging->in[i].data();
     c.dst_dev = npu_sim::DevicePtr{io[i]};
     c.name = "input " + m.inputs[i].name;
+    c.keep_alive = staging;
     tasks.push_back(std::move(c));
   }
   tasks.push_back(npu_sim::Task::ModelExecute(inst.model.id, std::make_shared<const std::vector<std::uint64_t>>(io)));
   for (std::size_t i = 0; i < m.outputs.size(); ++i) {
     if (args.outputs[i].host == nullptr || args.outputs[i].bytes == 0) continue;
+    staging->out[i].resize(args.outputs[i].bytes);
     npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, args.outputs[i].bytes);
     c.src_dev = npu_sim::DevicePtr{io[m.inputs.size() + i]};
-    c.dst_host = args.outputs[i].host;
+    c.dst_host = staging->out[i].data();
     c.name = "output " + m.outputs[i].name;
+    c.keep_alive = staging;
     tasks.push_back(std::move(c));
   }
   NPUFLOW_RETURN_IF_ERROR(rt_->Submit(inst.exec_stream, std::move(tasks)).status());
@@ -449,6 +464,8 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
                            args.timeout->count());
   }
   if (!s.ok()) return s.WithContext(fmt::format("model {}", id_));
+  for (std::size_t i = 0; i < m.outputs.size(); ++i)
+    if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());
   return Status::Ok();
 }
 

@@ -127,7 +127,7 @@ class ModelActor {
       ++seq_;
       current_sync_done_ = false;
       timed_out_ = false;
-      Status s = Submit(*current_);
+      Status s = Submit(current_);
       if (!s.ok()) {
         CompleteCurrent(s, ctx.self());
         continue;
@@ -154,7 +154,8 @@ class ModelActor {
   }
 
   // One submission: copy the inputs in, run, copy the outputs out.
-  Status Submit(Item& item) {
+  Status Submit(const std::shared_ptr<Item>& owner) {
+    Item& item = *owner;
     DavinciModel& model = *shared_->model;
     const CompiledModel& m = model.compiled();
     if (item.inputs.size() != m.inputs.size())
@@ -167,6 +168,7 @@ class ModelActor {
       npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, item.inputs[i].data.size());
       c.src_host = item.inputs[i].data.data();
       c.dst_dev = npu_sim::DevicePtr{io[i]};
+      c.keep_alive = owner;
       c.name = "input " + m.inputs[i].name;
       tasks.push_back(std::move(c));
     }
@@ -179,6 +181,7 @@ class ModelActor {
       npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, item.outputs[i].data.size());
       c.src_dev = npu_sim::DevicePtr{io[m.inputs.size() + i]};
       c.dst_host = item.outputs[i].data.data();
+      c.keep_alive = owner;
       c.name = "output " + m.outputs[i].name;
       tasks.push_back(std::move(c));
     }
@@ -189,7 +192,7 @@ class ModelActor {
   void CompleteCurrent(Status s, actors::Address<Message> self) {
     if (timer_) shared_->timer->Cancel(timer_);
     timer_ = 0;
-    std::unique_ptr<Item> item = std::move(current_);
+    std::shared_ptr<Item> item = std::move(current_);
     const bool with_outputs = s.ok() || s.code() == StatusCode::kEndOfSequence;
     item->done(s, with_outputs ? std::move(item->outputs) : std::vector<Tensor>{});
     // Continue from a message, where StartNext has a context.
@@ -201,8 +204,8 @@ class ModelActor {
   }
 
   std::shared_ptr<RunLoop::Shared> shared_;
-  std::deque<std::unique_ptr<Item>> queue_;
-  std::unique_ptr<Item> current_;
+  std::deque<std::shared_ptr<Item>> queue_;
+  std::shared_ptr<Item> current_;  // shared with its copies in flight (Task::keep_alive)
   std::uint64_t seq_ = 0;
   DeadlineTimer::Id timer_ = 0;
   bool stopped_ = false;
