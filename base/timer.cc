@@ -40,8 +40,10 @@ void DeadlineTimer::Loop() {
       continue;
     }
     auto first = due_.begin();
-    if (Clock::now() < first->first.first) {
-      cv_.wait_until(lock, first->first.first);
+    // A copy: Cancel may erase the entry while this thread waits.
+    const Clock::time_point deadline = first->first.first;
+    if (Clock::now() < deadline) {
+      cv_.wait_until(lock, deadline);
       continue;
     }
     UniqueFunction<void()> fn = std::move(first->second);
