@@ -1,0 +1,39 @@
+// SHA-256 (OpenSSL): the digest the model file's header carries and the name of every external
+// weight (weights/). Hex is the standard 64-character lower-case form.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace npuflow {
+
+using Sha256Digest = std::array<std::uint8_t, 32>;
+
+Sha256Digest Sha256(const void* data, std::size_t bytes);
+inline Sha256Digest Sha256(std::string_view data) { return Sha256(data.data(), data.size()); }
+std::string ToHex(const void* data, std::size_t bytes);  // lower case, two digits per byte
+inline std::string ToHex(const Sha256Digest& d) { return ToHex(d.data(), d.size()); }
+inline std::string Sha256Hex(const void* data, std::size_t bytes) { return ToHex(Sha256(data, bytes)); }
+
+// A digest over data that arrives in pieces (a file read in chunks).
+class Sha256Hasher {
+ public:
+  Sha256Hasher();
+  ~Sha256Hasher();
+  Sha256Hasher(const Sha256Hasher&) = delete;
+  Sha256Hasher& operator=(const Sha256Hasher&) = delete;
+  Sha256Hasher(Sha256Hasher&&) noexcept;
+  Sha256Hasher& operator=(Sha256Hasher&&) noexcept;
+  void Update(const void* data, std::size_t bytes);
+  Sha256Digest Finish();  // the hasher starts over afterwards
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace npuflow
