@@ -28,6 +28,7 @@ void EventTableActor::Receive(Message& msg, actors::Context<Message>& ctx) {
           }
           events_[id] = Event{};
           events_[id].live = true;
+          events_[id].latch = m.latch;
           device_->live_events.fetch_add(1, std::memory_order_relaxed);
           ctx.Reply<EventId>(id);
         } else if constexpr (std::is_same_v<M, DestroyEvent>) {
@@ -50,7 +51,10 @@ void EventTableActor::Receive(Message& msg, actors::Context<Message>& ctx) {
           e.last_record = std::max(e.last_record, m.at);
           for (auto& h : e.host_waiters) h.Reply(e.last_record);
           e.host_waiters.clear();
-          if (!e.waiters.empty()) {
+          if (e.latch) {
+            for (auto& w : e.waiters) w.stream.Send(EventFired{w.epoch, w.task, m.at + wait_latency});
+            e.waiters.clear();
+          } else if (!e.waiters.empty()) {
             WaitEvent w = std::move(e.waiters.front());
             e.waiters.pop_front();
             w.stream.Send(EventFired{w.epoch, w.task, m.at + wait_latency});
@@ -64,14 +68,19 @@ void EventTableActor::Receive(Message& msg, actors::Context<Message>& ctx) {
             return;
           }
           Event& e = events_[m.event];
-          if (e.pending > 0) {
+          if (e.latch && e.ever_recorded) {
+            m.stream.Send(EventFired{m.epoch, m.task, e.last_record + wait_latency});
+          } else if (e.latch) {
+            e.waiters.push_back(std::move(m));
+          } else if (e.pending > 0) {
             --e.pending;
             m.stream.Send(EventFired{m.epoch, m.task, e.last_record + wait_latency});
           } else {
             e.waiters.push_back(std::move(m));
           }
         } else if constexpr (std::is_same_v<M, QueryEvent>) {
-          if (Event* e = Find(m.event, ctx)) ctx.Reply<bool>(e->pending > 0 || (e->ever_recorded && e->waiters.empty()));
+          if (Event* e = Find(m.event, ctx))
+            ctx.Reply<bool>(e->pending > 0 || (e->ever_recorded && (e->latch || e->waiters.empty())));
         } else if constexpr (std::is_same_v<M, HostWaitEvent>) {
           Event* e = Find(m.event, ctx);
           if (!e) return;

@@ -1,6 +1,8 @@
 // EventTable: the device's events. A stream's wait task consumes one record of its event (now,
 // or when the record comes), which is what lets a device model run again and again with the
-// same record -> wait pairs. Host-side waits and queries do not consume.
+// same record -> wait pairs. Host-side waits and queries do not consume. A latch event
+// (EventKind::kLatch) is never consumed: once recorded, every wait passes until it is reset (a
+// weight-ready event: each run's first reader of a weight region waits on it).
 #pragma once
 
 #include <deque>
@@ -22,6 +24,7 @@ class EventTableActor {
     bool live = false;
     std::uint64_t pending = 0;  // records not yet consumed by a wait task
     bool ever_recorded = false;
+    bool latch = false;
     VTime last_record = 0;
     std::deque<WaitEvent> waiters;
     std::vector<actors::Replier<VTime>> host_waiters;

@@ -197,6 +197,7 @@ struct AttachChannels {  // Ask<void>, once, right after spawning (to the engine
 // ---- to the event table -----------------------------------------------------------------------
 struct CreateEvent {  // Ask<EventId>
   static constexpr std::string_view kKind = "CreateEvent";
+  bool latch = false;  // see EventKind::kLatch
 };
 struct DestroyEvent {  // Ask<void>
   static constexpr std::string_view kKind = "DestroyEvent";

@@ -298,13 +298,13 @@ StatusOr<std::uint32_t> Runtime::Submit(Stream stream, std::vector<Task> tasks) 
 }
 
 // ---- events -------------------------------------------------------------------------------------
-StatusOr<Event> Runtime::CreateEvent(int device) {
+StatusOr<Event> Runtime::CreateEvent(int device, EventKind kind) {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   HostCall(*dev, "create event");
   if (dev->device->live_events.load() >= static_cast<std::size_t>(dev->device->chip().max_events))
     return Status::MemoryAllocation("npu_sim: device {}: all {} events are in use", device,
                                     dev->device->chip().max_events);
-  NPUFLOW_ASSIGN_OR_RETURN(EventId id, dev->device->events.Ask<EventId>(npu_sim::CreateEvent{}).Get());
+  NPUFLOW_ASSIGN_OR_RETURN(EventId id, dev->device->events.Ask<EventId>(npu_sim::CreateEvent{kind == EventKind::kLatch}).Get());
   return Event{device, id};
 }
 Status Runtime::DestroyEvent(Event event) {

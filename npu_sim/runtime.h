@@ -50,6 +50,9 @@ struct Model {
 };
 
 enum class Feature : std::uint8_t { kTaskUpdate };
+// kDefault: each stream wait consumes one record (rtStreamWaitEvent). kLatch: once recorded, every
+// wait passes until ResetEvent; nothing is consumed (a "this data is ready" flag).
+enum class EventKind : std::uint8_t { kDefault, kLatch };
 enum class FaultTarget : std::uint8_t { kStream, kAICore, kAICpu, kDma };
 
 using Timeout = std::optional<std::chrono::milliseconds>;  // nullopt: wait forever
@@ -93,7 +96,7 @@ class Runtime {
   Status AbortStream(Stream stream);
 
   // ---- events
-  StatusOr<Event> CreateEvent(int device);
+  StatusOr<Event> CreateEvent(int device, EventKind kind = EventKind::kDefault);
   Status DestroyEvent(Event event);
   Status RecordEvent(Event event, Stream stream);
   Status StreamWaitEvent(Stream stream, Event event);

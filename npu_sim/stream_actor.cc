@@ -354,6 +354,9 @@ Status StreamActor::ApplyPatches(const std::vector<std::uint64_t>& io) {
 void StreamActor::CompleteWaitingTask(VTime end) {
   clock_ = std::max(clock_, end);
   if (track_) Trace(tasks_[exec_].display_name(), wait_start_, clock_ - wait_start_, TaskId(exec_));
+  // A host stream's task runs once: what it kept alive (a copy's host memory) is free now, not
+  // when the list is next compacted.
+  if (mode_ == Mode::kHost) tasks_[exec_].keep_alive.reset();
   ++exec_;
   ++executed_;
   device_->tasks_executed.fetch_add(1, std::memory_order_relaxed);
@@ -385,6 +388,7 @@ void StreamActor::Fail(Status status) {
   }
   // A host stream in error drops what is queued. The error goes to the Synchronize calls waiting
   // for it; if none is listening any more (e.g. it timed out), the next Synchronize reports it.
+  for (std::size_t i = exec_; i < tasks_.size(); ++i) tasks_[i].keep_alive.reset();
   exec_ = tasks_.size();
   bool reported = false;
   for (auto& s : syncs_) {
