@@ -12,6 +12,7 @@ std::string_view SegmentName(Segment segment) {
     case Segment::kInput: return "input";
     case Segment::kOutput: return "output";
     case Segment::kTilingData: return "tiling";
+    case Segment::kFileConstant: return "file_constant";
   }
   return "unknown";
 }

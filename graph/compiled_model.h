@@ -28,8 +28,11 @@ enum class Segment : std::uint8_t {
   kInput,             // one zero-copy block per model input, never shared
   kOutput,            // one zero-copy block per model output, never shared
   kTilingData,        // KernelParams of each kernel (graph/kernel_abi.h); written by AICPU when sunk
+  kFileConstant,      // FileConstant values (external weights, weights/): the offset is a logical one; the
+                      // loader maps each FileConstant's logical offset to the device address of its file
+                      // region (fileconstant_addr_mapping), so regions need not be contiguous
 };
-inline constexpr int kSegmentCount = 8;
+inline constexpr int kSegmentCount = 9;
 std::string_view SegmentName(Segment segment);  // "weights", "fixed_fm", "fm", "variables", "input", ...
 
 struct MemRef {
@@ -91,6 +94,13 @@ struct CompileOptions {
   std::string chip = "910B";
   enum class StreamMode : std::uint8_t { kSingle, kMulti } stream_mode = StreamMode::kMulti;
   int max_parallel = 8;  // streams per engine in multi-stream mode, 1..64
+  // External weights (weights/, the external-weights pass). `external_weight`: "" keeps Consts
+  // embedded and FileConstants external; "0" embeds everything (FileConstant -> Const); "1" one
+  // file per distinct weight; "2" one combined file. Paths here are where the compile wrote.
+  std::string external_weight;
+  std::string external_weight_dir;  // the resolved weight directory (modes 1 and 2)
+  std::string model_name;           // names the combined file "<model_name>_weight_combined"
+  std::string value_bins;           // ge.exec.value_bins JSON: FileConstant file_id -> file
 };
 
 struct CompiledModel {

@@ -12,8 +12,8 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-#include <openssl/evp.h>
 
+#include "base/sha256.h"
 #include "graph/text_format.h"
 #include "proto/model.pb.h"
 
@@ -21,7 +21,7 @@ namespace npuflow::graph {
 namespace {
 
 constexpr std::uint32_t kKnownFlags = kModelFileFlagWeightsEmbedded;
-using Digest = std::array<std::uint8_t, 32>;
+using Digest = Sha256Digest;
 
 // ---- header --------------------------------------------------------------------------------------
 
@@ -37,18 +37,7 @@ T GetLittleEndian(std::string_view bytes, std::size_t offset) {
   return v;
 }
 
-Digest Sha256(std::string_view data) {
-  Digest d{};
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), d.data(), &len, EVP_sha256(), nullptr);
-  return d;
-}
-
-std::string Hex(std::string_view bytes) {
-  std::string out;
-  for (char c : bytes) out += fmt::format("{:02x}", static_cast<std::uint8_t>(c));
-  return out;
-}
+std::string Hex(std::string_view bytes) { return ToHex(bytes.data(), bytes.size()); }
 
 // The magic as read, printable characters as they are and the rest as \xNN.
 std::string Printable(std::string_view bytes) {
@@ -222,6 +211,10 @@ StatusOr<proto::ModelDef> ToModelDef(const CompiledModel& m, std::string_view so
   NPUFLOW_ASSIGN_OR_RETURN(proto::StreamModeDef mode, ToProto(m.options.stream_mode, source));
   opt->set_stream_mode(mode);
   opt->set_max_parallel(m.options.max_parallel);
+  opt->set_external_weight(m.options.external_weight);
+  opt->set_external_weight_dir(m.options.external_weight_dir);
+  opt->set_model_name(m.options.model_name);
+  opt->set_value_bins(m.options.value_bins);
   def.set_chip(m.chip);
 
   proto::MemoryPlanDef* mem = def.mutable_memory();
@@ -301,13 +294,18 @@ StatusOr<CompiledModel> FromModelDef(const proto::ModelDef& def, std::string_vie
   NPUFLOW_ASSIGN_OR_RETURN(m.options.stream_mode,
                            FromProto(def.options().stream_mode(), fmt::format("{}: compile options", source)));
   m.options.max_parallel = def.options().max_parallel();
+  m.options.external_weight = def.options().external_weight();
+  m.options.external_weight_dir = def.options().external_weight_dir();
+  m.options.model_name = def.options().model_name();
+  m.options.value_bins = def.options().value_bins();
   m.chip = def.chip();
 
   const proto::MemoryPlanDef& mem = def.memory();
-  if (mem.segment_bytes_size() != kSegmentCount)
+  // Files written before the file_constant segment existed have one size fewer.
+  if (mem.segment_bytes_size() != kSegmentCount && mem.segment_bytes_size() != kSegmentCount - 1)
     return Status::DataCorrupted("{}: the memory plan has {} segment sizes, expected {}", source,
                                  mem.segment_bytes_size(), kSegmentCount);
-  for (int i = 0; i < kSegmentCount; ++i) m.memory.segment_bytes[i] = mem.segment_bytes(i);
+  for (int i = 0; i < mem.segment_bytes_size(); ++i) m.memory.segment_bytes[i] = mem.segment_bytes(i);
   for (const proto::TensorPlacementDef& pt : mem.tensor()) {
     const std::string where = fmt::format("{}: placement of '{}':{}", source, pt.node(), pt.output());
     TensorPlacement t;
@@ -449,6 +447,8 @@ StatusOr<std::string> Serialize(const CompiledModel& model, std::string_view sou
 StatusOr<std::string> SerializeModel(const CompiledModel& model) { return Serialize(model, "compiled model"); }
 
 StatusOr<CompiledModel> ParseModel(std::string_view bytes, std::string_view source) {
+  if (IsEncrypted(bytes))
+    return Status::ParamInvalid("{}: the model file is encrypted (AES-256-GCM): give its key", source);
   const std::size_t magic_bytes = std::min(bytes.size(), kModelFileMagic.size());
   if (bytes.substr(0, magic_bytes) != kModelFileMagic.substr(0, magic_bytes))
     return Status::DataCorrupted("{}: not an npuflow model file: magic is \"{}\", expected \"{}\"", source,
@@ -491,9 +491,9 @@ StatusOr<CompiledModel> ParseModel(std::string_view bytes, std::string_view sour
                                  source, def.weights().size());
   if (!embedded && def.memory().segment_bytes_size() > static_cast<int>(Segment::kWeights) &&
       def.memory().segment_bytes(static_cast<int>(Segment::kWeights)) > 0)
-    return Status::Unsupported("{}: the weights are not embedded (flag bit 0 clear) and the weights segment is {} "
-                               "bytes; external weights are not supported",
-                               source, def.memory().segment_bytes(static_cast<int>(Segment::kWeights)));
+    return Status::DataCorrupted("{}: the weights segment is {} bytes, but its data is missing (the header's "
+                                 "weights-embedded flag is clear)",
+                                 source, def.memory().segment_bytes(static_cast<int>(Segment::kWeights)));
 
   NPUFLOW_ASSIGN_OR_RETURN(CompiledModel model, FromModelDef(def, source));
   NPUFLOW_RETURN_IF_ERROR(
@@ -501,8 +501,13 @@ StatusOr<CompiledModel> ParseModel(std::string_view bytes, std::string_view sour
   return model;
 }
 
-Status WriteModelFile(const CompiledModel& model, const std::string& path) {
+Status WriteModelFile(const CompiledModel& model, const std::string& path, const AesKey* key) {
   NPUFLOW_ASSIGN_OR_RETURN(std::string bytes, Serialize(model, path));
+  if (key != nullptr) {
+    auto sealed = EncryptBytes(bytes, *key);
+    if (!sealed.ok()) return sealed.status().WithContext(path);
+    bytes = std::move(*sealed);
+  }
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) return Status::Failed("{}: cannot create '{}': {}", path, tmp, std::strerror(errno));
@@ -528,7 +533,7 @@ Status WriteModelFile(const CompiledModel& model, const std::string& path) {
   return Status::Ok();
 }
 
-StatusOr<CompiledModel> ReadModelFile(const std::string& path) {
+StatusOr<CompiledModel> ReadModelFile(const std::string& path, const AesKey* key) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
     const int err = errno;
@@ -545,7 +550,11 @@ StatusOr<CompiledModel> ReadModelFile(const std::string& path) {
   const int err = errno;
   std::fclose(f);
   if (failed) return Status::Failed("{}: cannot read the model file: {}", path, std::strerror(err));
-  return ParseModel(bytes, path);
+  if (key != nullptr && IsEncrypted(bytes)) {
+    NPUFLOW_ASSIGN_OR_RETURN(std::string plain, DecryptBytes(bytes, *key, path));
+    return ParseModel(plain, path);
+  }
+  return ParseModel(bytes, path);  // encrypted without a key: ParseModel says so
 }
 
 }  // namespace npuflow::graph

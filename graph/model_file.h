@@ -13,8 +13,16 @@
 // The payload holds everything in CompiledModel: the graph (graph.proto's GraphDef), compile
 // options, chip, memory plan, per-stream tasks, event count, input/output IoDefs and the initial
 // bytes of the weights, variables and tiling-data segments. The writer sets "weights embedded"
-// whenever the weights segment is non-empty; a file without the flag must not need weights
-// (external weights are not supported yet).
+// whenever the weights segment is non-empty; a file without the flag has an empty weights segment.
+// External weights are not in the file: FileConstant nodes (the file_constant segment) name their
+// weight files (weights/), which live beside the model in "<model dir>/weight/" or elsewhere.
+//
+// Encrypted model files (`npuflow compile --encrypt-key`): the whole file above (header + payload)
+// wrapped in an AES-256-GCM envelope (base/aes_gcm.h), which starts with the magic "NPFWENC1"
+// instead of "NPUFLWOM". WriteModelFile encrypts when given a key; ReadModelFile decrypts when the
+// file is encrypted and a key is given (a wrong key or a tampered byte fails the authentication),
+// and without a key it fails with ParamInvalid "<path>: the model file is encrypted ...: give its
+// key". A key given for a plain file is ignored.
 //
 // Reading checks, in order: the file can be read; the magic; the header is complete; the version;
 // the flags; the payload size against the file size (truncated, or trailing bytes); the checksum;
@@ -30,6 +38,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/aes_gcm.h"
 #include "base/status.h"
 #include "graph/compiled_model.h"
 
@@ -43,11 +52,14 @@ inline constexpr std::size_t kModelFileHeaderBytes = 56;
 // The whole file (header + payload) in memory. The model is checked as ReadModelFile checks it,
 // so a model the reader would reject is never written; errors name "compiled model".
 StatusOr<std::string> SerializeModel(const CompiledModel& model);
-// A model from the bytes of a whole file; errors name `source`.
+// A model from the bytes of a whole (plain) file; errors name `source`. Encrypted bytes are a
+// ParamInvalid saying so (decrypt them first, or use ReadModelFile with the key).
 StatusOr<CompiledModel> ParseModel(std::string_view bytes, std::string_view source);
 
-// Writes atomically: to "<path>.tmp", then renames it over `path`. I/O errors name the path.
-Status WriteModelFile(const CompiledModel& model, const std::string& path);
-StatusOr<CompiledModel> ReadModelFile(const std::string& path);
+// Writes atomically: to "<path>.tmp", then renames it over `path`. I/O errors name the path. With
+// `key`, the file's bytes are written encrypted (EncryptBytes).
+Status WriteModelFile(const CompiledModel& model, const std::string& path, const AesKey* key = nullptr);
+// Reads a plain or (with `key`) an encrypted model file; see the top of this file.
+StatusOr<CompiledModel> ReadModelFile(const std::string& path, const AesKey* key = nullptr);
 
 }  // namespace npuflow::graph

@@ -11,8 +11,10 @@
 //   Cast(x)          attrs: dtype. Float -> integer truncates toward zero and saturates (NaN -> 0);
 //                    integer -> integer wraps; -> bool is x != 0.
 //   Variable         attrs: dtype, shape (static), value (optional Tensor). Host-local.
-//   FileConstant     attrs: dtype, shape (static), location (path) else file_path, offset (bytes,
-//                    default 0), length (bytes; 0: the tensor size). Host-local.
+//   FileConstant     attrs: dtype, shape (static), location (path) else file_path else file_id (a
+//                    ge.exec.value_bins id: enough for shape inference, the external-weights pass
+//                    turns it into a location), offset (bytes, default 0), length (bytes; 0: the
+//                    tensor size). Host-local.
 //
 // Device kernel ints (KernelParams::ints; tensors' dtypes and shapes are in KernelParams):
 //   Reshape, Cast:   none.
@@ -478,19 +480,27 @@ Status RefVariable(const OpDesc& op, const std::vector<const Tensor*>&, std::vec
 
 // ---- FileConstant -----------------------------------------------------------------------------------
 struct FileConstantSource {
-  std::string path;
+  std::string path;     // empty when the node names its file only by file_id
+  std::string file_id;
   std::int64_t offset = 0;
   std::uint64_t length = 0;  // bytes; the tensor size
 };
 
+// The node's file and region. A node with only a file_id (ge.exec.value_bins, resolved by the
+// external-weights pass) is fine for shape inference; reading it needs a path.
 StatusOr<FileConstantSource> ResolveFileConstant(const OpDesc& op, const TensorDesc& desc) {
   FileConstantSource src;
   NPUFLOW_ASSIGN_OR_RETURN(src.path, op.AttrOr<std::string>("location", ""));
   if (src.path.empty()) {
     NPUFLOW_ASSIGN_OR_RETURN(src.path, op.AttrOr<std::string>("file_path", ""));
   }
-  if (src.path.empty())
+  if (src.path.empty() && op.HasAttr("file_id")) {
+    NPUFLOW_ASSIGN_OR_RETURN(src.file_id, op.Attr<std::string>("file_id"));
+    if (src.file_id.empty()) return Status::ParamInvalid("node '{}' (FileConstant): attribute 'file_id' is empty", op.name());
+  }
+  if (src.path.empty() && src.file_id.empty())
     return Status::ParamInvalid("node '{}' (FileConstant): needs attribute 'location' or 'file_path'", op.name());
+  const std::string file = src.path.empty() ? fmt::format("file_id {}", src.file_id) : src.path;
   if (!desc.bytes())
     return Status::ParamInvalid("node '{}' (FileConstant): attribute 'shape' {} must be static", op.name(),
                                 desc.shape.ToString());
@@ -498,11 +508,11 @@ StatusOr<FileConstantSource> ResolveFileConstant(const OpDesc& op, const TensorD
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t length, op.AttrOr<std::int64_t>("length", 0));
   if (src.offset < 0 || length < 0)
     return Status::ParamInvalid("node '{}' (FileConstant): offset {} and length {} of '{}' must not be negative",
-                                op.name(), src.offset, length, src.path);
+                                op.name(), src.offset, length, file);
   src.length = *desc.bytes();
   if (length != 0 && static_cast<std::uint64_t>(length) != src.length)
     return Status::ParamInvalid("node '{}' (FileConstant): length {} bytes of '{}' differs from the tensor size {} bytes ({})",
-                                op.name(), length, src.path, src.length, desc.ToString());
+                                op.name(), length, file, src.length, desc.ToString());
   return src;
 }
 
@@ -517,6 +527,11 @@ Status InferFileConstant(const OpDesc& op, const std::vector<TensorDesc>&, std::
 
 Status RefFileConstant(const OpDesc& op, const std::vector<const Tensor*>&, std::vector<Tensor>& out) {
   NPUFLOW_ASSIGN_OR_RETURN(FileConstantSource src, ResolveFileConstant(op, out[0].desc));
+  if (src.path.empty())
+    return Status::ParamInvalid(
+        "node '{}' (FileConstant): file_id '{}' names no file: it must be resolved through ge.exec.value_bins "
+        "(the external-weights pass sets 'location')",
+        op.name(), src.file_id);
   std::error_code ec;
   const std::uintmax_t size = std::filesystem::file_size(src.path, ec);
   if (ec)

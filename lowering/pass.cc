@@ -15,6 +15,9 @@ PassRegistry& PassRegistry::Global() {
     r->Register({"const-fold", "nodes whose inputs are all Const become Const", &ConstFoldPass});
     r->Register({"dead-code-elimination", "removes nodes that neither reach NetOutput nor update a Variable",
                  &DeadCodeEliminationPass});
+    r->Register({"external-weights",
+                 "ge.externalWeight: Consts to weight files (FileConstant), or FileConstants back to Consts",
+                 &ExternalWeightsPass});
     r->Register({"assign-engines", "_engine of every node from its op definition", &AssignEnginesPass});
     r->Register({"assign-streams", "_stream: chains share a stream, independent branches and engines get new ones",
                  &AssignStreamsPass});
@@ -36,8 +39,8 @@ StatusOr<const PassDef*> PassRegistry::Find(std::string_view name) const {
 
 const std::vector<std::string>& V1Pipeline() {
   static const std::vector<std::string> pipeline = {
-      "validate",       "infer-shapes",  "const-fold",  "dead-code-elimination", "assign-engines",
-      "assign-streams", "insert-events", "plan-memory", "gen-tasks"};
+      "validate",       "infer-shapes",   "const-fold",    "dead-code-elimination", "external-weights",
+      "assign-engines", "assign-streams", "insert-events", "plan-memory",           "gen-tasks"};
   return pipeline;
 }
 

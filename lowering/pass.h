@@ -3,8 +3,8 @@
 // of the CompiledModel. `npuflow compile --dump-after=<pass>` prints the graph after it.
 //
 // The v1 pipeline, in order (V1Pipeline()):
-//   validate -> infer-shapes -> const-fold -> dead-code-elimination -> assign-engines ->
-//   assign-streams -> insert-events -> plan-memory -> gen-tasks
+//   validate -> infer-shapes -> const-fold -> dead-code-elimination -> external-weights ->
+//   assign-engines -> assign-streams -> insert-events -> plan-memory -> gen-tasks
 //
 // Annotations (the contract between passes; a later pass reads only these and the graph):
 //   _engine       string   assign-engines: "AICore", "AICPU" or "host"
@@ -86,6 +86,7 @@ Status ValidatePass(PassContext& ctx);            // validate.cc
 Status InferShapesPass(PassContext& ctx);         // infer_shapes.cc
 Status ConstFoldPass(PassContext& ctx);           // const_fold.cc
 Status DeadCodeEliminationPass(PassContext& ctx); // dead_code.cc
+Status ExternalWeightsPass(PassContext& ctx);     // external_weights.cc
 Status AssignEnginesPass(PassContext& ctx);       // assign_engines.cc
 Status AssignStreamsPass(PassContext& ctx);       // assign_streams.cc
 Status InsertEventsPass(PassContext& ctx);        // insert_events.cc

@@ -1,7 +1,8 @@
 // plan-memory (seed 002, section 8): the segment and offset of every tensor.
 //
-//   weights     each Const / FileConstant, in order, 512-byte aligned (FileConstant bytes are
-//               filled from its file at load)
+//   weights     each Const, in order, 512-byte aligned
+//   file_constant  each FileConstant, at a logical offset: the loader maps it to its file region's
+//               device address (weights/)
 //   variables   each Variable, with its initial value
 //   input       one block per Data node, never shared
 //   output      one block per NetOutput input; its producer writes it in place (zero copy)
@@ -146,7 +147,7 @@ Status PlanMemoryPass(PassContext& ctx) {
   model.variables.clear();
   Arena fm(S), fixed(S);
   model.memory.tensors.reserve(static_cast<std::size_t>(n) + 16);
-  std::uint64_t weights_top = 0, variables_top = 0, input_top = 0, output_top = 0;
+  std::uint64_t weights_top = 0, file_constant_top = 0, variables_top = 0, input_top = 0, output_top = 0;
   std::vector<Buffer> buffers;
   std::vector<std::vector<int>> buffer_of(n);  // [pos][output]
   std::vector<std::vector<int>> tensor_of(n);  // [pos][output]: index into model.memory.tensors
@@ -258,17 +259,18 @@ Status PlanMemoryPass(PassContext& ctx) {
       b.tag = zero_tag;
       if (type == "Data") {
         b.ref = input_block.at(pos);
-      } else if (type == "Const" || type == "FileConstant") {
+      } else if (type == "Const") {
         b.ref = {Segment::kWeights, weights_top};
         weights_top += size;
         model.weights.resize(weights_top, 0);
-        if (type == "Const") {
-          NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
-          if (value.data.size() != *raw)
-            return Status::ParamInvalid("node '{}' (Const): value has {} bytes, {} needs {}", node.name(),
-                                        value.data.size(), desc.ToString(), *raw);
-          std::memcpy(model.weights.data() + b.ref.offset, value.data.data(), value.data.size());
-        }
+        NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
+        if (value.data.size() != *raw)
+          return Status::ParamInvalid("node '{}' (Const): value has {} bytes, {} needs {}", node.name(),
+                                      value.data.size(), desc.ToString(), *raw);
+        std::memcpy(model.weights.data() + b.ref.offset, value.data.data(), value.data.size());
+      } else if (type == "FileConstant") {
+        b.ref = {Segment::kFileConstant, file_constant_top};
+        file_constant_top += size;
       } else if (type == "Variable") {
         b.ref = {Segment::kVariables, variables_top};
         variables_top += size;
@@ -371,6 +373,7 @@ Status PlanMemoryPass(PassContext& ctx) {
 
   auto& seg = model.memory.segment_bytes;
   seg[static_cast<int>(Segment::kWeights)] = weights_top;
+  seg[static_cast<int>(Segment::kFileConstant)] = file_constant_top;
   seg[static_cast<int>(Segment::kVariables)] = variables_top;
   seg[static_cast<int>(Segment::kInput)] = input_top;
   seg[static_cast<int>(Segment::kOutput)] = output_top;

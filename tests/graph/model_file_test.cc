@@ -1,5 +1,6 @@
 // The .om model file: a hand-built CompiledModel round-trips field by field, and every kind of
-// damaged or inconsistent file is rejected with an error naming the file and the problem.
+// damaged or inconsistent file is rejected with an error naming the file and the problem; an
+// encrypted file opens only with its key.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 
+#include "base/aes_gcm.h"
 #include "graph/model_file.h"
 #include "graph/text_format.h"
 #include "proto/model.pb.h"
@@ -369,9 +371,12 @@ TEST_F(ModelFileTest, SemanticErrorsNameTheFieldAndTheProblem) {
                     "stream 3 task 0 (event_wait): event 5 is out of range (the model has 2 events)");
   }
   {
+    // One size fewer is a file from before the file_constant segment (see below); two fewer is damage.
     proto::ModelDef def = GoodPayload();
     def.mutable_memory()->mutable_segment_bytes()->RemoveLast();
-    ExpectCorrupted(ReadBack(WithHeader(def.SerializeAsString())), "the memory plan has 7 segment sizes, expected 8");
+    def.mutable_memory()->mutable_segment_bytes()->RemoveLast();
+    ExpectCorrupted(ReadBack(WithHeader(def.SerializeAsString())),
+                    fmt::format("the memory plan has {} segment sizes, expected {}", kSegmentCount - 2, kSegmentCount));
   }
   {
     proto::ModelDef def = GoodPayload();
@@ -384,6 +389,105 @@ TEST_F(ModelFileTest, SemanticErrorsNameTheFieldAndTheProblem) {
     Status s = ReadBack(WithHeader(GoodPayload().SerializeAsString(), /*flags=*/0));
     ExpectCorrupted(s, "the payload holds 64 bytes of weights, but the header's weights-embedded flag is clear");
   }
+  {
+    // A weights segment without its data and without the flag: the data is missing (external
+    // weights are FileConstants in the file_constant segment, never the weights segment).
+    proto::ModelDef def = GoodPayload();
+    def.clear_weights();
+    Status s = ReadBack(WithHeader(def.SerializeAsString(), /*flags=*/0));
+    ExpectCorrupted(s, "the weights segment is 64 bytes, but its data is missing (the header's weights-embedded flag "
+                       "is clear)");
+    EXPECT_EQ(s.message().find("not supported"), std::string_view::npos) << s;
+  }
+}
+
+TEST_F(ModelFileTest, AMemoryPlanFromBeforeTheFileConstantSegmentReads) {
+  proto::ModelDef def = GoodPayload();
+  ASSERT_EQ(def.memory().segment_bytes_size(), kSegmentCount);
+  def.mutable_memory()->mutable_segment_bytes()->RemoveLast();  // no file_constant size
+  WriteBytes(path_, WithHeader(def.SerializeAsString()));
+  auto m = ReadModelFile(path_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->memory.bytes(Segment::kFileConstant), 0u);
+  EXPECT_EQ(m->memory.bytes(Segment::kTilingData), 48u);
+}
+
+// ---- encrypted model files -------------------------------------------------------------------------
+
+AesKey TestKey(std::uint8_t seed) {
+  AesKey key;
+  for (std::size_t i = 0; i < key.bytes.size(); ++i) key.bytes[i] = static_cast<std::uint8_t>(seed + 13 * i);
+  return key;
+}
+
+TEST_F(ModelFileTest, AnEncryptedModelRoundTripsWithItsKey) {
+  const AesKey key = TestKey(1);
+  const CompiledModel original = MakeModel();
+  ASSERT_TRUE(WriteModelFile(original, path_, &key).ok());
+  EXPECT_FALSE(fs::exists(path_ + ".tmp"));
+  const std::string bytes = ReadBytes(path_);
+  EXPECT_EQ(bytes.substr(0, 8), "NPFWENC1");
+  EXPECT_TRUE(IsEncrypted(bytes));
+  EXPECT_EQ(bytes.find(good_.substr(kModelFileHeaderBytes, 64)), std::string::npos);  // no plain payload
+  auto plain = DecryptBytes(bytes, key, path_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(*plain, good_);  // the envelope holds exactly the plain file
+
+  auto read = ReadModelFile(path_, &key);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSameModel(original, *read);
+
+  // A key given for a plain file is ignored.
+  ASSERT_TRUE(WriteModelFile(original, path_).ok());
+  EXPECT_EQ(ReadBytes(path_), good_);
+  auto plain_read = ReadModelFile(path_, &key);
+  ASSERT_TRUE(plain_read.ok()) << plain_read.status();
+  ExpectSameModel(original, *plain_read);
+}
+
+TEST_F(ModelFileTest, AnEncryptedModelWithoutAKeyAsksForIt) {
+  const AesKey key = TestKey(2);
+  ASSERT_TRUE(WriteModelFile(MakeModel(), path_, &key).ok());
+  auto m = ReadModelFile(path_);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kParamInvalid);
+  EXPECT_EQ(m.status().message(), path_ + ": the model file is encrypted (AES-256-GCM): give its key");
+  // ParseModel on the encrypted bytes says the same, naming its source.
+  auto parsed = ParseModel(ReadBytes(path_), "memory");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().message(), "memory: the model file is encrypted (AES-256-GCM): give its key");
+}
+
+TEST_F(ModelFileTest, AWrongKeyFailsTheAuthentication) {
+  const AesKey key = TestKey(3), other = TestKey(4);
+  ASSERT_TRUE(WriteModelFile(MakeModel(), path_, &key).ok());
+  auto m = ReadModelFile(path_, &other);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kDataCorrupted) << m.status();
+  EXPECT_EQ(m.status().message().substr(0, path_.size() + 2), path_ + ": ") << m.status();
+  EXPECT_NE(m.status().message().find("wrong key or tampered"), std::string_view::npos) << m.status();
+}
+
+TEST_F(ModelFileTest, ATamperedEncryptedByteFailsTheAuthentication) {
+  const AesKey key = TestKey(5);
+  ASSERT_TRUE(WriteModelFile(MakeModel(), path_, &key).ok());
+  const std::string sealed = ReadBytes(path_);
+  // A ciphertext byte, the tag's last byte, the IV: each fails the tag check.
+  for (std::size_t at : {kEncryptedHeaderBytes + 100, sealed.size() - 1, std::size_t{10}}) {
+    std::string bad = sealed;
+    bad[at] ^= 0x01;
+    WriteBytes(path_, bad);
+    auto m = ReadModelFile(path_, &key);
+    ASSERT_FALSE(m.ok()) << "byte " << at;
+    EXPECT_EQ(m.status().code(), StatusCode::kDataCorrupted) << m.status();
+    EXPECT_NE(m.status().message().find(path_), std::string_view::npos) << m.status();
+    EXPECT_NE(m.status().message().find("wrong key or tampered"), std::string_view::npos) << m.status();
+  }
+  // Cut short: the envelope says how long it must be.
+  WriteBytes(path_, sealed.substr(0, sealed.size() - 20));
+  auto cut = ReadModelFile(path_, &key);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().code(), StatusCode::kDataCorrupted) << cut.status();
 }
 
 TEST_F(ModelFileTest, TheWriterRejectsAnInconsistentModelAndNamesThePath) {

@@ -1,0 +1,134 @@
+// ExternalWeightManager (seed 000, graph_external_weight_manager): per session, the device copies
+// of weight file regions, so that a region (file, offset) is copied to a device once however many
+// models or execution streams use it; another device gets its own copy.
+//
+// A DeviceWeightFile is one device allocation holding the span [begin, end) of a weight file: the
+// whole used span of a combined file (every FileConstant of a model in one file), or one region.
+// Regions are loaded into it by the WeightLoaderActor; each has a latch event that is recorded
+// when its bytes have landed, and that the first task reading it on each stream waits on. Models
+// hold their DeviceWeightFiles (shared_ptr); the manager only remembers them (weak_ptr), so the
+// memory goes with the last model that uses it.
+//
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "base/aes_gcm.h"
+#include "base/status.h"
+#include "npu_sim/runtime.h"
+#include "weights/weight_loader.h"
+
+namespace npuflow::weights {
+
+// The outcome of one region's load, shared by every model that uses the region.
+class RegionLoadState {
+ public:
+  void Set(StatusOr<WeightLoadReport> result);
+  // Blocks (a host thread) until the load has ended.
+  StatusOr<WeightLoadReport> Wait() const;
+  // The outcome if the load has ended.
+  std::optional<Status> Peek() const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::optional<StatusOr<WeightLoadReport>> result_;
+};
+
+class DeviceWeightFile {
+ public:
+  ~DeviceWeightFile();
+  DeviceWeightFile(const DeviceWeightFile&) = delete;
+  DeviceWeightFile& operator=(const DeviceWeightFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  int device() const { return device_; }
+  std::uint64_t begin() const { return begin_; }
+  std::uint64_t end() const { return end_; }
+  npu_sim::DevicePtr AddressOf(std::uint64_t file_offset) const { return base_ + (file_offset - begin_); }
+
+ private:
+  friend class ExternalWeightManager;
+  DeviceWeightFile() = default;
+  struct Region {
+    std::uint64_t length = 0;
+    npu_sim::Event ready;
+    std::shared_ptr<RegionLoadState> state;
+  };
+  npu_sim::Runtime* rt_ = nullptr;
+  int device_ = 0;
+  std::string path_;
+  std::uint64_t begin_ = 0, end_ = 0;
+  npu_sim::DevicePtr base_;
+  std::map<std::uint64_t, Region> regions_;  // by file offset; guarded by the manager's lock
+};
+
+// A region a model needs.
+struct RegionNeed {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::string sha256;  // for verification; may be empty
+  std::string name;    // the node(s), for messages
+};
+
+struct PlacedRegion {
+  npu_sim::DevicePtr address;
+  npu_sim::Event ready;  // latch
+  std::shared_ptr<RegionLoadState> state;
+  bool copied_here = false;  // this Place started its copy (false: shared with an earlier user)
+};
+
+struct FilePlacement {
+  std::shared_ptr<DeviceWeightFile> file;
+  std::vector<PlacedRegion> regions;  // in the order of the needs
+};
+
+struct WeightLoadFlags {
+  bool verify = false;
+  std::optional<AesKey> key;
+};
+
+struct ExternalWeightStats {
+  std::uint64_t files_allocated = 0;  // device allocations made
+  std::uint64_t regions_copied = 0;   // region copies started
+  std::uint64_t regions_shared = 0;   // region uses served by an earlier copy
+  std::uint64_t bytes_copied = 0;
+};
+
+class ExternalWeightManager {
+ public:
+  ExternalWeightManager(npu_sim::Runtime* rt, WeightLoader* loader) : rt_(rt), loader_(loader) {}
+
+  // Places `needs`, regions of the file `path`, on `device` inside one device copy of the span
+  // [begin, end) (which must contain every need): an existing copy that covers the span is reused,
+  // else one is allocated. Regions that copy does not hold yet are loaded with one loader request
+  // (asynchronously: their latches and states tell when); those it holds are shared.
+  StatusOr<FilePlacement> Place(int device, const std::string& path, std::uint64_t begin, std::uint64_t end,
+                                const std::vector<RegionNeed>& needs, const WeightLoadFlags& flags);
+
+  // GE's CheckAndSetWeightLoaded("<path>:<offset>", device): false the first time, true after.
+  bool CheckAndSetWeightLoaded(const std::string& key, int device);
+
+  ExternalWeightStats stats() const;
+
+ private:
+  npu_sim::Runtime* rt_;
+  WeightLoader* loader_;
+  mutable std::mutex mu_;
+  // (device, canonical path) -> the device copies of spans of that file
+  std::map<std::pair<int, std::string>, std::vector<std::weak_ptr<DeviceWeightFile>>> files_;
+  std::set<std::pair<std::string, int>> loaded_keys_;
+  ExternalWeightStats stats_;
+};
+
+}  // namespace npuflow::weights

@@ -1,0 +1,438 @@
+#include "weights/weight_loader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <variant>
+
+#include "actors/system.h"
+#include "base/sha256.h"
+
+namespace npuflow::weights {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Reads exactly `bytes` at `offset`, or says why not.
+Status ReadAt(int fd, void* out, std::uint64_t bytes, std::uint64_t offset, const std::string& path) {
+  auto* p = static_cast<std::uint8_t*>(out);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Failed("weight file '{}': read of {} bytes at offset {} failed: {}", path, bytes, offset,
+                            std::strerror(errno));
+    }
+    if (n == 0)
+      return Status::DataCorrupted("weight file '{}' ended at offset {} while {} more bytes were expected", path, offset,
+                                   bytes);
+    p += n;
+    bytes -= static_cast<std::uint64_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+struct StartLoad {
+  WeightLoadRequest request;
+  npu_sim::Stream stream;  // the device's loader stream
+  actors::Promise<StatusOr<WeightLoadReport>> done;
+  Clock::time_point start;
+};
+struct StagingFreed {
+  int buffer = 0;
+};
+using LoaderMsg = std::variant<StartLoad, StagingFreed>;
+
+}  // namespace
+
+struct WeightLoader::Shared {
+  npu_sim::Runtime* rt = nullptr;
+  WeightLoaderOptions options;
+  std::vector<std::optional<npu_sim::Stream>> streams;  // per device, created by its first load; under mu
+  actors::Address<LoaderMsg> actor;
+  std::mutex mu;
+  WeightLoaderStats stats;
+};
+
+namespace {
+
+// The actor. One load at a time; within a load, chunks are read in file order while staging
+// buffers are free, each chunk's copy returning its buffer when the DMA engine is done with it.
+class WeightLoaderActor {
+ public:
+  using Message = LoaderMsg;
+  explicit WeightLoaderActor(std::shared_ptr<WeightLoader::Shared> shared) : shared_(std::move(shared)) {}
+  ~WeightLoaderActor() { CloseFile(); }
+
+  void Receive(Message& msg, actors::Context<Message>& ctx) {
+    if (auto* start = std::get_if<StartLoad>(&msg)) {
+      queue_.push_back(std::move(*start));
+    } else if (const int b = std::get<StagingFreed>(msg).buffer; b >= 0) {
+      free_.push_back(b);
+      --in_use_;
+    }
+    Pump(ctx);
+  }
+
+ private:
+  struct Job {
+    WeightLoadRequest req;
+    npu_sim::Stream stream;
+    actors::Promise<StatusOr<WeightLoadReport>> done;
+    Clock::time_point start;
+    WeightLoadReport report;
+    std::size_t region = 0;      // next region (plain files)
+    std::uint64_t pos = 0;       // plain: offset within the region; encrypted: plaintext offset
+    std::uint64_t end = 0;       // encrypted: bytes of plaintext
+    std::optional<GcmDecryptor> gcm;
+    Sha256Hasher hasher;                 // plain files: the current region's digest
+    std::vector<Sha256Hasher> hashers;   // encrypted files: one per region
+    std::vector<bool> recorded;  // latch recorded, per region
+    Status error;
+    bool submitted_all = false;
+    bool syncing = false;
+  };
+
+  void Pump(actors::Context<Message>& ctx) {
+    for (;;) {
+      if (!job_) {
+        if (queue_.empty()) return;
+        StartNext();
+        if (!job_) continue;
+      }
+      Job& job = *job_;
+      while (job.error.ok() && !job.submitted_all) {
+        const int b = TakeBuffer();
+        if (b < 0) return;  // a copy in flight returns one
+        Status s = job.gcm ? NextEncryptedChunk(job, b) : NextPlainChunk(job, b);
+        if (!s.ok()) job.error = std::move(s);
+      }
+      if (job.syncing) return;
+      // Everything is submitted (or the load failed): unblock every latch not yet recorded, then
+      // wait for the stream. The staging buffers come back as the copies end.
+      for (std::size_t r = 0; r < job.req.regions.size(); ++r) RecordLatch(job, r);
+      job.syncing = true;
+      npu_sim::Runtime& rt = *shared_->rt;
+      ctx.Then(rt.SynchronizeStreamAsync(Stream()), [this, self = ctx.self()](StatusOr<npu_sim::VTime> r) {
+        Finish(std::move(r));
+        self.Send(StagingFreed{-1});  // a nudge: start the next load (-1 is not a buffer)
+      });
+      return;
+    }
+  }
+
+  void StartNext() {
+    StartLoad next = std::move(queue_.front());
+    queue_.pop_front();
+    auto job = std::make_unique<Job>();
+    job->req = std::move(next.request);
+    job->stream = next.stream;
+    job->done = std::move(next.done);
+    job->start = next.start;
+    std::sort(job->req.regions.begin(), job->req.regions.end(),
+              [](const WeightRegion& a, const WeightRegion& b) { return a.file_offset < b.file_offset; });
+    job->recorded.assign(job->req.regions.size(), false);
+    if (job->req.regions.empty() && !job->req.key) job->submitted_all = true;
+    fd_ = ::open(job->req.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) {
+      job->done.Set(Status::NotFound("weight file '{}': cannot open: {}", job->req.path, std::strerror(errno)));
+      return;
+    }
+    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+    if (job->req.key) {
+      char header[kEncryptedHeaderBytes];
+      Status s = ReadAt(fd_, header, sizeof(header), 0, job->req.path);
+      StatusOr<GcmDecryptor> gcm = s.ok() ? GcmDecryptor::Begin(std::string_view(header, sizeof(header)),
+                                                                *job->req.key, "weight file '" + job->req.path + "'")
+                                          : StatusOr<GcmDecryptor>(s);
+      if (!gcm.ok()) {
+        job->error = gcm.status();
+        job->submitted_all = true;
+      } else {
+        job->end = gcm->plaintext_bytes();
+        job->gcm.emplace(std::move(gcm).value());
+        if (job->req.verify) job->hashers = std::vector<Sha256Hasher>(job->req.regions.size());
+      }
+    }
+    job_ = std::move(job);
+  }
+
+  void Finish(StatusOr<npu_sim::VTime> synced) {
+    Job& job = *job_;
+    Status status = job.error;
+    if (status.ok() && !synced.ok()) status = synced.status().WithContext("weight file '" + job.req.path + "'");
+    job.report.seconds = std::chrono::duration<double>(Clock::now() - job.start).count();
+    if (synced.ok()) job.report.device_end = *synced;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->stats.loads += 1;
+      shared_->stats.chunks += job.report.chunks;
+      shared_->stats.bytes += job.report.bytes;
+    }
+    if (status.ok()) job.done.Set(job.report);
+    else job.done.Set(std::move(status));
+    CloseFile();
+    job_.reset();
+  }
+
+  // Plain file: the next chunk of the current region, at most chunk_bytes, never crossing regions.
+  Status NextPlainChunk(Job& job, int b) {
+    const WeightRegion& region = job.req.regions[job.region];
+    const std::uint64_t n = std::min(shared_->options.chunk_bytes, region.length - job.pos);
+    std::uint8_t* buf = buffers_[b].get();
+    if (n > 0) {
+      if (Status s = ReadAt(fd_, buf, n, region.file_offset + job.pos, job.req.path); !s.ok()) {
+        GiveBack(b);
+        return s;
+      }
+      job.report.bytes_read += n;
+      if (job.req.verify) job.hasher.Update(buf, n);
+      if (Status s = Copy(job, b, region.dst + job.pos, buf, n); !s.ok()) return s;
+    } else {
+      GiveBack(b);
+    }
+    job.pos += n;
+    if (job.pos == region.length) {
+      if (job.req.verify) NPUFLOW_RETURN_IF_ERROR(CheckDigest(job, region, job.hasher));
+      RecordLatch(job, job.region);
+      job.pos = 0;
+      if (++job.region == job.req.regions.size()) job.submitted_all = true;
+    }
+    return Status::Ok();
+  }
+
+  // Encrypted file: the next chunk of the whole plaintext, decrypted, with the parts regions need
+  // copied to the device. Latches wait for the tag (recorded in Pump once everything is in).
+  Status NextEncryptedChunk(Job& job, int b) {
+    const std::uint64_t n = std::min(shared_->options.chunk_bytes, job.end - job.pos);
+    std::uint8_t* buf = buffers_[b].get();
+    if (Status s = ReadAt(fd_, buf, n, kEncryptedHeaderBytes + job.pos, job.req.path); !s.ok()) {
+      GiveBack(b);
+      return s;
+    }
+    job.report.bytes_read += n;
+    if (Status s = job.gcm->Update(buf, n, buf); !s.ok()) {
+      GiveBack(b);
+      return s;
+    }
+    const std::uint64_t lo = job.pos, hi = job.pos + n;
+    // The staging buffer goes back once every copy from it has ended: one keep-alive for all.
+    std::shared_ptr<void> keep = Lease(b);
+    for (std::size_t i = 0; i < job.req.regions.size(); ++i) {
+      const WeightRegion& r = job.req.regions[i];
+      const std::uint64_t a = std::max(lo, r.file_offset), z = std::min(hi, r.file_offset + r.length);
+      if (a >= z) continue;
+      if (job.req.verify) job.hashers[i].Update(buf + (a - lo), z - a);
+      if (Status s = Submit(job, keep, r.dst + (a - r.file_offset), buf + (a - lo), z - a); !s.ok()) return s;
+    }
+    job.pos = hi;
+    if (job.pos < job.end) return Status::Ok();
+    char tag[kGcmTagBytes];
+    NPUFLOW_RETURN_IF_ERROR(ReadAt(fd_, tag, sizeof(tag), kEncryptedHeaderBytes + job.end, job.req.path));
+    job.report.bytes_read += kEncryptedHeaderBytes + kGcmTagBytes;
+    NPUFLOW_RETURN_IF_ERROR(job.gcm->Finish(std::string_view(tag, sizeof(tag))));
+    if (job.req.verify) {
+      for (std::size_t i = 0; i < job.req.regions.size(); ++i)
+        NPUFLOW_RETURN_IF_ERROR(CheckDigest(job, job.req.regions[i], job.hashers[i]));
+    }
+    job.submitted_all = true;
+    return Status::Ok();
+  }
+
+  static Status CheckDigest(const Job& job, const WeightRegion& region, Sha256Hasher& hasher) {
+    const std::string got = ToHex(hasher.Finish());
+    if (region.sha256.empty() || got == region.sha256) return Status::Ok();
+    return Status::DataCorrupted(
+        "weight file '{}': the {} bytes at offset {} ({}) have SHA-256 {}, expected {}: the file is corrupted or not "
+        "the one the model was compiled with",
+        job.req.path, region.length, region.file_offset, region.name, got, region.sha256);
+  }
+
+  Status Copy(Job& job, int b, npu_sim::DevicePtr dst, const std::uint8_t* src, std::uint64_t n) {
+    return Submit(job, Lease(b), dst, src, n);
+  }
+
+  Status Submit(Job& job, std::shared_ptr<void> keep, npu_sim::DevicePtr dst, const std::uint8_t* src,
+                std::uint64_t n) {
+    npu_sim::Task t = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, n);
+    t.dst_dev = dst;
+    t.src_host = src;
+    t.keep_alive = std::move(keep);
+    t.name = "weight chunk";
+    job.report.chunks += 1;
+    job.report.bytes += n;
+    return shared_->rt->Submit(Stream(), {std::move(t)}).status();
+  }
+
+  void RecordLatch(Job& job, std::size_t r) {
+    if (job.recorded[r]) return;
+    job.recorded[r] = true;
+    const WeightRegion& region = job.req.regions[r];
+    if (!region.ready) return;
+    npu_sim::Task t = npu_sim::Task::Record(region.ready->id);
+    t.name = "weight ready";
+    if (Status s = shared_->rt->Submit(Stream(), {std::move(t)}).status(); !s.ok() && job.error.ok()) job.error = s;
+  }
+
+  // A staging buffer, or -1 when all are lent out.
+  int TakeBuffer() {
+    if (free_.empty()) {
+      if (static_cast<int>(buffers_.size()) >= shared_->options.staging_chunks) return -1;
+      buffers_.push_back(std::make_unique<std::uint8_t[]>(shared_->options.chunk_bytes));
+      free_.push_back(static_cast<int>(buffers_.size()) - 1);
+    }
+    const int b = free_.back();
+    free_.pop_back();
+    ++in_use_;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->stats.peak_staging_bytes =
+        std::max<std::uint64_t>(shared_->stats.peak_staging_bytes, in_use_ * shared_->options.chunk_bytes);
+    return b;
+  }
+  void GiveBack(int b) {
+    free_.push_back(b);
+    --in_use_;
+  }
+  // The buffer's owner for the DMA engine: when the last copy from it ends, it comes back to the
+  // pool through a message (the deleter runs on whichever thread drops it).
+  std::shared_ptr<void> Lease(int b) {
+    actors::Address<Message> self = shared_->actor;
+    return std::shared_ptr<void>(buffers_[b].get(), [self, b](void*) mutable { self.Send(StagingFreed{b}); });
+  }
+
+  npu_sim::Stream Stream() const { return job_->stream; }
+  void CloseFile() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  std::shared_ptr<WeightLoader::Shared> shared_;  // outlives the handle: copies may end after it is gone
+  std::deque<StartLoad> queue_;
+  std::unique_ptr<Job> job_;
+  int fd_ = -1;
+  std::vector<std::unique_ptr<std::uint8_t[]>> buffers_;
+  std::vector<int> free_;
+  int in_use_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<WeightLoader>> WeightLoader::Create(npu_sim::Runtime* rt, WeightLoaderOptions options) {
+  if (rt == nullptr) return Status::ParamInvalid("WeightLoader: no runtime");
+  if (options.chunk_bytes == 0) return Status::ParamInvalid("WeightLoader: chunk_bytes must be positive");
+  if (options.staging_chunks < 1 || options.staging_chunks > 1024)
+    return Status::ParamInvalid("WeightLoader: staging_chunks must be 1 to 1024, got {}", options.staging_chunks);
+  std::unique_ptr<WeightLoader> loader(new WeightLoader());
+  loader->options_ = options;
+  loader->shared_ = std::make_shared<Shared>();
+  Shared& sh = *loader->shared_;
+  sh.rt = rt;
+  sh.options = options;
+  sh.streams.resize(static_cast<std::size_t>(rt->device_count()));
+  sh.actor = rt->system().Spawn<WeightLoaderActor>("weight-loader", loader->shared_);
+  return loader;
+}
+
+WeightLoader::~WeightLoader() {
+  if (!shared_) return;
+  // Copies in flight end first; then the loader streams go.
+  std::vector<std::optional<npu_sim::Stream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    streams.swap(shared_->streams);
+  }
+  for (const auto& s : streams) {
+    if (!s) continue;
+    (void)shared_->rt->SynchronizeStream(*s);
+    (void)shared_->rt->DestroyStream(*s);
+  }
+}
+
+actors::Future<StatusOr<WeightLoadReport>> WeightLoader::Load(WeightLoadRequest request) {
+  using Result = StatusOr<WeightLoadReport>;
+  const Clock::time_point start = Clock::now();
+  const std::string& path = request.path;
+  if (request.device < 0 || request.device >= static_cast<int>(shared_->streams.size()))
+    return actors::Future<Result>::Ready(Status::ParamInvalid("weight file '{}': no device {}", path, request.device));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return actors::Future<Result>::Ready(
+        Status::NotFound("weight file '{}' cannot be read: {}", path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    return actors::Future<Result>::Ready(Status::ParamInvalid("weight file '{}' is not a regular file", path));
+  std::uint64_t plain = static_cast<std::uint64_t>(st.st_size);
+  // Encrypted or not: the first bytes tell.
+  {
+    char head[kEncryptedHeaderBytes] = {};
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return actors::Future<Result>::Ready(
+          Status::NotFound("weight file '{}' cannot be opened: {}", path, std::strerror(errno)));
+    const ssize_t got = ::pread(fd, head, sizeof(head), 0);
+    ::close(fd);
+    const bool encrypted = got >= static_cast<ssize_t>(kEncryptedMagic.size()) &&
+                           IsEncrypted(std::string_view(head, static_cast<std::size_t>(got)));
+    if (encrypted && !request.key)
+      return actors::Future<Result>::Ready(
+          Status::ParamInvalid("weight file '{}' is encrypted (AES-256-GCM): give its key", path));
+    if (!encrypted && request.key)
+      return actors::Future<Result>::Ready(Status::DataCorrupted(
+          "weight file '{}' is not encrypted, but a key was given: refusing plain weights where encrypted ones were "
+          "expected",
+          path));
+    if (encrypted) {
+      if (got != static_cast<ssize_t>(kEncryptedHeaderBytes))
+        return actors::Future<Result>::Ready(
+            Status::DataCorrupted("weight file '{}': truncated encrypted header", path));
+      std::uint64_t n = 0;
+      for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(head[20 + i])) << (8 * i);
+      if (n + kEncryptedHeaderBytes + kGcmTagBytes != plain)
+        return actors::Future<Result>::Ready(Status::DataCorrupted(
+            "weight file '{}': the envelope announces {} bytes of weights, the file has {} bytes (expected {})", path, n,
+            plain, n + kEncryptedHeaderBytes + kGcmTagBytes));
+      plain = n;
+    }
+  }
+  for (const WeightRegion& r : request.regions) {
+    if (r.file_offset + r.length > plain || r.file_offset + r.length < r.file_offset)
+      return actors::Future<Result>::Ready(Status::ParamInvalid(
+          "weight file '{}' has {} bytes, but {} reads offset {} + length {} = {}: the file is truncated or not the "
+          "one the model was compiled with",
+          path, plain, r.name.empty() ? std::string("a region") : "'" + r.name + "'", r.file_offset, r.length,
+          r.file_offset + r.length));
+    if (!r.dst && r.length > 0)
+      return actors::Future<Result>::Ready(
+          Status::ParamInvalid("weight file '{}': region at offset {} has no device address", path, r.file_offset));
+  }
+  npu_sim::Stream stream;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    auto& slot = shared_->streams[static_cast<std::size_t>(request.device)];
+    if (!slot) {
+      auto created = shared_->rt->CreateStream(request.device);
+      if (!created.ok())
+        return actors::Future<Result>::Ready(created.status().WithContext("weight loader stream"));
+      slot = *created;
+    }
+    stream = *slot;
+  }
+  actors::Promise<Result> done;
+  auto future = done.GetFuture();
+  shared_->actor.Send(StartLoad{std::move(request), stream, std::move(done), start});
+  return future;
+}
+
+WeightLoaderStats WeightLoader::stats() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->stats;
+}
+
+}  // namespace npuflow::weights

@@ -1,0 +1,111 @@
+// WeightLoaderActor: moves regions of weight files into device memory (seed 000,
+// CopyWeightFromFileAsync): 10 MiB chunks of asynchronous host-to-device copies through the
+// device's DMA engine, with bounded host staging memory.
+//
+//   auto loader = WeightLoader::Create(&rt).value();
+//   auto done = loader->Load({.device = 0, .path = "w.bin", .regions = {{0, 4096, dst, ready}}});
+//   ... kernels that read dst wait (on the device) for the latch event `ready` ...
+//   StatusOr<WeightLoadReport> r = done.Get();
+//
+// The actor owns a pool of `staging_chunks` host buffers of `chunk_bytes` each. For each chunk it
+// reads the file into a free buffer (pread), then submits one H2D copy to the device's loader
+// stream; the copy holds the buffer (Task::keep_alive), and the buffer comes back to the pool, as
+// a message to the actor, when the DMA engine has finished with it. So at most
+// staging_chunks * chunk_bytes of host memory is in use however large the file, and reading the
+// next chunk overlaps the copies of the previous ones. A region's `ready` latch is recorded on the
+// loader stream after its last chunk, so a consuming task that waits on it starts once the bytes
+// are on the device and not before.
+//
+// Checks. Load checks at once, on the caller's thread, that the file exists and holds every
+// region (a file shorter than offset + length is an error naming the file, the region and both
+// sizes, never a silent partial load), and that an encrypted file comes with a key.
+// verify: each region's SHA-256 is compared with `sha256` before its latch is recorded.
+// key: the file is an AES-256-GCM envelope (base/aes_gcm.h); it is decrypted as it streams and the
+// latches are recorded only after the tag has been verified, so a wrong key or a tampered byte is
+// an error and no kernel ever reads unauthenticated bytes.
+// When a load fails after it started, the latches not yet recorded are recorded anyway (so no
+// device stream waits forever) and the future carries the error; whoever loaded must not run
+// the model (DavinciModel fails its load, or its executions, with that error).
+//
+// The actor reads the file in its handler: a pread of one chunk from the page cache, a few
+// milliseconds at most, is the only blocking it does.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/future.h"
+#include "base/aes_gcm.h"
+#include "base/status.h"
+#include "npu_sim/runtime.h"
+
+namespace npuflow::weights {
+
+inline constexpr std::uint64_t kWeightChunkBytes = 10ull * 1024 * 1024;  // 10,485,760
+
+// One region of the file to place on the device.
+struct WeightRegion {
+  std::uint64_t file_offset = 0;  // in the plaintext
+  std::uint64_t length = 0;
+  npu_sim::DevicePtr dst;               // where its first byte goes
+  std::optional<npu_sim::Event> ready;  // a latch event (npu_sim::EventKind::kLatch), recorded once it landed
+  std::string sha256;                   // expected digest (hex) when verifying
+  std::string name;                     // for messages: the FileConstant node(s)
+};
+
+struct WeightLoadRequest {
+  int device = 0;
+  std::string path;
+  std::vector<WeightRegion> regions;
+  bool verify = false;
+  std::optional<AesKey> key;
+};
+
+struct WeightLoadReport {
+  std::uint64_t bytes = 0;         // copied to the device
+  std::uint64_t chunks = 0;        // H2D copies issued
+  std::uint64_t bytes_read = 0;    // read from the file (the whole file when encrypted)
+  double seconds = 0;              // wall time from Load to the last copy's completion
+  npu_sim::VTime device_end = 0;   // virtual time the last copy ended
+};
+
+struct WeightLoaderOptions {
+  std::uint64_t chunk_bytes = kWeightChunkBytes;
+  int staging_chunks = 4;  // host staging buffers: staging_chunks * chunk_bytes bytes at most
+};
+
+struct WeightLoaderStats {
+  std::uint64_t loads = 0;
+  std::uint64_t chunks = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t peak_staging_bytes = 0;  // the most host staging memory held at once
+};
+
+class WeightLoader {
+ public:
+  // Spawns the actor on `rt`'s actor system and creates one loader stream per device.
+  static StatusOr<std::unique_ptr<WeightLoader>> Create(npu_sim::Runtime* rt, WeightLoaderOptions options = {});
+  ~WeightLoader();
+  WeightLoader(const WeightLoader&) = delete;
+  WeightLoader& operator=(const WeightLoader&) = delete;
+
+  // Queues a load (loads run one after another). Errors found by the checks above come back in
+  // the future at once.
+  actors::Future<StatusOr<WeightLoadReport>> Load(WeightLoadRequest request);
+
+  WeightLoaderStats stats() const;
+  const WeightLoaderOptions& options() const { return options_; }
+
+  struct Shared;  // what the actor and this handle share
+
+ private:
+  WeightLoader() = default;
+  WeightLoaderOptions options_;
+  std::shared_ptr<Shared> shared_;
+};
+
+}  // namespace npuflow::weights
