@@ -2,16 +2,173 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <system_error>
+#include <unordered_map>
+#include <vector>
 
+#include "base/aes_gcm.h"
 #include "graph/model_file.h"
 #include "graph/op_registry.h"
 #include "graph/text_format.h"
 #include "lowering/compiler.h"
 #include "lowering/memory_plan.h"
 #include "lowering/model_text.h"
+#include "weights/convert.h"
+#include "weights/weight_dir.h"
 
 namespace npuflow::apps {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kWeightSubdir = "weight";
+
+// Every FileConstant of the root graph and its subgraphs.
+std::vector<graph::Node*> FileConstants(graph::ComputeGraph& root) {
+  std::vector<graph::Node*> out;
+  auto collect = [&](graph::ComputeGraph& g) {
+    for (graph::Node* n : g.nodes())
+      if (n->type() == "FileConstant") out.push_back(n);
+  };
+  collect(root);
+  for (graph::ComputeGraph* sub : root.subgraphs()) collect(*sub);
+  return out;
+}
+
+std::string Location(const graph::Node& n) {
+  auto location = n.op().AttrOr<std::string>("location", "");
+  if (location.ok() && !location->empty()) return *location;
+  auto file_path = n.op().AttrOr<std::string>("file_path", "");
+  return file_path.ok() ? *file_path : std::string();
+}
+
+bool IsBareName(const std::string& path) { return !path.empty() && path.find('/') == std::string::npos; }
+
+// "<model dir>/weight"
+fs::path ModelWeightDir(const std::string& model_path) {
+  fs::path dir = fs::path(model_path).parent_path();
+  if (dir.empty()) dir = ".";
+  return dir / kWeightSubdir;
+}
+
+// Where a node's weight file is: a bare name lives in the model's weight directory; anything else
+// is taken as it is (relative to the working directory, as the compile read it).
+fs::path ResolveWeightFile(const std::string& location, const fs::path& model_weight_dir) {
+  return IsBareName(location) ? model_weight_dir / location : fs::path(location);
+}
+
+bool SameFile(const fs::path& a, const fs::path& b) {
+  std::error_code ea, eb;
+  const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  if (ea || eb) return fs::absolute(a).lexically_normal() == fs::absolute(b).lexically_normal();
+  return ca == cb;
+}
+
+StatusOr<bool> FileIsEncrypted(const fs::path& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr)
+    return Status::NotFound("weight file '{}': cannot open it: {}", path.string(), std::strerror(errno));
+  char head[16] = {};
+  const std::size_t n = std::fread(head, 1, sizeof(head), f);
+  std::fclose(f);
+  return IsEncrypted(std::string_view(head, n));
+}
+
+// The file at `path` encrypted with `key` into `out` (EncryptFile writes atomically; `out` may be
+// `path`). A file that is already encrypted is checked against the key and copied as it is.
+Status EncryptWeightFile(const fs::path& path, const fs::path& out, const AesKey& key) {
+  NPUFLOW_ASSIGN_OR_RETURN(bool encrypted, FileIsEncrypted(path));
+  if (!encrypted) return EncryptFile(path.string(), out.string(), key);
+  auto plain = DecryptFile(path.string(), key);
+  if (!plain.ok())
+    return Status::ParamInvalid("weight file '{}' is already encrypted and does not open with --encrypt-key: {}",
+                                path.string(), plain.status().message());
+  if (SameFile(path, out)) return Status::Ok();
+  const fs::path tmp = out.string() + ".enc.tmp";
+  std::error_code ec;
+  fs::copy_file(path, tmp, fs::copy_options::overwrite_existing, ec);
+  if (!ec) fs::rename(tmp, out, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    return Status::Failed("weight file '{}': cannot copy it to '{}': {}", path.string(), out.string(), ec.message());
+  }
+  return Status::Ok();
+}
+
+// --encrypt-key: every weight file the graph's FileConstants use ends up encrypted in the model's
+// weight directory, named by its bare file name. `moved` are the nodes RelocateWeightFiles moved
+// there (their files are ours: encrypted in place); other files are copied encrypted, so the
+// originals stay plain.
+Status EncryptWeightFiles(graph::ComputeGraph& root, const std::string& model_path,
+                          const std::set<const graph::Node*>& moved, const AesKey& key) {
+  const fs::path weight_dir = ModelWeightDir(model_path);
+  std::map<std::string, fs::path> done;  // file name in the weight dir -> the file encrypted to it
+  for (graph::Node* n : FileConstants(root)) {
+    const std::string location = Location(*n);
+    if (location.empty()) continue;  // no file (a file_id the value bins do not name was an error earlier)
+    const fs::path source = ResolveWeightFile(location, weight_dir);
+    const std::string name = source.filename().string();
+    if (name.empty())
+      return Status::ParamInvalid("node '{}' (FileConstant): location '{}' names no file", n->name(), location);
+    const fs::path dest = weight_dir / name;
+    if (auto it = done.find(name); it != done.end()) {
+      if (!SameFile(it->second, source))
+        return Status::ParamInvalid(
+            "--encrypt-key: weight files '{}' and '{}' would both be encrypted to '{}'; give them different names",
+            it->second.string(), source.string(), dest.string());
+    } else {
+      const bool ours = moved.count(n) > 0 || IsBareName(location);
+      if (!ours && SameFile(source, dest))
+        return Status::ParamInvalid(
+            "--encrypt-key: weight file '{}' is in the model's weight directory '{}', where its encrypted copy "
+            "would replace it; keep the plain weights in another directory",
+            source.string(), weight_dir.string());
+      std::error_code ec;
+      fs::create_directories(weight_dir, ec);
+      if (ec)
+        return Status::Failed("--encrypt-key: cannot create the weight directory '{}': {}", weight_dir.string(),
+                              ec.message());
+      NPUFLOW_RETURN_IF_ERROR(EncryptWeightFile(source, dest, key));
+      done.emplace(name, source);
+    }
+    n->op().SetAttr("location", name);
+  }
+  return Status::Ok();
+}
+
+// Removes the compile's temporary weight directory when nothing but meta.json is left in it (its
+// weight files moved next to the model). Never a directory the user named.
+Status CleanTemporaryWeightDir(const std::string& dir, std::ostream& out) {
+  std::error_code ec;
+  if (!weights::IsTemporaryWeightDir(dir) || !fs::is_directory(dir, ec)) return Status::Ok();
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name != weights::kMetaFileName) left.push_back(name);
+  }
+  if (ec) return Status::Failed("temporary weight directory '{}': cannot list it: {}", dir, ec.message());
+  if (!left.empty()) {
+    out << fmt::format("note: the temporary weight directory {} still holds {} file(s) ({}); kept\n", dir,
+                       left.size(), fmt::join(left, ", "));
+    return Status::Ok();
+  }
+  return weights::RemoveTemporaryWeightDir(dir);
+}
+
+std::string DescribeWeight(const weights::ExternalWeightDesc& w) {
+  return fmt::format("{}  size {}  offset {}  id {}", w.path, w.size, w.offset, w.id.empty() ? "-" : w.id);
+}
+
+}  // namespace
 
 Status RunCompile(const CompileArgs& args, std::ostream& out) {
   graph::RegisterBuiltinOps();
@@ -35,15 +192,73 @@ Status RunCompile(const CompileArgs& args, std::ostream& out) {
   dump.sink = [&](std::string_view pass, const std::string& text) {
     out << "# after " << pass << "\n" << text << "\n";
   };
+
+  // External weights and encryption.
+  NPUFLOW_ASSIGN_OR_RETURN(weights::ExternalWeightMode mode,
+                           weights::ParseExternalWeightMode(args.external_weight, "--external_weight"));
+  weights::ValueBins value_bins;
+  if (!args.value_bins.empty()) {
+    auto bins = weights::ParseValueBins(args.value_bins);
+    if (!bins.ok()) return bins.status().WithContext("--value_bins");
+    value_bins = std::move(*bins);
+  }
+  std::optional<AesKey> key;
+  if (!args.encrypt_key.empty()) {
+    auto parsed = ParseAesKey(args.encrypt_key);
+    if (!parsed.ok()) return parsed.status().WithContext("--encrypt-key");
+    key = *parsed;
+  }
+  const bool writes_weights =
+      mode == weights::ExternalWeightMode::kPerWeight || mode == weights::ExternalWeightMode::kCombined;
+  const bool temporary_dir = args.external_weight_dir.empty();
+  std::string weight_dir;
+  if (writes_weights) {
+    weight_dir = fs::absolute(weights::ResolveWeightDir(args.external_weight_dir, 0)).lexically_normal().string();
+    while (weight_dir.size() > 1 && weight_dir.back() == '/') weight_dir.pop_back();
+    if (key && !temporary_dir && SameFile(weight_dir, ModelWeightDir(args.output)))
+      return Status::ParamInvalid(
+          "--encrypt-key: --external_weight_dir '{}' is the model's weight directory, where the encrypted copies of "
+          "the weights go (they would replace the plain files); choose another directory",
+          args.external_weight_dir);
+  }
+  options.external_weight = args.external_weight;
+  options.external_weight_dir = weight_dir;
+  options.model_name = fs::path(args.output).stem().string();
+  options.value_bins = args.value_bins;
   NPUFLOW_RETURN_IF_ERROR(lowering::CheckCompileOptions(options, args.dump_after));
 
   const auto start = std::chrono::steady_clock::now();
   NPUFLOW_ASSIGN_OR_RETURN(auto graph, graph::ReadGraphTextFile(args.model));
   const std::size_t nodes = graph->node_count();
-  auto model = lowering::CompileV1(std::move(graph), options, dump);
-  if (!model.ok()) return model.status().WithContext(args.model);
-  if (args.verify) NPUFLOW_RETURN_IF_ERROR(lowering::VerifyMemoryPlan(*model).WithContext("memory plan check"));
-  NPUFLOW_RETURN_IF_ERROR(graph::WriteModelFile(*model, args.output));
+  std::optional<graph::CompiledModel> model;
+  Status built = [&]() -> Status {
+    auto compiled = lowering::CompileV1(std::move(graph), options, dump);
+    if (!compiled.ok()) return compiled.status().WithContext(args.model);
+    model = std::move(*compiled);
+    if (args.verify) NPUFLOW_RETURN_IF_ERROR(lowering::VerifyMemoryPlan(*model).WithContext("memory plan check"));
+    // The weight files: out of a temporary directory next to the model; encrypted with a key.
+    if (model->graph != nullptr) {
+      std::unordered_map<const graph::Node*, std::string> before;
+      for (graph::Node* n : FileConstants(*model->graph)) before.emplace(n, Location(*n));
+      NPUFLOW_RETURN_IF_ERROR(weights::RelocateWeightFiles(*model->graph, args.output));
+      if (key) {
+        std::set<const graph::Node*> moved;
+        for (graph::Node* n : FileConstants(*model->graph))
+          if (auto it = before.find(n); it != before.end() && it->second != Location(*n)) moved.insert(n);
+        NPUFLOW_RETURN_IF_ERROR(weights::ResolveFileConstantLocations(*model->graph, value_bins));
+        NPUFLOW_RETURN_IF_ERROR(EncryptWeightFiles(*model->graph, args.output, moved, *key));
+      }
+    }
+    if (writes_weights && temporary_dir) NPUFLOW_RETURN_IF_ERROR(CleanTemporaryWeightDir(weight_dir, out));
+    return graph::WriteModelFile(*model, args.output, key ? &*key : nullptr);
+  }();
+  if (!built.ok()) {
+    // Nothing refers to what a failed compile left in its temporary directory.
+    std::error_code ec;
+    if (writes_weights && temporary_dir && weights::IsTemporaryWeightDir(weight_dir) && fs::exists(weight_dir, ec))
+      (void)weights::RemoveTemporaryWeightDir(weight_dir);
+    return built;
+  }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
   std::size_t tasks = 0;
@@ -51,17 +266,60 @@ Status RunCompile(const CompileArgs& args, std::ostream& out) {
   const auto& m = model->memory;
   out << fmt::format(
       "compiled {} -> {} in {:.1f} ms: {} nodes ({} after passes), {} streams, {} events, {} tasks; feature map "
-      "{} bytes (all tensors: {}), weights {} bytes{}\n",
+      "{} bytes (all tensors: {}), weights {} bytes{}{}\n",
       args.model, args.output, ms, nodes, model->graph->node_count(), model->streams.size(), model->event_count, tasks,
       m.bytes(graph::Segment::kFeatureMap) + m.bytes(graph::Segment::kFixedFeatureMap), m.feature_map_tensor_bytes,
-      m.bytes(graph::Segment::kWeights), args.verify ? "; memory plan verified" : "");
+      m.bytes(graph::Segment::kWeights), args.verify ? "; memory plan verified" : "",
+      key ? "; encrypted (AES-256-GCM)" : "");
+  if (model->graph != nullptr) {
+    const std::vector<weights::ExternalWeightDesc> external = weights::ListExternalWeights(*model->graph);
+    if (!external.empty()) {
+      std::set<std::string> files;
+      std::uint64_t bytes = 0;
+      for (const auto& w : external) {
+        files.insert(w.path);
+        bytes += w.size;
+      }
+      out << fmt::format("external weights: {} bytes in {} region(s) of {} file(s){}\n", bytes, external.size(),
+                         files.size(), key ? ", encrypted" : "");
+      for (const auto& w : external) out << "  " << DescribeWeight(w) << "\n";
+    }
+  }
   return Status::Ok();
 }
 
-Status RunInfo(const std::string& path, bool tasks, bool placements, std::ostream& out) {
+Status RunInfo(const std::string& path, bool tasks, bool placements, std::ostream& out, const std::string& key_text) {
   graph::RegisterBuiltinOps();
-  NPUFLOW_ASSIGN_OR_RETURN(graph::CompiledModel model, graph::ReadModelFile(path));
-  out << path << "\n" << lowering::DescribeModel(model);
+  std::optional<AesKey> key;
+  if (!key_text.empty()) {
+    auto parsed = ParseAesKey(key_text);
+    if (!parsed.ok()) return parsed.status().WithContext("--key");
+    key = *parsed;
+  }
+  auto encrypted = FileIsEncrypted(path);
+  const bool is_encrypted = encrypted.ok() && *encrypted;
+  if (is_encrypted && !key)
+    return Status::ParamInvalid("{}: the model file is encrypted (AES-256-GCM): give its key with --key", path);
+  NPUFLOW_ASSIGN_OR_RETURN(graph::CompiledModel model, graph::ReadModelFile(path, key ? &*key : nullptr));
+  out << path << (is_encrypted ? " (encrypted, AES-256-GCM)" : "") << "\n" << lowering::DescribeModel(model);
+  if (model.graph != nullptr) {
+    const std::vector<weights::ExternalWeightDesc> external = weights::ListExternalWeights(*model.graph);
+    if (external.empty()) {
+      out << "external weight files: none\n";
+    } else {
+      const fs::path weight_dir = ModelWeightDir(path);
+      out << fmt::format("external weight files: {} region(s)\n", external.size());
+      for (const auto& w : external) {
+        const fs::path file = ResolveWeightFile(w.path, weight_dir);
+        std::error_code ec;
+        std::string where;
+        if (!fs::exists(file, ec)) where = fmt::format("  (missing: {})", file.string());
+        else if (IsBareName(w.path)) where = fmt::format("  ({})", file.string());
+        out << "  " << DescribeWeight(w) << where << "\n";
+        out << fmt::format("    FileConstant nodes: {}\n", fmt::join(w.nodes, ", "));
+      }
+    }
+  }
   if (placements) out << "\n" << lowering::PrintMemoryPlan(model);
   if (tasks) out << "\n" << lowering::PrintTasks(model);
   return Status::Ok();

@@ -1,4 +1,22 @@
 // `npuflow compile` and `npuflow info`: the atc-style compiler front end and the model inspector.
+//
+// External weights (../shared/docs/GE_BEHAVIOUR.md, "External weights"; weights/):
+//
+//   npuflow compile --model m.pbtxt --output out/m.om --external_weight 1 --external_weight_dir /w
+//   npuflow compile --model m.pbtxt --output out/m.om --external_weight 2 --encrypt-key @key.hex
+//   npuflow info out/m.om --key @key.hex
+//
+// --external_weight "" (absent) keeps Consts embedded and FileConstants external, "0" embeds every
+// FileConstant, "1" writes one file per distinct weight, "2" one combined file. The weight
+// directory is --external_weight_dir, else a temporary "tmp_weight_<pid>_0" under
+// $ASCEND_WORK_PATH (else ./). When the model file is written, files in a temporary directory move
+// to "<model dir>/weight/" (the nodes name them by bare file name) and the temporary directory is
+// removed; files in a user directory stay where they are.
+//
+// --encrypt-key (64 hex digits or @FILE): the model file is written encrypted (AES-256-GCM), and so
+// is every external weight file the model uses, under "<model dir>/weight/": files from a temporary
+// directory are encrypted there, files elsewhere (a user directory) are copied encrypted and the
+// originals stay plain; the nodes name the encrypted copies by bare file name.
 #pragma once
 
 #include <ostream>
@@ -17,10 +35,16 @@ struct CompileArgs {
   std::string dump_after;          // a pass name, or empty
   std::string dump_format = "summary";  // summary | pbtxt
   bool verify = false;             // check the memory plan against the task lists
+  std::string external_weight;      // "", "0", "1", "2"
+  std::string external_weight_dir;  // empty: a temporary directory (weights::ResolveWeightDir)
+  std::string value_bins;           // ge.exec.value_bins JSON
+  std::string encrypt_key;          // 64 hex digits or @FILE; empty: write plain files
 };
 
 Status RunCompile(const CompileArgs& args, std::ostream& out);
-// `tasks`: also list every stream's tasks; `placements`: every tensor's place.
-Status RunInfo(const std::string& path, bool tasks, bool placements, std::ostream& out);
+// `tasks`: also list every stream's tasks; `placements`: every tensor's place. `key` (64 hex
+// digits or @FILE) opens an encrypted model. Lists the external weight files the model uses.
+Status RunInfo(const std::string& path, bool tasks, bool placements, std::ostream& out,
+               const std::string& key = "");
 
 }  // namespace npuflow::apps

@@ -69,6 +69,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   compile->add_flag("--verify", compile_args.verify,
                     "check the memory plan against the task lists (no two live tensors share bytes)");
+  compile->add_option("--external_weight", compile_args.external_weight,
+                      "external weights: 0 embeds every FileConstant, 1 one file per distinct weight, 2 one "
+                      "combined file (absent: Consts embedded, FileConstants external)");
+  compile->add_option("--external_weight_dir", compile_args.external_weight_dir,
+                      "the weight directory of modes 1 and 2 (default: a temporary tmp_weight_<pid>_0 under "
+                      "$ASCEND_WORK_PATH or ./, whose files move to <model dir>/weight/)");
+  compile->add_option("--value_bins", compile_args.value_bins,
+                      "FileConstant file ids to files, as ge.exec.value_bins: "
+                      "{\"value_bins\":[{\"value_bin_id\":...,\"value_bin_file\":...}]}");
+  compile->add_option("--encrypt-key", compile_args.encrypt_key,
+                      "encrypt the model file and its weight files (AES-256-GCM): 64 hex digits or @FILE");
 
   // info
   auto* info = app.add_subcommand("info", "print an .om model: nodes, streams, events, memory plan, tasks");
@@ -77,6 +88,8 @@ int main(int argc, char** argv) {
   bool info_tasks = false, info_placements = false;
   info->add_flag("--tasks", info_tasks, "also list every stream's tasks");
   info->add_flag("--placements", info_placements, "also list every tensor's segment, offset and lifetime");
+  std::string info_key;
+  info->add_option("--key", info_key, "the key of an encrypted model: 64 hex digits or @FILE");
 
   // run
   auto* run = app.add_subcommand("run", "load an .om model on the simulated device and run it: output checksums, "
@@ -101,6 +114,12 @@ int main(int argc, char** argv) {
   run->add_option("--device-chip", run_args.device_chip,
                   "the simulated device: 910B, 310P or a chip JSON path (default: the model's chip)");
   run->add_flag("-v,--verbose", run_args.verbose, "also print how the model was loaded");
+  run->add_option("--weight-dir", run_args.weight_dir,
+                  "directory of the model's external weight files (default: <model dir>/weight/, else their "
+                  "recorded locations)");
+  run->add_flag("--verify_weights,--verify-weights", run_args.verify_weights,
+                "check each external weight region's SHA-256 while loading");
+  run->add_option("--key", run_args.key, "AES-256-GCM key of an encrypted model and its weights: 64 hex digits or @FILE");
 
   // demo
   auto* demo = app.add_subcommand("demo", "the main job: what npuflow does, end to end");
@@ -146,7 +165,7 @@ int main(int argc, char** argv) {
     return s.ok() ? 0 : Fail(s);
   }
   if (info->parsed()) {
-    Status s = npuflow::apps::RunInfo(info_path, info_tasks, info_placements, std::cout);
+    Status s = npuflow::apps::RunInfo(info_path, info_tasks, info_placements, std::cout, info_key);
     return s.ok() ? 0 : Fail(s);
   }
   if (run->parsed()) {

@@ -13,8 +13,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
+#include "base/aes_gcm.h"
 #include "graph/model_file.h"
 #include "graph/op_registry.h"
 #include "graph/tensor_access.h"
@@ -362,12 +364,38 @@ Status RunInitialized(const RunArgs& args, std::shared_ptr<const CompiledModel> 
                       std::ostream& out) {
   scheduler::ModelManager& mm = *scheduler::ModelManager::Get();
   NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Session> session, scheduler::Session::Create());
-  NPUFLOW_RETURN_IF_ERROR(session->AddCompiledModel(kGraphId, model,
-                                                    {{"npuflow.executionStreams", std::to_string(args.streams)},
-                                                     {"npuflow.executeTimeoutMs", std::to_string(args.timeout_ms)}}));
+  scheduler::Options options = {{"npuflow.executionStreams", std::to_string(args.streams)},
+                                {"npuflow.executeTimeoutMs", std::to_string(args.timeout_ms)},
+                                {"npuflow.modelDir", std::filesystem::absolute(args.om).parent_path().string()},
+                                {"npuflow.verifyWeights", args.verify_weights ? "true" : "false"}};
+  if (!args.weight_dir.empty()) options["npuflow.weightPath"] = args.weight_dir;
+  if (!args.key.empty()) options["npuflow.weightKey"] = args.key;
+  NPUFLOW_RETURN_IF_ERROR(session->AddCompiledModel(kGraphId, model, options).WithContext("--weight-dir / --key"));
+  const auto load_start = std::chrono::steady_clock::now();
   NPUFLOW_RETURN_IF_ERROR(session->LoadGraph(kGraphId).WithContext(args.om));
   NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<scheduler::DavinciModel> loaded, session->GetLoadedModel(kGraphId));
   const int device = loaded->device();
+  if (!loaded->external_weights().empty()) {
+    // The weights stream in behind the load; wait for them here only to report the figure.
+    NPUFLOW_RETURN_IF_ERROR(loaded->WaitForWeights());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+    std::uint64_t bytes = 0, copied = 0;
+    std::set<std::string> files;
+    for (const auto& w : loaded->external_weights()) {
+      bytes += w.bytes;
+      if (w.copied_here) copied += w.bytes;
+      files.insert(w.file);
+    }
+    out << fmt::format("external weights: {} FileConstant{} in {} file{}, {} bytes ({} copied to the device); load "
+                       "{:.1f} ms, {:.2f} GB/s\n",
+                       loaded->external_weights().size(), loaded->external_weights().size() == 1 ? "" : "s",
+                       files.size(), files.size() == 1 ? "" : "s", bytes, copied, seconds * 1e3,
+                       seconds > 0 ? static_cast<double>(copied) / seconds / 1e9 : 0.0);
+    if (args.verbose)
+      for (const auto& w : loaded->external_weights())
+        out << fmt::format("  {}: {} offset {} ({} bytes){}\n", w.node, w.file, w.offset, w.bytes,
+                           w.user_memory ? ", user memory" : w.copied_here ? "" : ", shared");
+  }
   if (args.verbose) {
     out << fmt::format("loaded as model {} on device {}: {} execution instance{}; init stages {}\n", loaded->id(), device,
                        loaded->instances(), loaded->instances() == 1 ? "" : "s", Join(loaded->init_stages()));
@@ -427,7 +455,13 @@ Status CheckRunArgs(const RunArgs& args) {
 Status RunModel(const RunArgs& args, std::ostream& out) {
   NPUFLOW_RETURN_IF_ERROR(CheckRunArgs(args));
   graph::RegisterBuiltinOps();
-  NPUFLOW_ASSIGN_OR_RETURN(CompiledModel read, graph::ReadModelFile(args.om));
+  std::optional<AesKey> key;
+  if (!args.key.empty()) {
+    auto parsed = ParseAesKey(args.key);
+    if (!parsed.ok()) return Status::ParamInvalid("--key: {}", parsed.status().message());
+    key = *parsed;
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(CompiledModel read, graph::ReadModelFile(args.om, key ? &*key : nullptr));
   auto model = std::make_shared<const CompiledModel>(std::move(read));
   for (std::size_t i = 0; i < model->outputs.size(); ++i)
     NPUFLOW_RETURN_IF_ERROR(StaticBytes(model->outputs[i], "output", i).status());

@@ -45,6 +45,12 @@ struct RunArgs {
   std::string trace;                 // Chrome trace file; empty: no trace
   std::string device_chip;           // the simulated device; empty: the chip the model was compiled for
   bool verbose = false;              // also print the load stages
+  // External weights: where FileConstant files are (default: <model dir>/weight/, else their
+  // recorded locations), SHA-256 verification at load, and the AES-256-GCM key of an encrypted
+  // model and its weight files (64 hex digits or @file).
+  std::string weight_dir;
+  bool verify_weights = false;
+  std::string key;
 };
 
 // Every option in range; errors name the option and the accepted values.

@@ -5,6 +5,7 @@
 #include "benchmarks/npu_bench.h"
 #include "benchmarks/ops_bench.h"
 #include "benchmarks/v1_bench.h"
+#include "benchmarks/weights_bench.h"
 
 namespace npuflow::bench {
 
@@ -21,6 +22,9 @@ const std::vector<Area>& Areas() {
       {"v1", "v1 task sink: host interactions and time per inference vs host-scheduled tasks (200-op chain); "
              "throughput with 1, 2, 4, 8 execution streams (200-op DAG)",
        &RegisterV1Benchmarks, &V1Figures},
+      {"weights", "external weights: 500 MB Const -> FileConstant (mode 1, mode 2) vs sha256sum; loading a 500 MB "
+                  "combined file vs cat; peak host staging memory",
+       &RegisterWeightsBenchmarks, &WeightsFigures},
   };
   return areas;
 }

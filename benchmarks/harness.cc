@@ -109,4 +109,16 @@ Status RunArea(const std::string& area_name, const RunOptions& options, std::ost
   return Status::Ok();
 }
 
+double Counter(const Results& results, const std::string& bench, const std::string& counter) {
+  auto it = results.find(bench);
+  if (it == results.end()) return 0;
+  auto c = it->second.counters.find(counter);
+  return c == it->second.counters.end() ? 0 : c->second;
+}
+
+double MedianOf(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  return samples.empty() ? 0 : samples[samples.size() / 2];
+}
+
 }  // namespace npuflow::bench

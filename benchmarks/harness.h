@@ -54,4 +54,9 @@ Status RunArea(const std::string& area, const RunOptions& options, std::ostream&
 
 void PrintFigures(const std::vector<Figure>& figures, bool json, std::ostream& out);
 
+// Helpers for areas' figure functions: a benchmark's counter (0 when absent), and the median of
+// per-round samples a benchmark collected itself.
+double Counter(const Results& results, const std::string& bench, const std::string& counter);
+double MedianOf(std::vector<double> samples);
+
 }  // namespace npuflow::bench

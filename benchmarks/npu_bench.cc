@@ -169,10 +169,6 @@ void MemcpyPass(CopyFixture& f) {
   benchmark::ClobberMemory();
 }
 
-double MedianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 void BM_H2DPairedWithMemcpy(benchmark::State& state) {
   CopyFixture& f = CopyFixture::Get();
@@ -193,12 +189,6 @@ void BM_H2DPairedWithMemcpy(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * kCopyBytes));
 }
 
-double Counter(const Results& r, const std::string& bench, const std::string& counter) {
-  auto it = r.find(bench);
-  if (it == r.end()) return 0;
-  auto c = it->second.counters.find(counter);
-  return c == it->second.counters.end() ? 0 : c->second;
-}
 
 }  // namespace
 

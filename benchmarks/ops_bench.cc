@@ -131,10 +131,6 @@ DirectMatMul& Direct(std::int64_t n) {
   return n == kK ? square : wide;
 }
 
-double MedianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // Each round runs the kernel once and the naive loop once, back to back, so the machine's noise
 // hits a pair alike; the counters are the medians over the rounds.

@@ -255,12 +255,6 @@ void Throughput(benchmark::State& state, int streams) {
 
 std::string StreamsBenchmark(int streams) { return fmt::format("BM_V1Streams{}", streams); }
 
-double Counter(const Results& r, const std::string& bench, const std::string& counter) {
-  auto it = r.find(bench);
-  if (it == r.end()) return 0;
-  auto c = it->second.counters.find(counter);
-  return c == it->second.counters.end() ? 0 : c->second;
-}
 
 double WallUs(const Results& r, const std::string& bench) {
   auto it = r.find(bench);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -43,12 +45,17 @@ ResourceNeeds DavinciModel::Needs(const CompiledModel& model, const LoadConfig& 
   const int n = InstanceCount(model, config);
   if (!config.shared_weights && !config.const_memory_base) need.memory_bytes += model.memory.bytes(Segment::kWeights);
   need.memory_bytes += model.memory.bytes(Segment::kVariables);
+  // External weights: at most their logical size (less when shared or on user memory), and one
+  // latch event per FileConstant.
+  need.memory_bytes += model.memory.bytes(Segment::kFileConstant);
+  for (const graph::TensorPlacement& t : model.memory.tensors)
+    if (t.ref.segment == Segment::kFileConstant) need.events += 1;
   for (Segment s : kPerInstance) {
     if (s == Segment::kFeatureMap && config.feature_memory_base) continue;
     need.memory_bytes += static_cast<std::uint64_t>(n) * model.memory.bytes(s);
   }
   need.streams = static_cast<std::size_t>(n) * (model.streams.size() + 1);  // + the execution stream
-  need.events = static_cast<std::size_t>(n) * model.event_count;
+  need.events += static_cast<std::size_t>(n) * model.event_count;
   return need;
 }
 
@@ -72,6 +79,7 @@ Status DavinciModel::Init() {
     return Status::Ok();
   };
   Status s = stage("InitModelMem", &DavinciModel::InitModelMem);
+  if (s.ok()) s = stage("PreProcessFileConstants", &DavinciModel::PreProcessFileConstants);
   if (s.ok()) s = stage("InitIoNodes", &DavinciModel::InitIoNodes);
   if (s.ok()) s = stage("InitVariables", &DavinciModel::InitVariables);
   if (s.ok()) s = stage("InitNodes", &DavinciModel::InitNodes);
@@ -152,8 +160,216 @@ StatusOr<std::uint64_t> DavinciModel::Resolve(const Instance& inst, const MemRef
     case Segment::kNone: return 0;
     case Segment::kWeights: return (weights_ + ref.offset).value;
     case Segment::kVariables: return (variables_ + ref.offset).value;
+    case Segment::kFileConstant: {
+      const int slot = FileConstantSlotOf(ref.offset);
+      if (slot < 0)
+        return Status::DataCorrupted("a task refers to file_constant offset {}, where no FileConstant lives", ref.offset);
+      const FileConstantSlot& fc = file_constants_[static_cast<std::size_t>(slot)];
+      return (fc.address + (ref.offset - fc.logical)).value;
+    }
     default: return (inst.base[Seg(ref.segment)] + ref.offset).value;
   }
+}
+
+// ---- PreProcessFileConstants (external weights) --------------------------------------------------
+Status LoadConfig::SetExternalWeightAddress(std::string name, npu_sim::DevicePtr ptr, std::uint64_t size) {
+  if (name.empty()) return Status::ParamInvalid("SetExternalWeightAddress: the file name is empty");
+  if (!ptr) return Status::ParamInvalid("SetExternalWeightAddress('{}'): the device pointer is null", name);
+  if (size == 0 || size % 32 != 0)
+    return Status::ParamInvalid("SetExternalWeightAddress('{}'): size {} must be a non-zero multiple of 32", name, size);
+  for (FileConstantMem& m : external_weight_memory) {
+    if (m.file_name == name) {
+      m.ptr = ptr;
+      m.size = size;
+      return Status::Ok();
+    }
+  }
+  external_weight_memory.push_back(FileConstantMem{std::move(name), ptr, size});
+  return Status::Ok();
+}
+
+namespace {
+
+// A FileConstant's file at load: the weight path given at load, else <model dir>/weight/, else
+// its location (relative to the model's directory when it is there).
+std::string WeightFileAtLoad(const std::string& location, const LoadConfig& config) {
+  namespace fs = std::filesystem;
+  const fs::path loc(location);
+  const fs::path name = loc.filename();
+  if (!config.weight_path.empty()) return (fs::path(config.weight_path) / name).string();
+  std::error_code ec;
+  if (!config.model_dir.empty()) {
+    const fs::path next_to_model = fs::path(config.model_dir) / "weight" / name;
+    if (fs::exists(next_to_model, ec)) return next_to_model.string();
+    if (loc.is_relative() && fs::exists(fs::path(config.model_dir) / loc, ec))
+      return (fs::path(config.model_dir) / loc).string();
+  }
+  return location;
+}
+
+}  // namespace
+
+Status DavinciModel::PreProcessFileConstants() {
+  const CompiledModel& m = *model_;
+  struct Fc {
+    const graph::Node* node = nullptr;
+    std::string path, file_name, sha256;
+    std::uint64_t logical = 0, bytes = 0, offset = 0;
+  };
+  std::vector<Fc> fcs;
+  for (const graph::TensorPlacement& t : m.memory.tensors) {
+    if (t.ref.segment != Segment::kFileConstant) continue;
+    Fc fc;
+    fc.node = m.graph->FindNode(t.node);
+    if (fc.node == nullptr || fc.node->type() != "FileConstant")
+      return Status::DataCorrupted("the file_constant segment places '{}', which is no FileConstant node", t.node);
+    const graph::OpDesc& op = fc.node->op();
+    NPUFLOW_ASSIGN_OR_RETURN(std::string location, op.AttrOr<std::string>("location", ""));
+    if (location.empty()) {
+      NPUFLOW_ASSIGN_OR_RETURN(location, op.AttrOr<std::string>("file_path", ""));
+    }
+    if (location.empty())
+      return Status::ParamInvalid(
+          "node '{}' (FileConstant): no location or file_path (a file_id is resolved at compile time, through "
+          "ge.exec.value_bins)",
+          t.node);
+    NPUFLOW_ASSIGN_OR_RETURN(std::int64_t offset, op.AttrOr<std::int64_t>("offset", 0));
+    NPUFLOW_ASSIGN_OR_RETURN(fc.sha256, op.AttrOr<std::string>("_sha256", ""));
+    if (offset < 0) return Status::ParamInvalid("node '{}' (FileConstant): offset {} is negative", t.node, offset);
+    const auto bytes = fc.node->outputs().empty() ? std::nullopt : fc.node->outputs()[0].bytes();
+    if (!bytes) return Status::ParamInvalid("node '{}' (FileConstant): no static output size", t.node);
+    fc.bytes = *bytes;
+    fc.offset = static_cast<std::uint64_t>(offset);
+    fc.logical = t.ref.offset;
+    fc.path = WeightFileAtLoad(location, config_);
+    fc.file_name = std::filesystem::path(fc.path).filename().string();
+    fcs.push_back(std::move(fc));
+  }
+  if (fcs.empty()) return Status::Ok();
+  const int device = config_.device;
+
+  // User device memory first: matched by file name, used in place.
+  auto user_memory = [&](const std::string& file_name) -> const FileConstantMem* {
+    for (const FileConstantMem& u : config_.external_weight_memory)
+      if (u.file_name == file_name) return &u;
+    return nullptr;
+  };
+  std::map<std::string, std::vector<const Fc*>> by_file;  // the rest, per file
+  for (const Fc& fc : fcs) {
+    const FileConstantMem* u = user_memory(fc.file_name);
+    if (u == nullptr) {
+      by_file[fc.path].push_back(&fc);
+      continue;
+    }
+    if (u->size < fc.offset || u->size - fc.offset < fc.bytes)
+      return Status::ParamInvalid(
+          "node '{}' (FileConstant {}): user device memory for file '{}' is too small: required {} bytes (offset {} + "
+          "{} bytes), provided {}",
+          fc.node->name(), fc.node->outputs()[0].ToString(), fc.file_name, fc.offset + fc.bytes, fc.offset, fc.bytes,
+          u->size);
+    file_constants_.push_back(FileConstantSlot{fc.logical, fc.bytes, u->ptr + fc.offset, std::nullopt, fc.node->name()});
+    external_weight_info_.push_back(
+        ExternalWeightInfo{fc.node->name(), fc.path, fc.offset, fc.bytes, u->ptr + fc.offset, true, false});
+  }
+
+  if (!by_file.empty()) {
+    if (!config_.weight_manager)
+      return Status::ParamInvalid("the model has external weights but no ExternalWeightManager was given to load them");
+    // Missing and short files are errors naming the node, before anything is allocated.
+    for (const auto& [path, users] : by_file) {
+      std::error_code ec;
+      const std::uintmax_t size = std::filesystem::file_size(path, ec);
+      if (ec)
+        return Status::NotFound("node '{}' (FileConstant): weight file '{}' cannot be read: {}", users[0]->node->name(),
+                                path, ec.message());
+      if (config_.weight_key) continue;  // the envelope's size is checked by the loader
+      for (const Fc* fc : users)
+        if (size < fc->offset + fc->bytes)
+          return Status::ParamInvalid(
+              "node '{}' (FileConstant): weight file '{}' has {} bytes, reading offset {} + length {} needs {}",
+              fc->node->name(), path, size, fc->offset, fc->bytes, fc->offset + fc->bytes);
+    }
+    weights::WeightLoadFlags flags{config_.verify_weights, config_.weight_key};
+    // Every FileConstant in one file: one device copy of the span they use (HandleCombinedWeights);
+    // otherwise one per region (HandleIndividualWeights).
+    const bool combined = by_file.size() == 1;
+    for (const auto& [path, users] : by_file) {
+      std::map<std::uint64_t, weights::RegionNeed> regions;  // by offset: nodes sharing a region share the copy
+      for (const Fc* fc : users) {
+        weights::RegionNeed& r = regions[fc->offset];
+        r.offset = fc->offset;
+        if (fc->bytes > r.length) r.length = fc->bytes;
+        if (r.sha256.empty()) r.sha256 = fc->sha256;
+        r.name += (r.name.empty() ? "" : ", ") + fc->node->name();
+      }
+      std::vector<std::pair<std::vector<weights::RegionNeed>, std::pair<std::uint64_t, std::uint64_t>>> spans;
+      if (combined) {
+        std::vector<weights::RegionNeed> all;
+        std::uint64_t lo = std::numeric_limits<std::uint64_t>::max(), hi = 0;
+        for (auto& [off, r] : regions) {
+          lo = std::min(lo, r.offset);
+          hi = std::max(hi, r.offset + r.length);
+          all.push_back(r);
+        }
+        spans.push_back({std::move(all), {lo, hi}});
+      } else {
+        for (auto& [off, r] : regions) spans.push_back({{r}, {r.offset, r.offset + r.length}});
+      }
+      for (auto& [needs, span] : spans) {
+        NPUFLOW_ASSIGN_OR_RETURN(weights::FilePlacement placed,
+                                 config_.weight_manager->Place(device, path, span.first, span.second, needs, flags));
+        weight_files_.push_back(placed.file);
+        for (std::size_t i = 0; i < needs.size(); ++i) {
+          const weights::PlacedRegion& pr = placed.regions[i];
+          weight_loads_.push_back(pr.state);
+          for (const Fc* fc : users) {
+            if (fc->offset != needs[i].offset) continue;
+            file_constants_.push_back(FileConstantSlot{fc->logical, fc->bytes, pr.address, pr.ready, fc->node->name()});
+            external_weight_info_.push_back(ExternalWeightInfo{fc->node->name(), path, fc->offset, fc->bytes,
+                                                               pr.address, false, pr.copied_here});
+          }
+        }
+      }
+    }
+  }
+  std::sort(file_constants_.begin(), file_constants_.end(),
+            [](const FileConstantSlot& a, const FileConstantSlot& b) { return a.logical < b.logical; });
+  // Verified or encrypted weights are checked before the model may run; otherwise the load goes
+  // on while the model is set up, and errors found at once still fail it here.
+  if (config_.verify_weights || config_.weight_key) return WaitForWeights();
+  return WeightsStatus();
+}
+
+int DavinciModel::FileConstantSlotOf(std::uint64_t offset) const {
+  auto it = std::upper_bound(file_constants_.begin(), file_constants_.end(), offset,
+                             [](std::uint64_t off, const FileConstantSlot& s) { return off < s.logical; });
+  if (it == file_constants_.begin()) return -1;
+  --it;
+  if (offset > it->logical + it->bytes) return -1;
+  return static_cast<int>(it - file_constants_.begin());
+}
+
+Status DavinciModel::WeightsStatus() {
+  if (weights_landed_.load(std::memory_order_acquire)) return Status::Ok();
+  bool all = true;
+  for (const auto& state : weight_loads_) {
+    std::optional<Status> s = state->Peek();
+    if (!s) {
+      all = false;
+      continue;
+    }
+    if (!s->ok()) return s->WithContext(fmt::format("model {}: external weights", id_));
+  }
+  if (all) weights_landed_.store(true, std::memory_order_release);
+  return Status::Ok();
+}
+
+Status DavinciModel::WaitForWeights() const {
+  for (const auto& state : weight_loads_) {
+    StatusOr<weights::WeightLoadReport> r = state->Wait();
+    if (!r.ok()) return r.status().WithContext(fmt::format("model {}: external weights", id_));
+  }
+  return Status::Ok();
 }
 
 // ---- InitIoNodes: zero-copy places ---------------------------------------------------------------
@@ -256,11 +472,31 @@ Status DavinciModel::DoTaskSink() {
     // InitTaskInfo: each TaskDef becomes a device task with resolved addresses.
     std::size_t k = 0;
     inst.lists.assign(m.streams.size(), {});
+    std::vector<std::vector<std::uint32_t>> moved(m.streams.size());  // TaskDef index -> list index
     for (std::size_t s = 0; s < m.streams.size(); ++s) {
       std::vector<npu_sim::Task>& tasks = inst.lists[s];
       tasks.reserve(m.streams[s].tasks.size());
-      for (const graph::TaskDef& t : m.streams[s].tasks) {
+      // The first task on this stream that reads an external weight region waits on its latch.
+      std::vector<char> waited(file_constants_.size(), 0);
+      auto gate = [&](const MemRef& r) {
+        if (r.segment != Segment::kFileConstant) return;
+        const int slot = FileConstantSlotOf(r.offset);
+        if (slot < 0 || waited[static_cast<std::size_t>(slot)]) return;
+        waited[static_cast<std::size_t>(slot)] = 1;
+        const FileConstantSlot& fc = file_constants_[static_cast<std::size_t>(slot)];
+        if (!fc.ready) return;
+        tasks.push_back(npu_sim::Task::Wait(fc.ready->id));
+        tasks.back().name = "weights ready: " + fc.node;
+      };
+      moved[s].resize(m.streams[s].tasks.size());
+      for (std::size_t ti = 0; ti < m.streams[s].tasks.size(); ++ti) {
+        const graph::TaskDef& t = m.streams[s].tasks[ti];
         const npu_sim::KernelDef* def = kernels_[k++];
+        if (t.type == graph::TaskType::kKernel || t.type == graph::TaskType::kAicpuKernel)
+          for (const MemRef& a : t.args) gate(a);
+        else if (t.type == graph::TaskType::kMemcpy)
+          gate(t.src);
+        moved[s][ti] = static_cast<std::uint32_t>(tasks.size());
         switch (t.type) {
           case graph::TaskType::kKernel:
           case graph::TaskType::kAicpuKernel: {
@@ -292,6 +528,9 @@ Status DavinciModel::DoTaskSink() {
     }
     // DistributeTask: each stream gets its list once. Then the model is built.
     inst.patches = io_patches_;
+    // Latch waits moved the tasks: patches name the new positions.
+    for (std::size_t s = 0; s < m.streams.size(); ++s)
+      for (npu_sim::IoPatch& p : inst.patches[s]) p.task = moved[s][p.task];
     for (std::size_t s = 0; s < m.streams.size(); ++s)
       NPUFLOW_RETURN_IF_ERROR(rt_->LoadTasks(inst.model, inst.streams[s], inst.lists[s], inst.patches[s]));
   }
@@ -401,6 +640,7 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
   std::shared_lock<std::shared_mutex> exec_lock(exec_mu_);
   if (unloaded_.load()) return Status::Aborted("model {} is unloaded", id_);
   NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
+  NPUFLOW_RETURN_IF_ERROR(WeightsStatus());
   InFlight model_guard(in_flight_);
   Touch();
   if (args.stream) {
@@ -417,7 +657,7 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
     // One host interaction: the execute message; the host hears only the completion.
     auto end = rt_->ExecuteModel(inst.model, std::move(io), args.timeout);
     if (!end.ok()) return end.status().WithContext(fmt::format("model {}", id_));
-    return Status::Ok();
+    return WeightsStatus();  // a weight load that failed meanwhile spoils this run
   }
   // Host buffers: copied through the instance's own I/O blocks, in one submission with the run.
   // The copies go through host staging owned by the tasks (Task::keep_alive), as pageable memory
@@ -464,6 +704,7 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
                            args.timeout->count());
   }
   if (!s.ok()) return s.WithContext(fmt::format("model {}", id_));
+  NPUFLOW_RETURN_IF_ERROR(WeightsStatus());
   for (std::size_t i = 0; i < m.outputs.size(); ++i)
     if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());
   return Status::Ok();
@@ -494,6 +735,7 @@ Status DavinciModel::ExecuteHostScheduled(const ExecuteArgs& args) {
   if (unloaded_.load()) return Status::Aborted("model {} is unloaded", id_);
   if (args.stream) return Status::ParamInvalid("model {}: host-scheduled execution runs on its own streams", id_);
   NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
+  NPUFLOW_RETURN_IF_ERROR(WeightsStatus());
   if (in_flight_.load() != 0)
     return Status::ParamInvalid("model {}: host-scheduled execution needs the model to itself; {} executions in flight",
                                 id_, in_flight_.load());
@@ -587,6 +829,8 @@ Status DavinciModel::Unload() {
     if (first.ok() && !s.ok()) first = std::move(s);
     owns_variables_ = false;
   }
+  // External weight copies go with their last user (the session's manager only remembers them).
+  weight_files_.clear();
   if (!first.ok()) NPUFLOW_LOG_WARN(kScheduler, "model {}: unload: {}", id_, first.ToString());
   return first;
 }

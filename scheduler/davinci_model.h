@@ -4,6 +4,16 @@
 //   InitModelMem   weights, variables and, per execution instance, feature map (fixed and
 //                  refreshable), tiling data and the model's own I/O blocks; self-allocated or
 //                  on user memory (LoadConfig::feature_memory_base / const_memory_base)
+//   PreProcessFileConstants
+//                  external weights (weights/): each FileConstant's file is found (LoadConfig
+//                  weight_path, else <model dir>/weight/, else its location); user device
+//                  memory (SetExternalWeightAddress) is used in place; otherwise the session's
+//                  ExternalWeightManager places the regions (one allocation for a model whose
+//                  FileConstants share one file, else one per region) and the WeightLoaderActor
+//                  fills them in 10 MiB chunks. Each region has a latch event; the first task on
+//                  each stream that reads it waits on it, so executions may start while weights
+//                  still stream in. With verify_weights or a key the load completes (checked)
+//                  before Init returns.
 //   InitIoNodes    every place a task reads a model input or writes a model output becomes a
 //                  zero-copy slot (npu_sim::IoPatch): the caller's device addresses go straight
 //                  into the task arguments at each run; host buffers are copied through the
@@ -35,9 +45,11 @@
 #include <string>
 #include <vector>
 
+#include "base/aes_gcm.h"
 #include "base/status.h"
 #include "graph/compiled_model.h"
 #include "npu_sim/runtime.h"
+#include "weights/external_weight_manager.h"
 
 namespace npuflow::scheduler {
 
@@ -64,6 +76,13 @@ struct ExecuteArgs {
   npu_sim::Timeout timeout;  // synchronous runs: abort the device model after this long
 };
 
+// User device memory for an external weight file (aclmdlSetExternalWeightAddress).
+struct FileConstantMem {
+  std::string file_name;  // matched against the base name of a FileConstant's file
+  npu_sim::DevicePtr ptr;
+  std::uint64_t size = 0;
+};
+
 struct LoadConfig {
   int device = 0;
   std::uint64_t session_id = 0;
@@ -77,6 +96,21 @@ struct LoadConfig {
   // Shared weights (ModelManager's weight sharing): when set, the weights already live here and
   // are not allocated or copied.
   npu_sim::DevicePtr shared_weights;
+
+  // External weights. Where FileConstant files are looked for: `weight_path` (a directory) when
+  // set, else "<model_dir>/weight/" when that file exists, else the node's location as it is.
+  std::string weight_path;
+  std::string model_dir;  // the directory of the model file, when loaded from one
+  std::vector<FileConstantMem> external_weight_memory;
+  bool verify_weights = false;        // check each region's SHA-256 while loading
+  std::optional<AesKey> weight_key;   // the weight files are AES-256-GCM envelopes under this key
+  // The session's manager (ModelManager supplies its own when null).
+  std::shared_ptr<weights::ExternalWeightManager> weight_manager;
+
+  // User memory for the file `name`: ptr + offset holds a FileConstant's bytes, nothing is copied,
+  // nothing is ever freed. A null pointer, a size of 0 or one that is not a multiple of 32 is a
+  // ParamInvalid; a later call for the same name replaces the earlier one.
+  Status SetExternalWeightAddress(std::string name, npu_sim::DevicePtr ptr, std::uint64_t size);
 };
 
 // What loading a model takes from a device.
@@ -142,6 +176,19 @@ class DavinciModel {
   npu_sim::DevicePtr OwnInput(int i, std::size_t index) const;
   npu_sim::DevicePtr OwnOutput(int i, std::size_t index) const;
   npu_sim::Runtime& runtime() { return *rt_; }
+  // Ok while external weights are loading or loaded; the load's error if it failed (executions
+  // then fail with it).
+  Status WeightsStatus();
+  // Blocks until every external weight region of the model has landed; their load status.
+  Status WaitForWeights() const;
+  struct ExternalWeightInfo {
+    std::string node, file;
+    std::uint64_t offset = 0, bytes = 0;
+    npu_sim::DevicePtr address;
+    bool user_memory = false;
+    bool copied_here = false;  // this model started the copy (false: shared or user memory)
+  };
+  const std::vector<ExternalWeightInfo>& external_weights() const { return external_weight_info_; }
 
  private:
   struct Instance {
@@ -159,11 +206,14 @@ class DavinciModel {
   };
 
   Status InitModelMem();
+  Status PreProcessFileConstants();
   Status InitIoNodes();
   Status InitVariables();
   Status InitNodes();
   Status DoTaskSink();
   StatusOr<std::uint64_t> Resolve(const Instance& inst, const graph::MemRef& ref) const;
+  // The FileConstant slot holding logical offset `offset` of the file_constant segment, or -1.
+  int FileConstantSlotOf(std::uint64_t offset) const;
   Status CheckArgs(const ExecuteArgs& args) const;
   Instance& PickInstance();
   std::vector<std::uint64_t> IoFor(const Instance& inst, const ExecuteArgs& args) const;
@@ -174,8 +224,22 @@ class DavinciModel {
   std::shared_ptr<const CompiledModel> model_;
   LoadConfig config_;
   std::vector<std::string> init_stages_;
+  std::vector<ExternalWeightInfo> external_weight_info_;
 
   npu_sim::DevicePtr weights_, variables_;
+  // External weights: per FileConstant, its logical place and device address (GE's
+  // fileconstant_addr_mapping), sorted by logical offset, and what keeps the device copies alive.
+  struct FileConstantSlot {
+    std::uint64_t logical = 0;
+    std::uint64_t bytes = 0;
+    npu_sim::DevicePtr address;
+    std::optional<npu_sim::Event> ready;  // latch of its region (none on user memory)
+    std::string node;
+  };
+  std::vector<FileConstantSlot> file_constants_;
+  std::vector<std::shared_ptr<weights::DeviceWeightFile>> weight_files_;
+  std::vector<std::shared_ptr<weights::RegionLoadState>> weight_loads_;
+  std::atomic<bool> weights_landed_{false};
   bool owns_weights_ = false, owns_variables_ = false;
   std::vector<std::unique_ptr<Instance>> instances_;
   // Zero-copy places: per stream, the patches (slot = input index, then n_inputs + output index).

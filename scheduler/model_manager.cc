@@ -26,7 +26,10 @@ Status ModelManager::Initialize(npu_sim::RuntimeOptions options) {
   std::lock_guard<std::mutex> lock(g_init_mu);
   if (g_instance) return Status::ParamInvalid("ModelManager is already initialized (call Finalize first)");
   NPUFLOW_ASSIGN_OR_RETURN(auto rt, npu_sim::Runtime::Create(std::move(options)));
+  NPUFLOW_ASSIGN_OR_RETURN(auto loader, weights::WeightLoader::Create(rt.get()));
   g_instance.reset(new ModelManager(std::move(rt)));
+  g_instance->weight_loader_ = std::move(loader);
+  g_instance->weight_manager_ = g_instance->NewExternalWeightManager();
   g_current.store(g_instance.get());
   return Status::Ok();
 }
@@ -134,6 +137,7 @@ StatusOr<std::uint32_t> ModelManager::LoadModelOnline(std::shared_ptr<const Comp
 
   std::lock_guard<std::mutex> load_lock(load_mu_);
   LoadConfig config = options;
+  if (!config.weight_manager) config.weight_manager = weight_manager_;
   std::uint32_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);

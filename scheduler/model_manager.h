@@ -35,6 +35,8 @@
 #include "base/timer.h"
 #include "npu_sim/runtime.h"
 #include "scheduler/davinci_model.h"
+#include "weights/external_weight_manager.h"
+#include "weights/weight_loader.h"
 
 namespace npuflow::scheduler {
 
@@ -65,6 +67,13 @@ class ModelManager {
 
   npu_sim::Runtime& runtime() { return *rt_; }
   DeadlineTimer& timer() { return timer_; }
+  // External weights: the one WeightLoaderActor of the devices, a new ExternalWeightManager (one
+  // per session), and the one models loaded without a session use.
+  weights::WeightLoader& weight_loader() { return *weight_loader_; }
+  std::shared_ptr<weights::ExternalWeightManager> NewExternalWeightManager() {
+    return std::make_shared<weights::ExternalWeightManager>(rt_.get(), weight_loader_.get());
+  }
+  const std::shared_ptr<weights::ExternalWeightManager>& default_weight_manager() const { return weight_manager_; }
 
   // Online: from a compiled model in memory. The model is shared, never copied.
   StatusOr<std::uint32_t> LoadModelOnline(std::shared_ptr<const CompiledModel> model, const ModelLoadOptions& options,
@@ -98,6 +107,8 @@ class ModelManager {
   npu_sim::DevicePtr ReleaseSharedWeights(std::uint32_t model_id);
 
   std::unique_ptr<npu_sim::Runtime> rt_;
+  std::unique_ptr<weights::WeightLoader> weight_loader_;  // before the models go, after the runtime
+  std::shared_ptr<weights::ExternalWeightManager> weight_manager_;
   DeadlineTimer timer_;
   mutable std::mutex mu_;
   std::mutex load_mu_;  // one load (check, recycle, init) at a time

@@ -7,6 +7,8 @@
 
 #include "graph/text_format.h"
 #include "lowering/compiler.h"
+#include "weights/convert.h"
+#include "weights/weight_dir.h"
 
 namespace npuflow::scheduler {
 namespace {
@@ -15,7 +17,8 @@ std::atomic<std::uint64_t> g_next_session{1};
 
 constexpr const char* kKnownOptions =
     "ge.exec.deviceId, ge.socVersion, ge.enableSingleStream, ge.streamMaxParallelNum, npuflow.executionStreams, "
-    "npuflow.executeTimeoutMs";
+    "npuflow.executeTimeoutMs, ge.externalWeight, ge.externalWeightDir, ge.exec.value_bins, npuflow.verifyWeights, "
+    "npuflow.weightKey, npuflow.weightPath, npuflow.modelDir";
 
 StatusOr<std::int64_t> ParseInt(const std::string& name, const std::string& value, std::int64_t lo, std::int64_t hi) {
   std::int64_t v = 0;
@@ -51,6 +54,26 @@ StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOpti
     } else if (name == "npuflow.executeTimeoutMs") {
       NPUFLOW_ASSIGN_OR_RETURN(std::int64_t v, ParseInt(name, value, 0, 24LL * 3600 * 1000));
       o.timeout = v == 0 ? npu_sim::Timeout{} : npu_sim::Timeout{std::chrono::milliseconds(v)};
+    } else if (name == "ge.externalWeight") {
+      NPUFLOW_RETURN_IF_ERROR(weights::ParseExternalWeightMode(value, name).status());
+      o.external_weight = value;
+    } else if (name == "ge.externalWeightDir") {
+      o.external_weight_dir = value;
+    } else if (name == "ge.exec.value_bins") {
+      NPUFLOW_RETURN_IF_ERROR(weights::ParseValueBins(value).status().WithContext("option ge.exec.value_bins"));
+      o.value_bins = value;
+    } else if (name == "npuflow.verifyWeights") {
+      if (value != "true" && value != "false")
+        return Status::ParamInvalid("option {}='{}': expected true or false", name, value);
+      o.verify_weights = value == "true";
+    } else if (name == "npuflow.weightKey") {
+      auto key = ParseAesKey(value);
+      if (!key.ok()) return Status::ParamInvalid("option {}: {}", name, key.status().message());
+      o.weight_key = *key;
+    } else if (name == "npuflow.weightPath") {
+      o.weight_path = value;
+    } else if (name == "npuflow.modelDir") {
+      o.model_dir = value;
     } else {
       return Status::ParamInvalid("unknown option '{}' (known: {})", name, kKnownOptions);
     }
@@ -76,6 +99,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const Options& options) {
   NPUFLOW_ASSIGN_OR_RETURN(GraphOptions parsed, ParseGraphOptions(options));
   NPUFLOW_RETURN_IF_ERROR(mm->runtime().chip(parsed.device).status());
   std::unique_ptr<Session> s(new Session(g_next_session.fetch_add(1), parsed));
+  s->weight_manager_ = mm->NewExternalWeightManager();
   mm->BindSession(s->id_, parsed.device);
   return s;
 }
@@ -131,6 +155,18 @@ Status Session::Build(GraphNode& node) {
   co.stream_mode = node.options.single_stream ? graph::CompileOptions::StreamMode::kSingle
                                               : graph::CompileOptions::StreamMode::kMulti;
   co.max_parallel = node.options.max_parallel;
+  co.external_weight = node.options.external_weight;
+  co.value_bins = node.options.value_bins;
+  co.model_name = node.graph->name();
+  if (co.external_weight == "1" || co.external_weight == "2") {
+    if (!node.options.external_weight_dir.empty()) {
+      co.external_weight_dir = node.options.external_weight_dir;
+    } else {
+      co.external_weight_dir = weights::ResolveWeightDir("", id_);
+      std::lock_guard<std::mutex> lock(mu_);
+      temporary_weight_dir_ = co.external_weight_dir;
+    }
+  }
   // The graph is kept if compilation fails, so the user can see the error and remove it.
   auto copy = graph::ParseGraphText(graph::PrintGraphText(*node.graph), node.graph->name());
   if (!copy.ok()) return copy.status().WithContext(fmt::format("session {} graph {}", id_, node.id));
@@ -169,6 +205,11 @@ StatusOr<std::shared_ptr<DavinciModel>> Session::EnsureLoaded(GraphNode& node) {
   lo.feature_memory_size = node.feature_size;
   lo.const_memory_base = node.const_base;
   lo.const_memory_size = node.const_size;
+  lo.verify_weights = node.options.verify_weights;
+  lo.weight_key = node.options.weight_key;
+  lo.weight_path = node.options.weight_path;
+  lo.model_dir = node.options.model_dir;
+  lo.weight_manager = weight_manager_;
   const std::string graph_name = node.compiled->graph ? node.compiled->graph->name() : std::string("?");
   lo.name = fmt::format("{} (session {} graph {})", graph_name, id_, node.id);
   NPUFLOW_ASSIGN_OR_RETURN(std::uint32_t id, mm->LoadModelOnline(node.compiled, lo));
@@ -338,6 +379,16 @@ Status Session::Finalize() {
     Status s = mm->DestroySession(id_);
     if (first.ok() && !s.ok()) first = s;
   }
+  // The session's temporary weight directory goes with it; a user's directory never does.
+  std::string tmp;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tmp.swap(temporary_weight_dir_);
+  }
+  if (!tmp.empty()) {
+    Status s = weights::RemoveTemporaryWeightDir(tmp);
+    if (first.ok() && !s.ok()) first = s;
+  }
   return first;
 }
 
@@ -346,6 +397,12 @@ StatusOr<std::shared_ptr<const CompiledModel>> Session::GetCompiledModel(std::ui
   std::lock_guard<std::mutex> lock(node->mu);
   if (!node->compiled) return Status::Failed("session {}: graph {} is not built", id_, graph_id);
   return node->compiled;
+}
+
+StatusOr<std::vector<weights::ExternalWeightDesc>> Session::GetExternalWeightPaths(std::uint32_t graph_id) const {
+  NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledModel> model, GetCompiledModel(graph_id));
+  if (!model->graph) return std::vector<weights::ExternalWeightDesc>{};
+  return weights::ListExternalWeights(*model->graph);
 }
 
 StatusOr<std::shared_ptr<DavinciModel>> Session::GetLoadedModel(std::uint32_t graph_id) const {

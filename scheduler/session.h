@@ -13,6 +13,15 @@
 //   ge.streamMaxParallelNum   streams per engine in multi-stream mode, 1..64 (default 8)
 //   npuflow.executionStreams  concurrent execution instances per loaded model, 1..64 (default 1)
 //   npuflow.executeTimeoutMs  per execution, 0 = none (default 0)
+//   ge.externalWeight         "" / "0" / "1" / "2": external weights at build (weights/convert.h)
+//   ge.externalWeightDir      the weight directory for modes 1 and 2 (default: the session's
+//                             tmp_weight_<pid>_<session id>/, removed by Finalize; a directory
+//                             given here is never removed)
+//   ge.exec.value_bins        JSON table of FileConstant file ids -> files
+//   npuflow.verifyWeights     "true" | "false": check each weight region's SHA-256 at load
+//   npuflow.weightKey         AES-256-GCM key of encrypted weight files (64 hex digits or @file)
+//   npuflow.weightPath        the directory FileConstant files are loaded from (ACL_MDL_WEIGHT_PATH)
+//   npuflow.modelDir          the directory of the model file: its weight/ holds moved files
 //
 // Entry points and the runtime paths they take (seed 002, 3.4):
 //   RunGraph                 -> NnExecute on the caller's thread (sync)
@@ -27,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +44,7 @@
 #include "graph/compute_graph.h"
 #include "scheduler/model_actor.h"
 #include "scheduler/model_manager.h"
+#include "weights/convert.h"
 
 namespace npuflow::scheduler {
 
@@ -47,6 +58,13 @@ struct GraphOptions {
   int max_parallel = 8;
   int execution_streams = 1;
   npu_sim::Timeout timeout;
+  std::string external_weight;
+  std::string external_weight_dir;
+  std::string value_bins;
+  bool verify_weights = false;
+  std::optional<AesKey> weight_key;
+  std::string weight_path;
+  std::string model_dir;
 };
 // Parses `options` over `base`. Errors name the option and its accepted values.
 StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOptions& base = {});
@@ -85,6 +103,9 @@ class Session {
   // A fork shares the origin's compiled model and loads and runs on its own. Errors: the origin
   // does not exist (NotFound), is not built (Failed), `fork_id` is in use (ParamInvalid).
   Status ForkGraph(std::uint32_t origin_id, std::uint32_t fork_id);
+  // CompiledGraphSummary::GetExternalWeightPaths: the weight file regions a built graph reads
+  // (path, size, offset, id).
+  StatusOr<std::vector<weights::ExternalWeightDesc>> GetExternalWeightPaths(std::uint32_t graph_id) const;
   // Stops its Run loop, unloads it, forgets it. Forks of it are unaffected.
   Status RemoveGraph(std::uint32_t graph_id);
 
@@ -113,6 +134,10 @@ class Session {
   mutable std::mutex mu_;
   std::map<std::uint32_t, std::shared_ptr<GraphNode>> graphs_;
   bool finalized_ = false;
+  // External weights: regions copied once per device for all of this session's models, and the
+  // temporary weight directory its builds wrote (removed by Finalize).
+  std::shared_ptr<weights::ExternalWeightManager> weight_manager_;
+  std::string temporary_weight_dir_;
 };
 
 }  // namespace npuflow::scheduler

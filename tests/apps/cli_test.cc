@@ -1,31 +1,17 @@
 // The npuflow command as a user meets it: help, errors for unknown words, the bench JSON shape.
-#include <array>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
+
+#include "cli_testing.h"
 
 namespace {
 
-struct CommandRun {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
-CommandRun Npuflow(const std::string& args) {
-  std::string cmd = std::string(NPUFLOW_BIN) + " " + args + " 2>&1";
-  CommandRun run{-1, {}};
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return run;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) run.output.append(buf.data(), n);
-  int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+using npuflow::cli_testing::CommandRun;
+using npuflow::cli_testing::Npuflow;
 
 TEST(Cli, HelpListsTheSubcommandsThatExist) {
   CommandRun r = Npuflow("--help");

@@ -2,48 +2,29 @@
 // in both modes with random inputs; the outputs agree across modes and with the file written by
 // --outputs; bad arguments fail naming the option, the input and the accepted values. Also the
 // `npuflow bench v1` JSON figures.
-#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
+
+#include "cli_testing.h"
 
 namespace {
 
-struct CommandRun {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
-CommandRun Npuflow(const std::string& args) {
-  std::string cmd = std::string(NPUFLOW_BIN) + " " + args + " 2>&1";
-  CommandRun run{-1, {}};
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return run;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) run.output.append(buf.data(), n);
-  int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+using npuflow::cli_testing::CommandRun;
+using npuflow::cli_testing::Npuflow;
+using npuflow::cli_testing::ReadFile;
 
 std::string WriteTemp(const std::string& name, const std::string& content) {
   std::string path = ::testing::TempDir() + name;
   std::ofstream(path, std::ios::binary) << content;
   return path;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // The checksum printed for output 0, or "" when the line is missing.

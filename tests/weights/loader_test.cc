@@ -1,0 +1,263 @@
+// The WeightLoaderActor and the ExternalWeightManager on a simulated device: chunking, bounded
+// staging, latch ordering, the checks (truncated, missing, corrupted, encrypted), one copy per
+// device, and concurrent loads.
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "base/aes_gcm.h"
+#include "base/sha256.h"
+#include "npu_sim/runtime.h"
+#include "weights/external_weight_manager.h"
+#include "weights/weight_loader.h"
+
+namespace npuflow::weights {
+namespace {
+
+namespace fs = std::filesystem;
+using npu_sim::DevicePtr;
+
+std::vector<std::uint8_t> RandomBytes(std::size_t n, unsigned seed) {
+  std::vector<std::uint8_t> v(n);
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = 0; i < n; i += 8) {
+    const std::uint64_t r = rng();
+    for (std::size_t k = 0; k < 8 && i + k < n; ++k) v[i + k] = static_cast<std::uint8_t>(r >> (8 * k));
+  }
+  return v;
+}
+
+class WeightLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int n = 0;
+    dir_ = fs::temp_directory_path() / ("npuflow_loader_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::create_directories(dir_);
+    auto rt = npu_sim::Runtime::Create({.chips = {"910B", "910B"}});
+    ASSERT_TRUE(rt.ok()) << rt.status();
+    rt_ = std::move(rt).value();
+  }
+  void TearDown() override {
+    loader_.reset();
+    rt_.reset();
+    fs::remove_all(dir_);
+  }
+  WeightLoader& Loader(WeightLoaderOptions options = {}) {
+    if (!loader_) loader_ = WeightLoader::Create(rt_.get(), options).value();
+    return *loader_;
+  }
+  std::string Write(const std::string& name, const std::vector<std::uint8_t>& bytes) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    return path;
+  }
+  std::vector<std::uint8_t> ReadDevice(DevicePtr p, std::size_t n, int device = 0) {
+    std::vector<std::uint8_t> out(n);
+    EXPECT_TRUE(rt_->MemcpyD2H(device, out.data(), p, n).ok());
+    return out;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<npu_sim::Runtime> rt_;
+  std::unique_ptr<WeightLoader> loader_;
+};
+
+TEST_F(WeightLoaderTest, A25MbRegionGoesInThreeChunksAndLandsIntact) {
+  const std::size_t n = 25 * 1000 * 1000;
+  const auto bytes = RandomBytes(n + 100, 1);
+  const std::string path = Write("w25", bytes);
+  DevicePtr dst = rt_->Malloc(0, n).value();
+  auto r = Loader().Load({.device = 0, .path = path, .regions = {{100, n, dst, std::nullopt, "", "w"}}}).Get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chunks, 3u);  // 10 MiB + 10 MiB + the rest
+  EXPECT_EQ(r->bytes, n);
+  EXPECT_EQ(ReadDevice(dst, n), std::vector<std::uint8_t>(bytes.begin() + 100, bytes.end()));
+  EXPECT_EQ(kWeightChunkBytes, 10485760u);
+}
+
+TEST_F(WeightLoaderTest, StagingMemoryIsBoundedByTheBudgetNotTheFile) {
+  const std::size_t n = 9 * kWeightChunkBytes / 2;  // 45 MiB
+  const auto bytes = RandomBytes(n, 2);
+  const std::string path = Write("big", bytes);
+  DevicePtr dst = rt_->Malloc(0, n).value();
+  WeightLoader& loader = Loader({.chunk_bytes = kWeightChunkBytes, .staging_chunks = 2});
+  auto r = loader.Load({.device = 0, .path = path, .regions = {{0, n, dst, std::nullopt, "", "w"}}}).Get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chunks, 5u);
+  EXPECT_LE(loader.stats().peak_staging_bytes, 2 * kWeightChunkBytes);
+  EXPECT_GT(loader.stats().peak_staging_bytes, 0u);
+  EXPECT_EQ(ReadDevice(dst, n), bytes);
+}
+
+TEST_F(WeightLoaderTest, ATaskWaitingOnTheLatchSeesTheLoadedBytes) {
+  const std::size_t n = 3 * kWeightChunkBytes + 17;
+  const auto bytes = RandomBytes(n, 3);
+  const std::string path = Write("latched", bytes);
+  DevicePtr dst = rt_->Malloc(0, n).value();
+  npu_sim::Event ready = rt_->CreateEvent(0, npu_sim::EventKind::kLatch).value();
+  // The consumer is queued first: it waits on the device, not on the host.
+  npu_sim::Stream consumer = rt_->CreateStream(0).value();
+  std::vector<std::uint8_t> seen(n);
+  ASSERT_TRUE(rt_->StreamWaitEvent(consumer, ready).ok());
+  ASSERT_TRUE(rt_->MemcpyD2HAsync(consumer, seen.data(), dst, n).ok());
+  auto done = Loader().Load({.device = 0, .path = path, .regions = {{0, n, dst, ready, "", "w"}}});
+  ASSERT_TRUE(rt_->SynchronizeStream(consumer, std::chrono::seconds(60)).ok());
+  EXPECT_EQ(seen, bytes);
+  ASSERT_TRUE(done.Get().ok());
+  // A latch is not consumed: later waits pass at once.
+  ASSERT_TRUE(rt_->StreamWaitEvent(consumer, ready).ok());
+  ASSERT_TRUE(rt_->StreamWaitEvent(consumer, ready).ok());
+  EXPECT_TRUE(rt_->SynchronizeStream(consumer, std::chrono::seconds(60)).ok());
+}
+
+TEST_F(WeightLoaderTest, ATruncatedOrMissingFileIsAnErrorNamingIt) {
+  const std::string path = Write("short", RandomBytes(1000, 4));
+  DevicePtr dst = rt_->Malloc(0, 4096).value();
+  auto r = Loader().Load({.device = 0, .path = path, .regions = {{512, 600, dst, std::nullopt, "", "layer0/w"}}}).Get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kParamInvalid);
+  EXPECT_EQ(r.status().message(), "weight file '" + path +
+                                      "' has 1000 bytes, but 'layer0/w' reads offset 512 + length 600 = 1112: the file "
+                                      "is truncated or not the one the model was compiled with");
+  auto missing = Loader().Load({.device = 0, .path = path + ".gone", .regions = {{0, 1, dst, std::nullopt, "", "w"}}}).Get();
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find(path + ".gone"), std::string::npos);
+}
+
+TEST_F(WeightLoaderTest, VerifyCatchesACorruptedRegion) {
+  auto bytes = RandomBytes(5000, 5);
+  const std::string good = Sha256Hex(bytes.data() + 1000, 3000);
+  const std::string path = Write("v", bytes);
+  DevicePtr dst = rt_->Malloc(0, 3000).value();
+  auto ok = Loader().Load({.device = 0, .path = path, .regions = {{1000, 3000, dst, std::nullopt, good, "w"}}, .verify = true}).Get();
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  bytes[2500] ^= 0x40;
+  Write("v", bytes);
+  auto bad = Loader().Load({.device = 0, .path = path, .regions = {{1000, 3000, dst, std::nullopt, good, "w"}}, .verify = true}).Get();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataCorrupted);
+  EXPECT_NE(bad.status().message().find("expected " + good), std::string::npos) << bad.status();
+}
+
+TEST_F(WeightLoaderTest, EncryptedFilesNeedTheRightKeyAndAnUntamperedFile) {
+  const std::size_t n = kWeightChunkBytes + 4096;
+  const auto bytes = RandomBytes(n, 6);
+  const std::string plain = Write("e.plain", bytes);
+  const AesKey key = ParseAesKey(std::string(64, 'a')).value();
+  const AesKey wrong = ParseAesKey(std::string(64, 'b')).value();
+  const std::string path = (dir_ / "e").string();
+  ASSERT_TRUE(EncryptFile(plain, path, key).ok());
+  DevicePtr dst = rt_->Malloc(0, n).value();
+  npu_sim::Event ready = rt_->CreateEvent(0, npu_sim::EventKind::kLatch).value();
+  WeightRegion region{512, n - 1024, dst, ready, Sha256Hex(bytes.data() + 512, n - 1024), "w"};
+
+  auto ok = Loader().Load({.device = 0, .path = path, .regions = {region}, .verify = true, .key = key}).Get();
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ReadDevice(dst, n - 1024), std::vector<std::uint8_t>(bytes.begin() + 512, bytes.end() - 512));
+
+  auto no_key = Loader().Load({.device = 0, .path = path, .regions = {region}}).Get();
+  ASSERT_FALSE(no_key.ok());
+  EXPECT_NE(no_key.status().message().find("is encrypted (AES-256-GCM): give its key"), std::string::npos);
+
+  auto bad_key = Loader().Load({.device = 0, .path = path, .regions = {region}, .key = wrong}).Get();
+  ASSERT_FALSE(bad_key.ok());
+  EXPECT_EQ(bad_key.status().code(), StatusCode::kDataCorrupted);
+  EXPECT_NE(bad_key.status().message().find("wrong key or tampered data"), std::string::npos) << bad_key.status();
+
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(5000);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 1;
+    f.seekp(5000);
+    f.write(&c, 1);
+  }
+  auto tampered = Loader().Load({.device = 0, .path = path, .regions = {region}, .key = key}).Get();
+  ASSERT_FALSE(tampered.ok());
+  EXPECT_NE(tampered.status().message().find("wrong key or tampered data"), std::string::npos);
+
+  auto plain_with_key = Loader().Load({.device = 0, .path = plain, .regions = {region}, .key = key}).Get();
+  ASSERT_FALSE(plain_with_key.ok());
+  EXPECT_NE(plain_with_key.status().message().find("is not encrypted"), std::string::npos);
+}
+
+TEST_F(WeightLoaderTest, ManagerCopiesARegionOncePerDevice) {
+  const auto bytes = RandomBytes(8192, 7);
+  const std::string path = Write("shared", bytes);
+  ExternalWeightManager manager(rt_.get(), &Loader());
+  const std::vector<RegionNeed> needs = {{0, 4096, "", "a"}, {4096, 4096, "", "b"}};
+  auto first = manager.Place(0, path, 0, 8192, needs, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = manager.Place(0, path, 0, 8192, needs, {});
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto other_device = manager.Place(1, path, 0, 8192, needs, {});
+  ASSERT_TRUE(other_device.ok()) << other_device.status();
+  EXPECT_EQ(first->file, second->file);
+  EXPECT_NE(first->file, other_device->file);
+  EXPECT_TRUE(first->regions[0].copied_here);
+  EXPECT_FALSE(second->regions[0].copied_here);
+  EXPECT_TRUE(other_device->regions[1].copied_here);
+  const ExternalWeightStats st = manager.stats();
+  EXPECT_EQ(st.files_allocated, 2u);
+  EXPECT_EQ(st.regions_copied, 4u);  // 2 regions x 2 devices
+  EXPECT_EQ(st.regions_shared, 2u);
+  for (const auto* p : {&*first, &*other_device})
+    for (const auto& r : p->regions) ASSERT_TRUE(r.state->Wait().ok());
+  EXPECT_EQ(ReadDevice(first->file->AddressOf(0), 8192, 0), bytes);
+  EXPECT_EQ(ReadDevice(other_device->file->AddressOf(0), 8192, 1), bytes);
+  EXPECT_TRUE(manager.CheckAndSetWeightLoaded(fs::weakly_canonical(path).string() + ":0", 0));
+  EXPECT_FALSE(manager.CheckAndSetWeightLoaded("elsewhere:0", 0));
+  EXPECT_TRUE(manager.CheckAndSetWeightLoaded("elsewhere:0", 0));
+  // The memory goes with the last user: a new placement after both are dropped copies again.
+  first->file.reset();
+  second->file.reset();
+  auto again = manager.Place(0, path, 0, 8192, needs, {});
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->regions[0].copied_here);
+  for (const auto& r : again->regions) ASSERT_TRUE(r.state->Wait().ok());
+}
+
+TEST_F(WeightLoaderTest, ConcurrentLoadsFromManyThreadsAllLand) {
+  constexpr int kThreads = 4, kRounds = 10;
+  std::vector<std::vector<std::uint8_t>> files;
+  std::vector<std::string> paths;
+  for (int f = 0; f < kThreads; ++f) {
+    files.push_back(RandomBytes(300000 + 4099 * f, 10 + f));
+    std::string name = "c";
+    name += std::to_string(f);
+    paths.push_back(Write(name, files.back()));
+  }
+  WeightLoader& loader = Loader({.chunk_bytes = 65536, .staging_chunks = 3});
+  ExternalWeightManager manager(rt_.get(), &loader);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        const int f = (t + r) % kThreads;
+        const std::uint64_t n = files[f].size();
+        auto placed = manager.Place(r % 2, paths[f], 0, n, {{0, n, "", "w"}}, {});
+        if (!placed.ok() || !placed->regions[0].state->Wait().ok()) {
+          failures.fetch_add(1);
+          continue;
+        }
+        std::vector<std::uint8_t> got(n);
+        if (!rt_->MemcpyD2H(r % 2, got.data(), placed->regions[0].address, n).ok() || got != files[f])
+          failures.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_LE(loader.stats().peak_staging_bytes, 3u * 65536);
+}
+
+}  // namespace
+}  // namespace npuflow::weights
