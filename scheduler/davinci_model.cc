@@ -332,6 +332,11 @@ Status DavinciModel::PreProcessFileConstants() {
       }
     }
   }
+  // A zero-byte FileConstant reads nothing and shares its logical offset with the next one: it
+  // takes no slot, so lookups find the FileConstant that holds bytes.
+  file_constants_.erase(std::remove_if(file_constants_.begin(), file_constants_.end(),
+                                       [](const FileConstantSlot& s) { return s.bytes == 0; }),
+                        file_constants_.end());
   std::sort(file_constants_.begin(), file_constants_.end(),
             [](const FileConstantSlot& a, const FileConstantSlot& b) { return a.logical < b.logical; });
   // Verified or encrypted weights are checked before the model may run; otherwise the load goes
@@ -641,6 +646,9 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
   if (unloaded_.load()) return Status::Aborted("model {} is unloaded", id_);
   NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
   NPUFLOW_RETURN_IF_ERROR(WeightsStatus());
+  // Weights still streaming in: the run waits for them on the device, and afterwards for their
+  // load's verdict here (a load that failed records its latches anyway, so as not to hang).
+  const bool weights_settled = weights_landed_.load(std::memory_order_acquire);
   InFlight model_guard(in_flight_);
   Touch();
   if (args.stream) {
@@ -657,7 +665,7 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
     // One host interaction: the execute message; the host hears only the completion.
     auto end = rt_->ExecuteModel(inst.model, std::move(io), args.timeout);
     if (!end.ok()) return end.status().WithContext(fmt::format("model {}", id_));
-    return WeightsStatus();  // a weight load that failed meanwhile spoils this run
+    return weights_settled ? Status::Ok() : WaitForWeights();
   }
   // Host buffers: copied through the instance's own I/O blocks, in one submission with the run.
   // The copies go through host staging owned by the tasks (Task::keep_alive), as pageable memory
@@ -704,7 +712,7 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
                            args.timeout->count());
   }
   if (!s.ok()) return s.WithContext(fmt::format("model {}", id_));
-  NPUFLOW_RETURN_IF_ERROR(WeightsStatus());
+  if (!weights_settled) NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
   for (std::size_t i = 0; i < m.outputs.size(); ++i)
     if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());
   return Status::Ok();

@@ -158,6 +158,7 @@ class ModelActor {
     Item& item = *owner;
     DavinciModel& model = *shared_->model;
     const CompiledModel& m = model.compiled();
+    NPUFLOW_RETURN_IF_ERROR(model.WeightsStatus());  // an external weight load that failed
     if (item.inputs.size() != m.inputs.size())
       return Status::ParamInvalid("model {}: {} inputs given, the model takes {}", model.id(), item.inputs.size(),
                                   m.inputs.size());

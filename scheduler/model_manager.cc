@@ -38,6 +38,8 @@ Status ModelManager::Finalize() {
   std::lock_guard<std::mutex> lock(g_init_mu);
   if (!g_instance) return Status::Ok();
   g_current.store(nullptr);
+  // A load in progress (it may be waiting for its weights) finishes before anything goes.
+  { std::lock_guard<std::mutex> wait_for_loads(g_instance->load_mu_); }
   Status first;
   for (std::uint32_t id : g_instance->LoadedModels()) {
     Status s = g_instance->Unload(id);

@@ -107,7 +107,8 @@ class ModelManager {
   npu_sim::DevicePtr ReleaseSharedWeights(std::uint32_t model_id);
 
   std::unique_ptr<npu_sim::Runtime> rt_;
-  std::unique_ptr<weights::WeightLoader> weight_loader_;  // before the models go, after the runtime
+  // Destroyed after the models (declared later) and before the runtime (declared earlier).
+  std::unique_ptr<weights::WeightLoader> weight_loader_;
   std::shared_ptr<weights::ExternalWeightManager> weight_manager_;
   DeadlineTimer timer_;
   mutable std::mutex mu_;

@@ -126,6 +126,19 @@ Status WriteAll(int fd, const void* data, std::uint64_t bytes, const std::string
   return Status::Ok();
 }
 
+Status WriteAllAt(int fd, const void* data, std::uint64_t bytes, std::uint64_t offset, const std::string& path) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Failed("writing weight file '{}' at offset {} failed: {}", path, offset, ErrnoText(errno));
+    p += n;
+    bytes -= static_cast<std::uint64_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
 std::optional<std::uint64_t> FileSize(const std::string& path) {
   std::error_code ec;
   const std::uintmax_t size = fs::file_size(path, ec);
@@ -272,6 +285,24 @@ Status WriteWeightFile(const std::string& dir, const std::string& name, const st
   return s;
 }
 
+// Runs fn(0..n-1) on `threads` plain threads (the caller's among them) and returns each status.
+// Writing is I/O, so it gets its own threads rather than the compute pool, whose size the process
+// may have capped.
+template <typename F>
+std::vector<Status> InParallel(std::size_t n, int threads, F fn) {
+  std::vector<Status> results(n);
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < n;) results[i] = fn(i);
+  };
+  std::vector<std::thread> pool;
+  const std::size_t count = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), n);
+  for (std::size_t t = 1; t < count; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  return results;
+}
+
 std::string CombinedFileName(const ComputeGraph& root, const std::string& model_name) {
   if (!model_name.empty()) return model_name + "_weight_combined";
   if (!root.name().empty()) return root.name() + "_weight_combined";
@@ -294,19 +325,9 @@ Status WritePerWeightFiles(const std::string& dir, const std::vector<std::string
     if (!known) to_write.push_back(hash);
     meta[hash] = MetaEntry{r.file, 0};
   }
-  // Writing is I/O: plain threads (`writers` of them), not the compute pool, whose size the
-  // process may have capped.
-  std::vector<Status> errors(to_write.size());
-  std::atomic<std::size_t> next{0};
-  auto writer = [&] {
-    for (std::size_t i; (i = next.fetch_add(1)) < to_write.size();)
-      errors[i] = WriteWeightFile(dir, "weight_" + to_write[i], regions.at(to_write[i]).value->data);
-  };
-  std::vector<std::thread> pool;
-  const std::size_t n = std::min<std::size_t>(static_cast<std::size_t>(std::max(writers, 1)), to_write.size());
-  for (std::size_t t = 1; t < n; ++t) pool.emplace_back(writer);
-  writer();
-  for (std::thread& t : pool) t.join();
+  std::vector<Status> errors = InParallel(to_write.size(), writers, [&](std::size_t i) {
+    return WriteWeightFile(dir, "weight_" + to_write[i], regions.at(to_write[i]).value->data);
+  });
   for (Status& s : errors) NPUFLOW_RETURN_IF_ERROR(std::move(s));
   for (const std::string& hash : to_write) result.bytes_written += regions.at(hash).value->data.size();
   result.files_written = static_cast<int>(to_write.size());
@@ -317,7 +338,8 @@ Status WritePerWeightFiles(const std::string& dir, const std::vector<std::string
 // and zero-padded to the next one. A hash meta.json knows keeps its region while that region's
 // file exists and holds it.
 Status WriteCombinedFile(const std::string& dir, const std::string& file_name, const std::vector<std::string>& order,
-                         std::map<std::string, WeightRegion>& regions, Meta& meta, ConvertResult& result) {
+                         std::map<std::string, WeightRegion>& regions, Meta& meta, int writers,
+                         ConvertResult& result) {
   std::vector<std::string> to_write;
   for (const std::string& hash : order) {
     WeightRegion& r = regions.at(hash);
@@ -335,7 +357,7 @@ Status WriteCombinedFile(const std::string& dir, const std::string& file_name, c
   if (to_write.empty()) return Status::Ok();
 
   const std::string path = JoinPath(dir, file_name);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Failed("cannot open combined weight file '{}': {}", path, ErrnoText(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -343,31 +365,36 @@ Status WriteCombinedFile(const std::string& dir, const std::string& file_name, c
     ::close(fd);
     return Status::Failed("cannot stat combined weight file '{}': {}", path, ErrnoText(err));
   }
-  auto end = static_cast<std::uint64_t>(st.st_size);
-  static const std::vector<std::uint8_t> kZeros(kCombinedAlignment, 0);
-  auto pad = [&]() -> Status {
-    const std::uint64_t rem = end % kCombinedAlignment;
-    if (rem == 0) return Status::Ok();
-    NPUFLOW_RETURN_IF_ERROR(WriteAll(fd, kZeros.data(), kCombinedAlignment - rem, path));
-    end += kCombinedAlignment - rem;
-    return Status::Ok();
-  };
-  Status s = pad();  // a file this code wrote always ends aligned; one cut short by hand may not
+  // Offsets first (the flock keeps every other writer out), then the file is extended to its new
+  // size (the padding reads as zeros) and the regions are written side by side. A file this code
+  // wrote always ends aligned; one cut short by hand may not, and is padded.
+  auto align = [](std::uint64_t v) { return (v + kCombinedAlignment - 1) / kCombinedAlignment * kCombinedAlignment; };
+  std::uint64_t end = align(static_cast<std::uint64_t>(st.st_size));
   for (const std::string& hash : to_write) {
-    if (!s.ok()) break;
     WeightRegion& r = regions.at(hash);
     r.file = path;
     r.offset = end;
-    s = WriteAll(fd, r.value->data.data(), r.value->data.size(), path);
-    if (!s.ok()) break;
-    end += r.value->data.size();
-    result.bytes_written += r.value->data.size();
-    s = pad();
-    meta[hash] = MetaEntry{r.file, r.offset};
+    end = align(end + r.value->data.size());
+  }
+  Status s;
+  if (::ftruncate(fd, static_cast<off_t>(end)) != 0)
+    s = Status::Failed("cannot extend combined weight file '{}' to {} bytes: {}", path, end, ErrnoText(errno));
+  if (s.ok()) {
+    std::vector<Status> errors = InParallel(to_write.size(), writers, [&](std::size_t i) {
+      const WeightRegion& r = regions.at(to_write[i]);
+      return WriteAllAt(fd, r.value->data.data(), r.value->data.size(), r.offset, path);
+    });
+    for (Status& e : errors)
+      if (s.ok() && !e.ok()) s = std::move(e);
   }
   if (::close(fd) != 0 && s.ok())
     s = Status::Failed("writing combined weight file '{}' failed: {}", path, ErrnoText(errno));
   NPUFLOW_RETURN_IF_ERROR(std::move(s));
+  for (const std::string& hash : to_write) {
+    const WeightRegion& r = regions.at(hash);
+    result.bytes_written += r.value->data.size();
+    meta[hash] = MetaEntry{r.file, r.offset};
+  }
   result.files_written = 1;
   return Status::Ok();
 }
@@ -516,7 +543,8 @@ StatusOr<ConvertResult> ConvertConstToFileConstant(graph::ComputeGraph& root, co
     NPUFLOW_RETURN_IF_ERROR(WritePerWeightFiles(dir, order, regions, meta, options.writers, result));
   } else {
     NPUFLOW_RETURN_IF_ERROR(
-        WriteCombinedFile(dir, CombinedFileName(root, options.model_name), order, regions, meta, result));
+        WriteCombinedFile(dir, CombinedFileName(root, options.model_name), order, regions, meta, options.writers,
+                          result));
   }
 
   NPUFLOW_RETURN_IF_ERROR(meta_file->Rewrite(PrintMeta(meta)));

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "base/sha256.h"
+
 namespace npuflow::weights {
 
 void RegionLoadState::Set(StatusOr<WeightLoadReport> result) {
@@ -29,9 +31,10 @@ std::optional<Status> RegionLoadState::Peek() const {
 
 DeviceWeightFile::~DeviceWeightFile() {
   if (rt_ == nullptr) return;
-  for (auto& [offset, region] : regions_) {
-    // A load still in flight writes into this memory: wait for it before freeing (the loader
-    // always ends, with or without an error).
+  // A load still in flight writes into this memory: wait for it before freeing (the loader always
+  // ends, with or without an error).
+  for (auto& [offset, region] : regions_) retired_.push_back(std::move(region));
+  for (Region& region : retired_) {
     if (region.state) (void)region.state->Wait();
     (void)rt_->DestroyEvent(region.ready);
   }
@@ -48,10 +51,12 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
   std::error_code ec;
   std::string key_path = std::filesystem::weakly_canonical(path, ec).string();
   if (ec || key_path.empty()) key_path = path;
+  std::string checks = flags.verify ? "verified" : "";
+  if (flags.key) checks += ":key " + Sha256Hex(flags.key->bytes.data(), flags.key->bytes.size());
 
   std::lock_guard<std::mutex> lock(mu_);
   FilePlacement placement;
-  auto& copies = files_[{device, key_path}];
+  auto& copies = files_[{device, key_path, checks}];
   for (auto it = copies.begin(); it != copies.end();) {
     std::shared_ptr<DeviceWeightFile> f = it->lock();
     if (!f) {
@@ -77,43 +82,59 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
   }
   DeviceWeightFile& file = *placement.file;
 
+  // Which needs this copy already holds (or is loading), and which must be loaded. Every new latch
+  // is created before anything changes, so an error leaves the copy as it was.
+  std::vector<bool> shared(needs.size(), false);
+  std::vector<npu_sim::Event> latches(needs.size());
+  for (std::size_t i = 0; i < needs.size(); ++i) {
+    auto found = file.regions_.find(needs[i].offset);
+    if (found == file.regions_.end() || found->second.length < needs[i].length) continue;
+    const std::optional<Status> outcome = found->second.state->Peek();
+    shared[i] = !outcome || outcome->ok();  // a region whose load failed is loaded again
+  }
+  for (std::size_t i = 0; i < needs.size(); ++i) {
+    if (shared[i]) continue;
+    auto event = rt_->CreateEvent(device, npu_sim::EventKind::kLatch);
+    if (!event.ok()) {
+      for (std::size_t k = 0; k < i; ++k)
+        if (!shared[k]) (void)rt_->DestroyEvent(latches[k]);
+      return event.status().WithContext(
+          fmt::format("weight file '{}': the ready event of {}", path, needs[i].name));
+    }
+    latches[i] = *event;
+  }
+
   WeightLoadRequest request;
   request.device = device;
   request.path = path;
   request.verify = flags.verify;
   request.key = flags.key;
   std::vector<std::shared_ptr<RegionLoadState>> started;
-  for (const RegionNeed& n : needs) {
+  for (std::size_t i = 0; i < needs.size(); ++i) {
+    const RegionNeed& n = needs[i];
     PlacedRegion placed;
     placed.address = file.AddressOf(n.offset);
-    auto found = file.regions_.find(n.offset);
-    // A region whose earlier load failed is loaded again.
-    if (found != file.regions_.end() && found->second.length >= n.length) {
-      auto outcome = found->second.state->Peek();
-      if (!outcome || outcome->ok()) {
-        placed.ready = found->second.ready;
-        placed.state = found->second.state;
-        stats_.regions_shared += 1;
-        placement.regions.push_back(std::move(placed));
-        continue;
-      }
+    if (shared[i]) {
+      const DeviceWeightFile::Region& r = file.regions_.at(n.offset);
+      placed.ready = r.ready;
+      placed.state = r.state;
+      stats_.regions_shared += 1;
+      placement.regions.push_back(std::move(placed));
+      continue;
     }
     DeviceWeightFile::Region region;
-    if (found != file.regions_.end()) {
-      region.ready = found->second.ready;
-    } else {
-      NPUFLOW_ASSIGN_OR_RETURN(region.ready, rt_->CreateEvent(device, npu_sim::EventKind::kLatch));
-    }
+    region.ready = latches[i];
     region.length = n.length;
     region.state = std::make_shared<RegionLoadState>();
-    if (found != file.regions_.end()) {
-      (void)rt_->ResetEvent(region.ready);
-      found->second = region;
+    // A replaced region keeps its latch and load until the copy goes: a model may still wait on
+    // it, and its load may still be writing.
+    if (auto old = file.regions_.find(n.offset); old != file.regions_.end()) {
+      file.retired_.push_back(std::move(old->second));
+      old->second = region;
     } else {
       file.regions_.emplace(n.offset, region);
     }
-    request.regions.push_back(
-        WeightRegion{n.offset, n.length, placed.address, region.ready, n.sha256, n.name});
+    request.regions.push_back(WeightRegion{n.offset, n.length, placed.address, region.ready, n.sha256, n.name});
     placed.ready = region.ready;
     placed.state = region.state;
     placed.copied_here = true;

@@ -71,6 +71,9 @@ class DeviceWeightFile {
   std::uint64_t begin_ = 0, end_ = 0;
   npu_sim::DevicePtr base_;
   std::map<std::uint64_t, Region> regions_;  // by file offset; guarded by the manager's lock
+  // Replaced regions (a failed load loaded again, a longer region at the same offset): their
+  // latches and loads, kept until the copy goes, so nothing writes or waits into freed memory.
+  std::vector<Region> retired_;
 };
 
 // A region a model needs.
@@ -125,8 +128,9 @@ class ExternalWeightManager {
   npu_sim::Runtime* rt_;
   WeightLoader* loader_;
   mutable std::mutex mu_;
-  // (device, canonical path) -> the device copies of spans of that file
-  std::map<std::pair<int, std::string>, std::vector<std::weak_ptr<DeviceWeightFile>>> files_;
+  // (device, canonical path, how it is loaded: verified or not, under which key) -> the device
+  // copies of spans of that file. Copies loaded with other checks are never shared.
+  std::map<std::tuple<int, std::string, std::string>, std::vector<std::weak_ptr<DeviceWeightFile>>> files_;
   std::set<std::pair<std::string, int>> loaded_keys_;
   ExternalWeightStats stats_;
 };

@@ -49,16 +49,20 @@ struct StartLoad {
 struct StagingFreed {
   int buffer = 0;
 };
-using LoaderMsg = std::variant<StartLoad, StagingFreed>;
+struct StopLoader {  // queued loads fail; answered once the load in flight has ended
+  actors::Promise<Status> done;
+};
+using LoaderMsg = std::variant<StartLoad, StagingFreed, StopLoader>;
 
 }  // namespace
 
 struct WeightLoader::Shared {
   npu_sim::Runtime* rt = nullptr;
   WeightLoaderOptions options;
-  std::vector<std::optional<npu_sim::Stream>> streams;  // per device, created by its first load; under mu
+  std::mutex streams_mu;  // host side only: the actor never takes it
+  std::vector<std::optional<npu_sim::Stream>> streams;  // per device, created by its first load
   actors::Address<LoaderMsg> actor;
-  std::mutex mu;
+  std::mutex mu;  // stats
   WeightLoaderStats stats;
 };
 
@@ -74,12 +78,22 @@ class WeightLoaderActor {
 
   void Receive(Message& msg, actors::Context<Message>& ctx) {
     if (auto* start = std::get_if<StartLoad>(&msg)) {
-      queue_.push_back(std::move(*start));
+      if (stopped_) start->done.Set(Status::Aborted("weight file '{}': the weight loader is stopped", start->request.path));
+      else queue_.push_back(std::move(*start));
+    } else if (auto* stop = std::get_if<StopLoader>(&msg)) {
+      stopped_ = true;
+      for (StartLoad& q : queue_) q.done.Set(Status::Aborted("weight file '{}': the weight loader stopped", q.request.path));
+      queue_.clear();
+      stops_.push_back(std::move(stop->done));
     } else if (const int b = std::get<StagingFreed>(msg).buffer; b >= 0) {
       free_.push_back(b);
       --in_use_;
     }
     Pump(ctx);
+    if (!job_ && !stops_.empty()) {
+      for (auto& p : stops_) p.Set(Status::Ok());
+      stops_.clear();
+    }
   }
 
  private:
@@ -143,7 +157,10 @@ class WeightLoaderActor {
     if (job->req.regions.empty() && !job->req.key) job->submitted_all = true;
     fd_ = ::open(job->req.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) {
-      job->done.Set(Status::NotFound("weight file '{}': cannot open: {}", job->req.path, std::strerror(errno)));
+      // Through the normal end (latches recorded, stream drained), so no device stream waits on it.
+      job->error = Status::NotFound("weight file '{}': cannot open: {}", job->req.path, std::strerror(errno));
+      job->submitted_all = true;
+      job_ = std::move(job);
       return;
     }
     ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -169,6 +186,16 @@ class WeightLoaderActor {
     Job& job = *job_;
     Status status = job.error;
     if (status.ok() && !synced.ok()) status = synced.status().WithContext("weight file '" + job.req.path + "'");
+    if (!synced.ok()) {
+      // A failed stream dropped the records queued behind the failure: record every latch again
+      // (a latch recorded twice is still just set), so no device stream waits forever.
+      for (const WeightRegion& r : job.req.regions) {
+        if (!r.ready) continue;
+        npu_sim::Task t = npu_sim::Task::Record(r.ready->id);
+        t.name = "weight ready (after a failure)";
+        (void)shared_->rt->Submit(Stream(), {std::move(t)});
+      }
+    }
     job.report.seconds = std::chrono::duration<double>(Clock::now() - job.start).count();
     if (synced.ok()) job.report.device_end = *synced;
     {
@@ -267,9 +294,10 @@ class WeightLoaderActor {
     t.src_host = src;
     t.keep_alive = std::move(keep);
     t.name = "weight chunk";
+    NPUFLOW_RETURN_IF_ERROR(shared_->rt->Submit(Stream(), {std::move(t)}).status());
     job.report.chunks += 1;
     job.report.bytes += n;
-    return shared_->rt->Submit(Stream(), {std::move(t)}).status();
+    return Status::Ok();
   }
 
   void RecordLatch(Job& job, std::size_t r) {
@@ -317,6 +345,8 @@ class WeightLoaderActor {
   std::shared_ptr<WeightLoader::Shared> shared_;  // outlives the handle: copies may end after it is gone
   std::deque<StartLoad> queue_;
   std::unique_ptr<Job> job_;
+  bool stopped_ = false;
+  std::vector<actors::Promise<Status>> stops_;
   int fd_ = -1;
   std::vector<std::unique_ptr<std::uint8_t[]>> buffers_;
   std::vector<int> free_;
@@ -343,10 +373,14 @@ StatusOr<std::unique_ptr<WeightLoader>> WeightLoader::Create(npu_sim::Runtime* r
 
 WeightLoader::~WeightLoader() {
   if (!shared_) return;
-  // Copies in flight end first; then the loader streams go.
+  // The load in flight ends (queued ones fail), its copies drain, then the loader streams go.
+  actors::Promise<Status> stopped;
+  auto done = stopped.GetFuture();
+  shared_->actor.Send(StopLoader{std::move(stopped)});
+  (void)done.Get();  // fails at once if the actor system is already down
   std::vector<std::optional<npu_sim::Stream>> streams;
   {
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    std::lock_guard<std::mutex> lock(shared_->streams_mu);
     streams.swap(shared_->streams);
   }
   for (const auto& s : streams) {
@@ -360,7 +394,7 @@ actors::Future<StatusOr<WeightLoadReport>> WeightLoader::Load(WeightLoadRequest 
   using Result = StatusOr<WeightLoadReport>;
   const Clock::time_point start = Clock::now();
   const std::string& path = request.path;
-  if (request.device < 0 || request.device >= static_cast<int>(shared_->streams.size()))
+  if (request.device < 0 || request.device >= shared_->rt->device_count())
     return actors::Future<Result>::Ready(Status::ParamInvalid("weight file '{}': no device {}", path, request.device));
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
@@ -410,11 +444,12 @@ actors::Future<StatusOr<WeightLoadReport>> WeightLoader::Load(WeightLoadRequest 
           r.file_offset + r.length));
     if (!r.dst && r.length > 0)
       return actors::Future<Result>::Ready(
-          Status::ParamInvalid("weight file '{}': region at offset {} has no device address", path, r.file_offset));
+          Status::ParamInvalid("weight file '{}': region at offset {} ({}) has no device address", path, r.file_offset,
+                               r.name));
   }
   npu_sim::Stream stream;
   {
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    std::lock_guard<std::mutex> lock(shared_->streams_mu);
     auto& slot = shared_->streams[static_cast<std::size_t>(request.device)];
     if (!slot) {
       auto created = shared_->rt->CreateStream(request.device);

@@ -396,6 +396,16 @@ TEST_F(CompileWeightsCli, EncryptKeyEncryptsTheModelAndItsWeightFiles) {
   ASSERT_EQ(regions2.size(), 2u);
   for (const Region& r : regions2) EXPECT_EQ(r.path, "enc2_weight_combined");
 
+  // Both models run with the key (weights decrypted as they stream in, checked), and not without.
+  for (const fs::path& model : {om, om2}) {
+    CommandRun run = Run({"run", "--om", model.string(), "--random-inputs", "--key", kKeyHex, "--verify_weights"});
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("external weights: 2 FileConstants"), std::string::npos) << run.output;
+  }
+  CommandRun run_no_key = Run({"run", "--om", om.string(), "--random-inputs"});
+  EXPECT_NE(run_no_key.exit_code, 0);
+  EXPECT_NE(run_no_key.output.find("the model file is encrypted"), std::string::npos) << run_no_key.output;
+
   // The user's directory as the model's weight directory would lose its plain files: refused.
   const fs::path om3 = root_ / "out3" / "enc3.om";
   CommandRun c3 = Run({"compile", "--model", graph, "--output", om3.string(), "--external_weight", "1",

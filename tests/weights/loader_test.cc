@@ -188,6 +188,37 @@ TEST_F(WeightLoaderTest, EncryptedFilesNeedTheRightKeyAndAnUntamperedFile) {
   EXPECT_NE(plain_with_key.status().message().find("is not encrypted"), std::string::npos);
 }
 
+TEST_F(WeightLoaderTest, AFailedCopyStillRecordsTheLatchSoNoStreamWaitsForever) {
+  const std::size_t n = 2 * kWeightChunkBytes;
+  const std::string path = Write("f", RandomBytes(n, 9));
+  DevicePtr dst = rt_->Malloc(0, n).value();
+  npu_sim::Event ready = rt_->CreateEvent(0, npu_sim::EventKind::kLatch).value();
+  npu_sim::Stream consumer = rt_->CreateStream(0).value();
+  ASSERT_TRUE(rt_->StreamWaitEvent(consumer, ready).ok());
+  const int channels = rt_->chip(0).value()->dma_channels;
+  for (int c = 0; c < channels; ++c)
+    ASSERT_TRUE(rt_->InjectFault(0, npu_sim::FaultTarget::kDma, c, {npu_sim::FaultKind::kFail, 1, 0}).ok());
+  auto r = Loader().Load({.device = 0, .path = path, .regions = {{0, n, dst, ready, "", "w"}}}).Get();
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status();
+  // The consumer is released (the load's error is what its user checks).
+  EXPECT_TRUE(rt_->SynchronizeStream(consumer, std::chrono::seconds(60)).ok());
+}
+
+TEST_F(WeightLoaderTest, CopiesLoadedWithOtherChecksAreNotShared) {
+  const auto bytes = RandomBytes(4096, 8);
+  const std::string path = Write("checks", bytes);
+  ExternalWeightManager manager(rt_.get(), &Loader());
+  const std::vector<RegionNeed> needs = {{0, 4096, Sha256Hex(bytes.data(), bytes.size()), "w"}};
+  auto plain = manager.Place(0, path, 0, 4096, needs, {});
+  auto verified = manager.Place(0, path, 0, 4096, needs, {.verify = true});
+  ASSERT_TRUE(plain.ok() && verified.ok());
+  EXPECT_NE(plain->file, verified->file);
+  EXPECT_TRUE(verified->regions[0].copied_here);
+  EXPECT_TRUE(verified->regions[0].state->Wait().ok());
+  EXPECT_TRUE(plain->regions[0].state->Wait().ok());
+}
+
 TEST_F(WeightLoaderTest, ManagerCopiesARegionOncePerDevice) {
   const auto bytes = RandomBytes(8192, 7);
   const std::string path = Write("shared", bytes);
