@@ -72,15 +72,18 @@ VTime CopyCost(const KernelContext& ctx, const ChipSpec& chip, bool skip_in_plac
 VTime CopyCostFn(const KernelContext& ctx, const ChipSpec& chip) { return CopyCost(ctx, chip, false); }
 VTime ReshapeCostFn(const KernelContext& ctx, const ChipSpec& chip) { return CopyCost(ctx, chip, true); }
 
-// ---- HcomAllReduce over one rank: a copy ----------------------------------------------------------
-Status AllReduceRun(KernelContext& ctx) {
+// ---- element copies: HcomAllReduce over one rank, Reshape -----------------------------------------
+// Copies input 0 to output 0 element for element (this block's share): Reshape (skipped when it
+// is a view in place) and the single-device HcomAllReduce, whose sum over one rank is the input.
+Status CopyElementsRun(KernelContext& ctx, const char* name, bool skip_in_place) {
   NPUFLOW_ASSIGN_OR_RETURN(OpKernelView v, OpKernelView::Open(ctx));
   const KernelParams& p = v.params();
-  NPUFLOW_RETURN_IF_ERROR(CheckCounts(p, "op.HcomAllReduce", 1, 1));
-  NPUFLOW_RETURN_IF_ERROR(CheckSameDtype(p.input(0), p.output(0), "op.HcomAllReduce"));
+  NPUFLOW_RETURN_IF_ERROR(CheckCounts(p, name, 1, 1));
+  NPUFLOW_RETURN_IF_ERROR(CheckSameDtype(p.input(0), p.output(0), name));
   const std::int64_t n = p.output(0).num_elements();
   if (p.input(0).num_elements() != n)
-    return Status::ParamInvalid("op.HcomAllReduce: {} input elements, {} output elements", p.input(0).num_elements(), n);
+    return Status::ParamInvalid("{}: {} input elements, {} output elements", name, p.input(0).num_elements(), n);
+  if (skip_in_place && v.output_addr(0) == v.input_addr(0)) return Status::Ok();  // in place: a view
   const auto [b, e] = BlockRange(n, v.block_idx(), v.block_dim());
   if (b == e) return Status::Ok();
   return BySize(DataTypeSize(p.output(0).data_type()), [&]<typename T>() -> Status {
@@ -91,25 +94,8 @@ Status AllReduceRun(KernelContext& ctx) {
   });
 }
 
-// ---- Reshape ----------------------------------------------------------------------------------------
-Status ReshapeRun(KernelContext& ctx) {
-  NPUFLOW_ASSIGN_OR_RETURN(OpKernelView v, OpKernelView::Open(ctx));
-  const KernelParams& p = v.params();
-  NPUFLOW_RETURN_IF_ERROR(CheckCounts(p, "op.Reshape", 1, 1));
-  NPUFLOW_RETURN_IF_ERROR(CheckSameDtype(p.input(0), p.output(0), "op.Reshape"));
-  const std::int64_t n = p.output(0).num_elements();
-  if (p.input(0).num_elements() != n)
-    return Status::ParamInvalid("op.Reshape: {} input elements, {} output elements", p.input(0).num_elements(), n);
-  if (v.output_addr(0) == v.input_addr(0)) return Status::Ok();  // in place: a view
-  const auto [b, e] = BlockRange(n, v.block_idx(), v.block_dim());
-  if (b == e) return Status::Ok();
-  return BySize(DataTypeSize(p.output(0).data_type()), [&]<typename T>() -> Status {
-    NPUFLOW_ASSIGN_OR_RETURN(auto x, v.Input<const T>(0));
-    NPUFLOW_ASSIGN_OR_RETURN(auto y, v.Output<T>(0));
-    std::memmove(y.data() + b, x.data() + b, static_cast<std::size_t>(e - b) * sizeof(T));
-    return Status::Ok();
-  });
-}
+Status AllReduceRun(KernelContext& ctx) { return CopyElementsRun(ctx, "op.HcomAllReduce", false); }
+Status ReshapeRun(KernelContext& ctx) { return CopyElementsRun(ctx, "op.Reshape", true); }
 
 // ---- strided gather (Transpose, Slice) --------------------------------------------------------------
 // y[i] = x[base + sum_k index_k(i) * stride[k]] over the row-major dims of y.
