@@ -744,10 +744,13 @@ Status DavinciModel::ExecuteHostScheduled(const ExecuteArgs& args) {
   if (args.stream) return Status::ParamInvalid("model {}: host-scheduled execution runs on its own streams", id_);
   NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
   NPUFLOW_RETURN_IF_ERROR(WeightsStatus());
-  if (in_flight_.load() != 0)
+  // Claimed atomically: two callers that both saw no execution in flight would otherwise both
+  // run, on the same host streams (and grow inst.host_streams at once).
+  int idle = 0;
+  if (!in_flight_.compare_exchange_strong(idle, 1, std::memory_order_acq_rel))
     return Status::ParamInvalid("model {}: host-scheduled execution needs the model to itself; {} executions in flight",
-                                id_, in_flight_.load());
-  InFlight model_guard(in_flight_);
+                                id_, idle);
+  InFlight model_guard(in_flight_, /*adopt=*/true);
   Instance& inst = *instances_[0];
   InFlight inst_guard(inst.in_flight);
   Touch();
