@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/aes_gcm.h"
+#include "graph/ggml_gpt2.h"
 #include "graph/model_file.h"
 #include "graph/op_registry.h"
 #include "graph/text_format.h"
@@ -228,7 +229,15 @@ Status RunCompile(const CompileArgs& args, std::ostream& out) {
   NPUFLOW_RETURN_IF_ERROR(lowering::CheckCompileOptions(options, args.dump_after));
 
   const auto start = std::chrono::steady_clock::now();
-  NPUFLOW_ASSIGN_OR_RETURN(auto graph, graph::ReadGraphTextFile(args.model));
+  // A ggml GPT-2 file (recognized by its magic) is imported as its decode step, its weights
+  // FileConstants pointing into the file; anything else is the text graph format.
+  std::unique_ptr<graph::ComputeGraph> graph;
+  if (graph::IsGgmlFile(args.model)) {
+    NPUFLOW_ASSIGN_OR_RETURN(graph::Gpt2File gpt2, graph::ReadGpt2File(args.model));
+    NPUFLOW_ASSIGN_OR_RETURN(graph, graph::BuildGpt2DecodeGraph(gpt2, {.name = options.model_name}));
+  } else {
+    NPUFLOW_ASSIGN_OR_RETURN(graph, graph::ReadGraphTextFile(args.model));
+  }
   const std::size_t nodes = graph->node_count();
   std::optional<graph::CompiledModel> model;
   Status built = [&]() -> Status {

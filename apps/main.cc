@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/compile_cmd.h"
+#include "apps/gpt2_cmd.h"
 #include "apps/run_cmd.h"
 #include "base/logging.h"
 #include "lowering/pass.h"
@@ -44,13 +45,16 @@ int main(int argc, char** argv) {
   bench->add_flag("--json", bench_options.json, "print one JSON object {\"figures\": {...}}");
   bench->add_option("--repetitions", bench_options.repetitions, "repetitions per benchmark (median is kept)")
       ->check(CLI::Range(1, 100));
+  bench->add_option("--model", bench_options.model, "the area's input model (gpt2: a ggml GPT-2 file)")
+      ->check(CLI::ExistingFile);
   bench->add_option("--min-time", bench_options.min_time_s, "seconds per repetition")
       ->check(CLI::Range(0.001, 60.0));
 
   // compile
   auto* compile = app.add_subcommand("compile", "compile a graph (text format) into an .om model for the task sink");
   npuflow::apps::CompileArgs compile_args;
-  compile->add_option("--model", compile_args.model, "the graph, in the text format (.pbtxt)")
+  compile->add_option("--model", compile_args.model,
+                      "the graph, in the text format (.pbtxt), or a GPT-2 model file in ggml's format")
       ->required()
       ->check(CLI::ExistingFile);
   compile->add_option("--output", compile_args.output, "the model file to write (.om)")->required();
@@ -121,10 +125,48 @@ int main(int argc, char** argv) {
                 "check each external weight region's SHA-256 while loading");
   run->add_option("--key", run_args.key, "AES-256-GCM key of an encrypted model and its weights: 64 hex digits or @FILE");
 
+  // gpt2
+  auto* gpt2 = app.add_subcommand("gpt2", "generate text with a GPT-2 model file (ggml format) on the simulated NPU");
+  npuflow::apps::Gpt2Args gpt2_args;
+  gpt2->add_option("--model", gpt2_args.model, "the GPT-2 model file, in ggml's format (npuflow make-gpt2)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  gpt2->add_option("--prompt", gpt2_args.prompts, "the prompt text; give it several times for several prompts");
+  gpt2->add_option("--prompt-ids", gpt2_args.prompt_ids, "the prompt as token ids: \"464 2068 ...\"");
+  gpt2->add_option("-n,--n-predict", gpt2_args.n_predict, "tokens to generate per stream (default 32)");
+  gpt2->add_flag("--greedy", gpt2_args.greedy, "take the most likely token (instead of sampling)");
+  gpt2->add_option("--top-k", gpt2_args.top_k, "sample from the k most likely tokens (default 40)");
+  gpt2->add_option("--top-p", gpt2_args.top_p, "... within the smallest set of probability >= p (default 0.9)");
+  gpt2->add_option("--temp", gpt2_args.temp, "sampling temperature (default 0.9)");
+  gpt2->add_option("--seed", gpt2_args.seed, "sampling seed; stream i uses seed + i (default 0)");
+  gpt2->add_option("--streams", gpt2_args.streams, "concurrent generations on as many streams (default 1)");
+  gpt2->add_option("--threads", gpt2_args.threads, "device runtime worker threads (default: one per core)");
+  gpt2->add_flag("--print-ids", gpt2_args.print_ids, "also print the generated token ids");
+  gpt2->add_option("--trace", gpt2_args.trace, "write a Chrome trace of the run to this file");
+  gpt2->add_option("--device-chip", gpt2_args.device_chip, "the simulated chip (default 910B)");
+
+  // make-gpt2
+  auto* make_gpt2 =
+      app.add_subcommand("make-gpt2", "write a GPT-2 model file (ggml format) with deterministic random weights");
+  npuflow::apps::MakeGpt2Args make_args;
+  make_gpt2->add_option("--layers", make_args.layers, "transformer blocks")->required();
+  make_gpt2->add_option("--embd", make_args.embd, "embedding width (n_embd)")->required();
+  make_gpt2->add_option("--heads", make_args.heads, "attention heads (must divide --embd)")->required();
+  make_gpt2->add_option("--ctx", make_args.ctx, "context length (n_ctx)")->required();
+  make_gpt2->add_option("--vocab", make_args.vocab, "vocabulary size (>= 256 with synthetic tokens)")->required();
+  make_gpt2->add_option("--ftype", make_args.ftype, "weight type: f32 or f16 (default f32)");
+  make_gpt2->add_option("--seed", make_args.seed, "weight seed (default 1)");
+  make_gpt2->add_option("-o,--output", make_args.output, "the file to write")->required();
+  make_gpt2->add_option("--vocab-json", make_args.vocab_json, "GPT-2's encoder.json for real token strings")
+      ->check(CLI::ExistingFile);
+  make_gpt2->add_flag("--lm-head", make_args.lm_head, "write a separate model/lm_head (default: tied to model/wte)");
+
   // demo
-  auto* demo = app.add_subcommand("demo", "the main job: what npuflow does, end to end");
-  bool demo_json = false;
-  demo->add_flag("--json", demo_json, "print the figures as one JSON object");
+  auto* demo = app.add_subcommand("demo", "the main job: GPT-2 generations on 4 concurrent streams, end to end");
+  npuflow::apps::DemoArgs demo_args;
+  demo->add_option("--cache-dir", demo_args.cache_dir, "where the demo model is kept (default ~/.cache/npuflow)");
+  demo->add_option("-n,--n-predict", demo_args.n_predict, "tokens to generate per stream (default 24)");
+  demo->add_option("--threads", demo_args.threads, "device runtime worker threads (default: one per core)");
 
   // The first word that is not an option (or --log's value) must name a subcommand.
   for (int i = 1; i < argc; ++i) {
@@ -180,15 +222,16 @@ int main(int argc, char** argv) {
     Status s = npuflow::apps::RunModel(run_args, std::cout);
     return s.ok() ? 0 : Fail(s);
   }
+  if (gpt2->parsed()) {
+    Status s = npuflow::apps::RunGpt2(gpt2_args, std::cout);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (make_gpt2->parsed()) {
+    Status s = npuflow::apps::RunMakeGpt2(make_args, std::cout);
+    return s.ok() ? 0 : Fail(s);
+  }
   if (demo->parsed()) {
-    if (!demo_json) {
-      std::cout << "npuflow demo: GPT-2 generation on the simulated NPU arrives with the GPT-2 issue; until then\n"
-                   "the demo runs the actor-runtime benchmark scenario (the same as `npuflow bench actors`).\n\n";
-    }
-    npuflow::bench::RunOptions options;
-    options.json = demo_json;
-    options.repetitions = 3;
-    Status s = npuflow::bench::RunArea("actors", options, std::cout);
+    Status s = npuflow::apps::RunDemo(demo_args, std::cout);
     return s.ok() ? 0 : Fail(s);
   }
   return 0;

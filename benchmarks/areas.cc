@@ -1,6 +1,7 @@
 // The areas `npuflow bench` runs. Each later layer adds its own.
 #include "benchmarks/actors_bench.h"
 #include "benchmarks/compile_bench.h"
+#include "benchmarks/gpt2_bench.h"
 #include "benchmarks/harness.h"
 #include "benchmarks/npu_bench.h"
 #include "benchmarks/ops_bench.h"
@@ -25,6 +26,10 @@ const std::vector<Area>& Areas() {
       {"weights", "external weights: 500 MB Const -> FileConstant (mode 1, mode 2) vs sha256sum; loading a 500 MB "
                   "combined file vs cat; peak host staging memory",
        &RegisterWeightsBenchmarks, &WeightsFigures},
+      {"gpt2", "GPT-2 117M shape (or --model F), f32 and f16: tokens/s with 1 and 2 threads vs the memory-bandwidth "
+               "roofline; load GB/s vs cat; peak RSS vs what the model needs; time to first token with weight "
+               "streaming vs loading first",
+       &RegisterGpt2Benchmarks, &Gpt2Figures},
   };
   return areas;
 }

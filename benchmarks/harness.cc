@@ -64,7 +64,14 @@ void PrintFigures(const std::vector<Figure>& figures, bool json, std::ostream& o
   }
 }
 
+namespace {
+RunOptions current_options;
+}  // namespace
+
+const RunOptions& CurrentOptions() { return current_options; }
+
 Status RunArea(const std::string& area_name, const RunOptions& options, std::ostream& out) {
+  current_options = options;
   const Area* area = nullptr;
   std::string known;
   for (const Area& a : Areas()) {

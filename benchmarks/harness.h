@@ -45,7 +45,11 @@ struct RunOptions {
   bool json = false;
   int repetitions = 5;
   double min_time_s = 0.2;  // per repetition
+  std::string model;        // an area's input model, where it takes one (gpt2: a ggml file)
 };
+
+// The options of the RunArea call in progress (for areas that take inputs).
+const RunOptions& CurrentOptions();
 
 // Runs one area and prints its table (or, with json, one object
 // {"figures": {NAME: {"value", "unit", "baseline", "ratio"}}}). An unknown area is a

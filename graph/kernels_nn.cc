@@ -14,7 +14,9 @@
 //
 // Work items and dtypes:
 //   MatMul / BatchMatMul  output tiles of kGemmTileM x kGemmTileN per batch (graph/matmul_kernel.h);
-//                         f32, f16, bf16 (converted to f32 while packing, accumulated in f32).
+//                         f32, f16, bf16 (converted to f32 while packing, accumulated in f32); b
+//                         may be narrower than a (f32 activations x f16 weights). A single f32
+//                         row (M = 1, no batch) is a GEMV over the output columns instead.
 //   Softmax               the vectors along the axis; LayerNorm: the rows (last axis). f32/f16/bf16,
 //                         each vector converted to f32 scratch.
 //   Gather                (outer index, index) rows of the slice after the axis; any dtype (bytes);
@@ -181,7 +183,7 @@ StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, b
   NPUFLOW_RETURN_IF_ERROR(NeedArity(p, kernel, 2, batched ? 2 : 3));
   const KernelTensor &a = p.input(0), &b = p.input(1), &c = p.output(0);
   NPUFLOW_RETURN_IF_ERROR(NeedFloat(kernel, "a", a));
-  NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(kernel, "b", b, a));
+  NPUFLOW_RETURN_IF_ERROR(NeedFloat(kernel, "b", b));  // may be narrower than a (f16 weights)
   NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(kernel, "the output", c, a));
   GemmProblem g;
   g.ta = p.ints[0] != 0;
@@ -225,16 +227,29 @@ Status RunGemm(KernelContext& ctx, std::string_view kernel, bool batched) {
   NPUFLOW_ASSIGN_OR_RETURN(OpKernelView view, OpKernelView::Open(ctx));
   const KernelParams& p = view.params();
   NPUFLOW_ASSIGN_OR_RETURN(GemmProblem g, ReadGemm(p, kernel, batched));
-  const auto [begin, end] = BlockRange(g.items(), view.block_idx(), view.block_dim());
-  if (begin == end) return Status::Ok();
   NPUFLOW_ASSIGN_OR_RETURN(RawTensor a, MapInput(view, 0));
   NPUFLOW_ASSIGN_OR_RETURN(RawTensor b, MapInput(view, 1));
   NPUFLOW_ASSIGN_OR_RETURN(RawTensor c, MapOutput(view, 0));
+  if (g.batch == 1 && g.m == 1 && a.dtype == DataType::kFloat32 && c.dtype == DataType::kFloat32) {
+    // One row (the decode step): the blocks split the output columns; no scratch, no packing.
+    const auto [j0, j1] = BlockRange(g.n, view.block_idx(), view.block_dim());
+    if (j0 == j1) return Status::Ok();
+    const float* bias = nullptr;
+    if (g.bias) {
+      NPUFLOW_ASSIGN_OR_RETURN(RawTensor raw, MapInput(view, 2));
+      bias = reinterpret_cast<const float*>(raw.data);  // bias has a's dtype: f32
+    }
+    const GemmMatrix bm{b.data, b.dtype, g.tb ? g.k : g.n, g.tb};
+    Gemv(reinterpret_cast<const float*>(a.data), bm, bias, reinterpret_cast<float*>(c.data), g.k, j0, j1);
+    return Status::Ok();
+  }
+  const auto [begin, end] = BlockRange(g.items(), view.block_idx(), view.block_dim());
+  if (begin == end) return Status::Ok();
   std::vector<float> bias_f32;
   const float* bias = nullptr;
   if (g.bias) {
     NPUFLOW_ASSIGN_OR_RETURN(RawTensor raw, MapInput(view, 2));
-    bias_f32.resize(static_cast<std::size_t>(g.n));
+    if (raw.dtype != DataType::kFloat32) bias_f32.resize(static_cast<std::size_t>(g.n));
     bias = raw.RowF32(0, g.n, bias_f32.data());
   }
   GemmScratch scratch(g.m, g.n, g.k);

@@ -22,6 +22,10 @@
 #include <memory>
 #include <type_traits>
 
+#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
 #include "graph/half.h"
 #include "graph/types.h"
 
@@ -235,6 +239,90 @@ inline void GemmTile(const GemmMatrix& a, const GemmMatrix& b, const float* bias
       }
     }
   }
+}
+
+// ---- GEMV: one row of A (M = 1), the decode-step shape --------------------------------------------
+// Packing B would copy the whole weight matrix for one output row, so M = 1 takes its own path:
+// each output is one dot product (B stored transposed, [N][K]) or one column sum (B [K][N]) over
+// k ascending, in a fixed order, so any split of the columns gives the same bits. The loops are
+// memory-bound on B: 32 independent f32 accumulators (vectorized by GCC), f16 converted in
+// registers (F16C) where the CPU has it.
+namespace gemm_internal {
+
+inline constexpr int kGemvLanes = 32;
+
+inline float ReduceLanes(const float* acc) {
+  float s = 0.f;
+  for (int l = 0; l < kGemvLanes; ++l) s += acc[l];
+  return s;
+}
+
+inline float DotF32(const float* __restrict a, const float* __restrict w, std::int64_t k) {
+  float acc[kGemvLanes] = {};
+  std::int64_t i = 0;
+  for (; i + kGemvLanes <= k; i += kGemvLanes)
+    for (int l = 0; l < kGemvLanes; ++l) acc[l] += a[i + l] * w[i + l];
+  float tail = 0.f;
+  for (; i < k; ++i) tail += a[i] * w[i];
+  return ReduceLanes(acc) + tail;
+}
+
+inline float DotF16(const float* __restrict a, const std::uint16_t* __restrict w, std::int64_t k) {
+  float acc[kGemvLanes] = {};
+  std::int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+  __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (; i + kGemvLanes <= k; i += kGemvLanes)
+    for (int l = 0; l < 4; ++l) {
+      const __m256 wf = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8 * l)));
+      v[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * l), wf, v[l]);
+    }
+  for (int l = 0; l < 4; ++l) _mm256_storeu_ps(acc + 8 * l, v[l]);
+#else
+  for (; i + kGemvLanes <= k; i += kGemvLanes)
+    for (int l = 0; l < kGemvLanes; ++l) acc[l] += a[i + l] * HalfToFloat(w[i + l]);
+#endif
+  float tail = 0.f;
+  for (; i < k; ++i) tail += a[i] * HalfToFloat(w[i]);
+  return ReduceLanes(acc) + tail;
+}
+
+}  // namespace gemm_internal
+
+// c[j] = sum_k a[k] * B(k, j) (+ bias[j]) for j in [j0, j1): a is f32[k], c f32; B f32, f16 or
+// bf16, stored [N][K] when b.transposed (the Linear layout), else [K][N].
+inline void Gemv(const float* a, const GemmMatrix& b, const float* bias, float* c, std::int64_t k, std::int64_t j0,
+                 std::int64_t j1) {
+  using namespace gemm_internal;
+  if (b.transposed) {
+    for (std::int64_t j = j0; j < j1; ++j) {
+      float s;
+      switch (b.dtype) {
+        case DataType::kFloat32: s = DotF32(a, static_cast<const float*>(b.data) + j * b.ld, k); break;
+        case DataType::kFloat16: s = DotF16(a, static_cast<const std::uint16_t*>(b.data) + j * b.ld, k); break;
+        default: {
+          s = 0.f;
+          const auto* w = static_cast<const std::uint16_t*>(b.data) + j * b.ld;
+          for (std::int64_t i = 0; i < k; ++i) s += a[i] * BFloat16ToFloat(w[i]);
+        }
+      }
+      c[j] = bias ? s + bias[j] : s;
+    }
+    return;
+  }
+  // B [K][N]: accumulate rows of B into the outputs, k ascending.
+  for (std::int64_t j = j0; j < j1; ++j) c[j] = 0.f;
+  for (std::int64_t i = 0; i < k; ++i) {
+    const float ai = a[i];
+    if (b.dtype == DataType::kFloat32) {
+      const float* w = static_cast<const float*>(b.data) + i * b.ld;
+      for (std::int64_t j = j0; j < j1; ++j) c[j] += ai * w[j];
+    } else {
+      for (std::int64_t j = j0; j < j1; ++j) c[j] += ai * LoadAs(b.data, b.dtype, i * b.ld + j);
+    }
+  }
+  if (bias)
+    for (std::int64_t j = j0; j < j1; ++j) c[j] += bias[j];
 }
 
 }  // namespace npuflow::graph

@@ -1,7 +1,8 @@
 // Neural-network ops: shape inference, reference kernels, host tiling and kernel params.
 //
 //   MatMul(a, b [, bias])   attrs transpose_a, transpose_b (bool, default false). a [M, K], b [K, N]
-//                           after the transposes, bias [N]; out [M, N]. Float dtypes, all equal.
+//                           after the transposes, bias [N]; out [M, N]. Float dtypes; a, bias and
+//                           out equal, b any float dtype (f32 activations x f16 weights).
 //   BatchMatMul(a, b)       same attrs; a [..., M, K], b [..., K, N], rank >= 3, the batch dims
 //                           broadcast (NumPy); out [batch..., M, N].
 //   Softmax(x)              attr axis (int, default -1); numerically stable (max subtracted).
@@ -138,8 +139,8 @@ StatusOr<std::pair<Dim, Dim>> InferMatrixDims(const OpDesc& op, const TensorDesc
 }
 
 Status InferMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, std::vector<TensorDesc>& out) {
-  NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(op, "a", in[0], "b", in[1]));
   NPUFLOW_RETURN_IF_ERROR(NeedFloat(op, "a", in[0]));
+  NPUFLOW_RETURN_IF_ERROR(NeedFloat(op, "b", in[1]));  // may be narrower than a: f16 weights
   if (in[0].shape.rank() != 2 || in[1].shape.rank() != 2)
     return Status::ParamInvalid("node '{}' (MatMul): needs 2-D a and b, got {} and {}", op.name(),
                                 in[0].shape.ToString(), in[1].shape.ToString());

@@ -274,10 +274,14 @@ Status PlanMemoryPass(PassContext& ctx) {
       } else if (type == "Variable") {
         b.ref = {Segment::kVariables, variables_top};
         variables_top += size;
-        model.variables.resize(variables_top, 0);
+        // Initial values only up to the last Variable that has one: variable memory starts zeroed
+        // on the device (a GPT-2 KV cache is tens of MB of zeros nobody needs to store or copy).
         if (node.op().HasAttr("value")) {
           NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
-          if (value.data.size() == *raw) std::memcpy(model.variables.data() + b.ref.offset, value.data.data(), *raw);
+          if (value.data.size() == *raw) {
+            if (model.variables.size() < b.ref.offset + *raw) model.variables.resize(b.ref.offset + *raw, 0);
+            std::memcpy(model.variables.data() + b.ref.offset, value.data.data(), *raw);
+          }
         }
       } else if (stream >= 0) {
         const int alias = static_cast<std::size_t>(i) < def->inplace.size() ? def->inplace[i] : -1;

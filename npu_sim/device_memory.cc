@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "base/large_buffer.h"
+
 namespace npuflow::npu_sim {
 
 struct DeviceMemory::Allocation {
@@ -42,16 +44,27 @@ StatusOr<DevicePtr> DeviceMemory::Allocate(std::uint64_t bytes, Placement placem
     return Status::MemoryAllocation("device {}: allocation of {} bytes ('{}') exceeds the largest allocation", device_,
                                     bytes, tag);
   const std::uint64_t rounded = (bytes + kGranularity - 1) / kGranularity * kGranularity;
+  // The backing, zeroed (deterministic results, no stale data), taken before the lock: large
+  // allocations are mapped from the kernel, on huge pages where it allows (base/large_buffer.h).
+  std::shared_ptr<void> backing;
+  if (rounded >= kLargeBufferThreshold) {
+    LargeBuffer buffer = AllocateLargeBuffer(rounded);
+    if (buffer) {
+      LargeBufferDeleter deleter = buffer.get_deleter();
+      backing = std::shared_ptr<void>(buffer.release(), deleter);
+    }
+  } else if (void* raw = std::aligned_alloc(kGranularity, rounded)) {
+    std::memset(raw, 0, rounded);
+    backing = std::shared_ptr<void>(raw, &std::free);
+  }
+  if (!backing)
+    return Status::MemoryAllocation("device {}: host memory backing {} bytes ('{}') could not be allocated", device_,
+                                    rounded, tag);
   std::unique_lock<std::shared_mutex> lock(mu_);
   const bool on_device = placement != Placement::kHost;
   if (on_device && rounded > capacity_ - stats_.in_use)
     return Status::MemoryAllocation("device {}: cannot allocate {} bytes ('{}', {}): {} of {} bytes free", device_,
                                     bytes, tag, PlacementName(placement), capacity_ - stats_.in_use, capacity_);
-  void* raw = std::aligned_alloc(kGranularity, rounded);
-  if (raw == nullptr)
-    return Status::MemoryAllocation("device {}: host memory backing {} bytes ('{}') could not be allocated", device_,
-                                    rounded, tag);
-  std::memset(raw, 0, rounded);  // device memory starts zeroed: deterministic results, no stale data
   std::uint32_t id;
   if (!free_ids_.empty()) {
     id = free_ids_.back();
@@ -63,7 +76,7 @@ StatusOr<DevicePtr> DeviceMemory::Allocate(std::uint64_t bytes, Placement placem
     table_.emplace_back();
   }
   table_[id] = std::make_shared<Allocation>(
-      Allocation{id, bytes, rounded, placement, std::move(tag), std::shared_ptr<void>(raw, &std::free)});
+      Allocation{id, bytes, rounded, placement, std::move(tag), std::move(backing)});
   (on_device ? stats_.in_use : stats_.host_in_use) += rounded;
   stats_.peak = std::max(stats_.peak, stats_.in_use);
   ++stats_.allocations;

@@ -316,8 +316,14 @@ Status DavinciModel::PreProcessFileConstants() {
         for (auto& [off, r] : regions) spans.push_back({{r}, {r.offset, r.offset + r.length}});
       }
       for (auto& [needs, span] : spans) {
-        NPUFLOW_ASSIGN_OR_RETURN(weights::FilePlacement placed,
-                                 config_.weight_manager->Place(device, path, span.first, span.second, needs, flags));
+        // Regions at file offsets that are not aligned (a ggml file's tensors follow their
+        // variable-length headers) get aligned slots of their own in the device copy.
+        bool packed = false;
+        for (const weights::RegionNeed& r : needs)
+          packed = packed || (r.offset - span.first) % weights::ExternalWeightManager::kPackedAlignment != 0;
+        NPUFLOW_ASSIGN_OR_RETURN(weights::FilePlacement placed, config_.weight_manager->Place(device, path, span.first,
+                                                                                           span.second, needs, flags,
+                                                                                           packed));
         weight_files_.push_back(placed.file);
         for (std::size_t i = 0; i < needs.size(); ++i) {
           const weights::PlacedRegion& pr = placed.regions[i];

@@ -41,9 +41,17 @@ DeviceWeightFile::~DeviceWeightFile() {
   if (base_) (void)rt_->Free(device_, base_);
 }
 
+npu_sim::DevicePtr DeviceWeightFile::AddressOf(std::uint64_t file_offset) const {
+  if (slots_.empty()) return base_ + (file_offset - begin_);
+  auto it = slots_.upper_bound(file_offset);
+  if (it == slots_.begin()) return base_;  // not a placed region: never asked for
+  --it;
+  return base_ + (it->second.first + (file_offset - it->first));
+}
+
 StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::string& path, std::uint64_t begin,
                                                      std::uint64_t end, const std::vector<RegionNeed>& needs,
-                                                     const WeightLoadFlags& flags) {
+                                                     const WeightLoadFlags& flags, bool packed) {
   for (const RegionNeed& n : needs)
     if (n.offset < begin || n.offset + n.length > end)
       return Status::Internal("weight file '{}': region [{}, {}) of {} is outside the span [{}, {})", path, n.offset,
@@ -63,7 +71,15 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
       it = copies.erase(it);
       continue;
     }
-    if (!placement.file && f->begin_ <= begin && end <= f->end_) placement.file = std::move(f);
+    if (!placement.file && f->packed() == packed) {
+      bool fits = f->begin_ <= begin && end <= f->end_;
+      if (packed)
+        for (const RegionNeed& n : needs) {
+          auto slot = f->slots_.find(n.offset);
+          fits = fits && slot != f->slots_.end() && n.length <= slot->second.second;
+        }
+      if (fits) placement.file = std::move(f);
+    }
     ++it;
   }
   if (!placement.file) {
@@ -73,8 +89,20 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
     f->path_ = path;
     f->begin_ = begin;
     f->end_ = end;
+    std::uint64_t bytes = end - begin;
+    if (packed) {
+      bytes = 0;
+      for (const RegionNeed& n : needs) {
+        auto [slot, added] = f->slots_.try_emplace(n.offset, 0, n.length);
+        if (!added) slot->second.second = std::max(slot->second.second, n.length);
+      }
+      for (auto& [offset, slot] : f->slots_) {
+        slot.first = bytes;
+        bytes += (slot.second + kPackedAlignment - 1) / kPackedAlignment * kPackedAlignment;
+      }
+    }
     NPUFLOW_ASSIGN_OR_RETURN(
-        f->base_, rt_->Malloc(device, std::max<std::uint64_t>(end - begin, 1), npu_sim::Placement::kHbm,
+        f->base_, rt_->Malloc(device, std::max<std::uint64_t>(bytes, 1), npu_sim::Placement::kHbm,
                               fmt::format("weights:{}", std::filesystem::path(path).filename().string())));
     copies.push_back(f);
     placement.file = std::move(f);

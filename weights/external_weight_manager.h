@@ -55,7 +55,10 @@ class DeviceWeightFile {
   int device() const { return device_; }
   std::uint64_t begin() const { return begin_; }
   std::uint64_t end() const { return end_; }
-  npu_sim::DevicePtr AddressOf(std::uint64_t file_offset) const { return base_ + (file_offset - begin_); }
+  // The device address of the byte at `file_offset`: base + (file_offset - begin), or, in a packed
+  // copy, the slot of the region starting there.
+  npu_sim::DevicePtr AddressOf(std::uint64_t file_offset) const;
+  bool packed() const { return !slots_.empty(); }
 
  private:
   friend class ExternalWeightManager;
@@ -71,6 +74,8 @@ class DeviceWeightFile {
   std::uint64_t begin_ = 0, end_ = 0;
   npu_sim::DevicePtr base_;
   std::map<std::uint64_t, Region> regions_;  // by file offset; guarded by the manager's lock
+  // Packed copies only: region file offset -> (device offset, slot length). Fixed at creation.
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> slots_;
   // Replaced regions (a failed load loaded again, a longer region at the same offset): their
   // latches and loads, kept until the copy goes, so nothing writes or waits into freed memory.
   std::vector<Region> retired_;
@@ -116,8 +121,13 @@ class ExternalWeightManager {
   // [begin, end) (which must contain every need): an existing copy that covers the span is reused,
   // else one is allocated. Regions that copy does not hold yet are loaded with one loader request
   // (asynchronously: their latches and states tell when); those it holds are shared.
+  // `packed`: the copy holds only the needs, each in its own slot aligned to kPackedAlignment
+  // (regions at unaligned file offsets, as in a ggml file, then still start aligned on the device);
+  // it is reused by a later Place whose needs all have slots in it.
   StatusOr<FilePlacement> Place(int device, const std::string& path, std::uint64_t begin, std::uint64_t end,
-                                const std::vector<RegionNeed>& needs, const WeightLoadFlags& flags);
+                                const std::vector<RegionNeed>& needs, const WeightLoadFlags& flags,
+                                bool packed = false);
+  static constexpr std::uint64_t kPackedAlignment = 64;
 
   // GE's CheckAndSetWeightLoaded("<path>:<offset>", device): false the first time, true after.
   bool CheckAndSetWeightLoaded(const std::string& key, int device);

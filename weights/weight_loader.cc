@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "actors/system.h"
+#include "base/large_buffer.h"
 #include "base/sha256.h"
 
 namespace npuflow::weights {
@@ -125,6 +126,11 @@ class WeightLoaderActor {
       Job& job = *job_;
       while (job.error.ok() && !job.submitted_all) {
         const int b = TakeBuffer();
+        if (b < 0 && in_use_ == 0) {
+          job.error = Status::MemoryAllocation("weight file '{}': no host memory for a {}-byte staging buffer",
+                                               job.req.path, shared_->options.chunk_bytes);
+          break;
+        }
         if (b < 0) return;  // a copy in flight returns one
         Status s = job.gcm ? NextEncryptedChunk(job, b) : NextPlainChunk(job, b);
         if (!s.ok()) job.error = std::move(s);
@@ -214,7 +220,7 @@ class WeightLoaderActor {
   Status NextPlainChunk(Job& job, int b) {
     const WeightRegion& region = job.req.regions[job.region];
     const std::uint64_t n = std::min(shared_->options.chunk_bytes, region.length - job.pos);
-    std::uint8_t* buf = buffers_[b].get();
+    auto* buf = reinterpret_cast<std::uint8_t*>(buffers_[b].get());
     if (n > 0) {
       if (Status s = ReadAt(fd_, buf, n, region.file_offset + job.pos, job.req.path); !s.ok()) {
         GiveBack(b);
@@ -240,7 +246,7 @@ class WeightLoaderActor {
   // copied to the device. Latches wait for the tag (recorded in Pump once everything is in).
   Status NextEncryptedChunk(Job& job, int b) {
     const std::uint64_t n = std::min(shared_->options.chunk_bytes, job.end - job.pos);
-    std::uint8_t* buf = buffers_[b].get();
+    auto* buf = reinterpret_cast<std::uint8_t*>(buffers_[b].get());
     if (Status s = ReadAt(fd_, buf, n, kEncryptedHeaderBytes + job.pos, job.req.path); !s.ok()) {
       GiveBack(b);
       return s;
@@ -314,7 +320,11 @@ class WeightLoaderActor {
   int TakeBuffer() {
     if (free_.empty()) {
       if (static_cast<int>(buffers_.size()) >= shared_->options.staging_chunks) return -1;
-      buffers_.push_back(std::make_unique<std::uint8_t[]>(shared_->options.chunk_bytes));
+      buffers_.push_back(AllocateLargeBuffer(shared_->options.chunk_bytes));
+      if (!buffers_.back()) {
+        buffers_.pop_back();
+        return -1;
+      }
       free_.push_back(static_cast<int>(buffers_.size()) - 1);
     }
     const int b = free_.back();
@@ -348,7 +358,7 @@ class WeightLoaderActor {
   bool stopped_ = false;
   std::vector<actors::Promise<Status>> stops_;
   int fd_ = -1;
-  std::vector<std::unique_ptr<std::uint8_t[]>> buffers_;
+  std::vector<LargeBuffer> buffers_;  // staging, chunk_bytes each
   std::vector<int> free_;
   int in_use_ = 0;
 };

@@ -207,6 +207,27 @@ TEST(MatMul, HalfAndBFloat16StorageAccumulateInF32) {
   EXPECT_EQ(Floats((*dev)[0]), (std::vector<float>{19, 22, 43, 50}));
 }
 
+// One f32 row against f32, f16 or bf16 weights (the decode step's Linear): the GEMV path, for
+// both layouts of b, with and without bias, at sizes around its 32-lane blocks.
+TEST(MatMul, SingleRowAgainstNarrowerWeights) {
+  std::mt19937 rng(3);
+  for (DataType wt : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16})
+    for (std::int64_t k : {1, 31, 32, 33, 100, 768})
+      for (bool tb : {false, true})
+        for (bool bias : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << DataTypeName(wt) << " k " << k << " tb " << tb << " bias " << bias);
+          const std::int64_t n = 37;
+          std::vector<Tensor> in = {RandomTensor(F32Desc(Shape{1, k}), rng),
+                                    RandomTensor(TensorDesc{wt, tb ? Shape{n, k} : Shape{k, n}}, rng)};
+          if (bias) in.push_back(RandomTensor(F32Desc(Shape{n}), rng));
+          const OpDesc op = Op("MatMul", {{"transpose_b", tb}});
+          auto out = InferOne(op, {in[0].desc, in[1].desc});
+          ASSERT_TRUE(out.ok()) << out.status();
+          EXPECT_EQ(out->dtype, DataType::kFloat32);
+          ExpectDeviceMatchesReference(op, in, 1e-4f, 1e-4f);
+        }
+}
+
 TEST(MatMul, ShapeInferenceWithSymbolicDims) {
   auto out =
       InferOne(Op("MatMul"), {F32Desc(Sym({Dim::Symbolic("seq"), Dim::Static(768)})), F32Desc(Shape{768, 3072})});
@@ -224,8 +245,9 @@ TEST(MatMul, ShapeInferenceErrorsNameTheNodeAndShapes) {
             "node 'n' (MatMul): a [2, 3] has K = 3 but b [4, 5] has K = 4 (transpose_a = false, transpose_b = false)");
   EXPECT_EQ(InferStatus(Op("MatMul", {{"transpose_a", true}}), {F32Desc(Shape{2, 3}), F32Desc(Shape{3, 5})}).message(),
             "node 'n' (MatMul): a [2, 3] has K = 2 but b [3, 5] has K = 3 (transpose_a = true, transpose_b = false)");
-  EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3}), TensorDesc{DataType::kFloat16, Shape{3, 5}}}).message(),
-            "node 'n' (MatMul): a and b dtypes differ: f32 and f16");
+  EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3}), F32Desc(Shape{3, 5}), TensorDesc{DataType::kFloat16, Shape{5}}})
+                .message(),
+            "node 'n' (MatMul): a and bias dtypes differ: f32 and f16");
   EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3, 4}), F32Desc(Shape{4, 5})}).message(),
             "node 'n' (MatMul): needs 2-D a and b, got [2, 3, 4] and [4, 5]");
   EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3}), F32Desc(Shape{3, 5}), F32Desc(Shape{4})}).message(),

@@ -255,6 +255,34 @@ TEST_F(WeightLoaderTest, ManagerCopiesARegionOncePerDevice) {
   for (const auto& r : again->regions) ASSERT_TRUE(r.state->Wait().ok());
 }
 
+// Regions at unaligned file offsets (a ggml file): a packed copy gives each an aligned slot.
+TEST_F(WeightLoaderTest, PackedCopyAlignsRegionsAtOddOffsets) {
+  const auto bytes = RandomBytes(9000, 9);
+  const std::string path = Write("odd", bytes);
+  ExternalWeightManager manager(rt_.get(), &Loader());
+  const std::vector<RegionNeed> needs = {{13, 1000, "", "a"}, {1013, 4003, "", "b"}, {7001, 1999, "", "c"}};
+  auto first = manager.Place(0, path, 13, 9000, needs, {}, /*packed=*/true);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->file->packed());
+  for (std::size_t i = 0; i < needs.size(); ++i) {
+    ASSERT_TRUE(first->regions[i].state->Wait().ok());
+    // Allocations start aligned (npu_sim), so an aligned offset within one is an aligned address.
+    EXPECT_EQ(first->regions[i].address.offset() % ExternalWeightManager::kPackedAlignment, 0u) << i;
+    EXPECT_EQ(ReadDevice(first->regions[i].address, needs[i].length, 0),
+              std::vector<std::uint8_t>(bytes.begin() + static_cast<std::ptrdiff_t>(needs[i].offset),
+                                        bytes.begin() + static_cast<std::ptrdiff_t>(needs[i].offset + needs[i].length)));
+  }
+  // The same needs share the copy; a region it has no slot for gets a new one.
+  auto second = manager.Place(0, path, 13, 9000, needs, {}, true);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->file, first->file);
+  EXPECT_FALSE(second->regions[1].copied_here);
+  auto other = manager.Place(0, path, 13, 9000, {{14, 10, "", "d"}}, {}, true);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->file, first->file);
+  ASSERT_TRUE(other->regions[0].state->Wait().ok());
+}
+
 TEST_F(WeightLoaderTest, ConcurrentLoadsFromManyThreadsAllLand) {
   constexpr int kThreads = 4, kRounds = 10;
   std::vector<std::vector<std::uint8_t>> files;

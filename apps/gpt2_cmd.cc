@@ -1,0 +1,273 @@
+#include "apps/gpt2_cmd.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "gpt2/engine.h"
+#include "gpt2/sampling.h"
+#include "gpt2/tokenizer.h"
+#include "graph/ggml_gpt2.h"
+#include "scheduler/model_manager.h"
+
+namespace npuflow::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+StatusOr<std::vector<int>> ParseIds(const std::string& text, int n_vocab) {
+  std::vector<int> ids;
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    int id = 0;
+    std::size_t used = 0;
+    try {
+      id = std::stoi(word, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != word.size()) return Status::ParamInvalid("--prompt-ids: '{}' is not a token id", word);
+    if (id < 0 || id >= n_vocab)
+      return Status::ParamInvalid("--prompt-ids: token id {} is outside the vocabulary (0..{})", id, n_vocab - 1);
+    ids.push_back(id);
+  }
+  if (ids.empty()) return Status::ParamInvalid("--prompt-ids: no token ids in '{}'", text);
+  return ids;
+}
+
+std::string Printable(std::string_view bytes) {
+  // The text as it is, except control bytes other than newline and tab, shown as \xNN.
+  std::string s;
+  for (unsigned char c : bytes) {
+    if (c < 0x20 && c != '\n' && c != '\t')
+      s += fmt::format("\\x{:02x}", c);
+    else
+      s += static_cast<char>(c);
+  }
+  return s;
+}
+
+std::string JoinIds(const std::vector<int>& ids) {
+  std::string s;
+  for (int id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
+  return s;
+}
+
+struct Gpt2Run {
+  std::vector<std::string> labels;  // what each generation started from (the prompt)
+  std::vector<std::vector<int>> prompts;
+  int n_predict = 0;
+  std::vector<gpt2::SamplingOptions> samplings;
+  bool print_ids = false;
+  std::string trace;
+};
+
+// Everything between ModelManager::Initialize and Finalize.
+Status GenerateAndReport(const std::string& model_path, const Gpt2Run& run, const gpt2::Vocab* vocab_in,
+                         std::ostream& out) {
+  scheduler::ModelManager& mm = *scheduler::ModelManager::Get();
+  const auto t0 = Clock::now();
+  NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<gpt2::Gpt2Engine> engine,
+                           gpt2::Gpt2Engine::Create(model_path, {.streams = static_cast<int>(run.prompts.size())}));
+  const double create_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const graph::Gpt2File& file = engine->file();
+  const graph::Gpt2HParams& hp = file.hparams;
+  out << fmt::format("{}: GPT-2, {} layers, n_embd {}, {} heads, n_ctx {}, vocab {}, {}; {:.1f} MB of weights\n",
+                     model_path, hp.n_layer, hp.n_embd, hp.n_head, hp.n_ctx, hp.n_vocab,
+                     hp.weight_type() == graph::DataType::kFloat16 ? "f16" : "f32",
+                     static_cast<double>(file.weight_bytes()) / 1e6);
+
+  // The weights stream in while the generations start; this thread only times the load.
+  std::atomic<double> load_ms{-1};
+  Status load_status;
+  std::thread load_timer([&] {
+    load_status = engine->WaitForWeights();
+    load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  });
+  auto gens = engine->GenerateConcurrently(run.prompts, run.n_predict, run.samplings);
+  load_timer.join();
+  NPUFLOW_RETURN_IF_ERROR(load_status);
+  if (!gens.ok()) return gens.status();
+
+  std::unique_ptr<gpt2::Vocab> own_vocab;
+  const gpt2::Vocab* vocab = vocab_in;
+  if (vocab == nullptr) {
+    own_vocab = std::make_unique<gpt2::Vocab>(file.vocab);
+    vocab = own_vocab.get();
+  }
+  double tokens = 0, decode_wall = 0, decode_virtual = 0;
+  for (std::size_t i = 0; i < gens->size(); ++i) {
+    const gpt2::Generation& g = (*gens)[i];
+    NPUFLOW_ASSIGN_OR_RETURN(std::string prompt_text, vocab->Detokenize(g.prompt));
+    NPUFLOW_ASSIGN_OR_RETURN(std::string text, vocab->Detokenize(g.ids));
+    out << fmt::format("--- stream {} ({} prompt tokens, {} generated)\n", i, g.prompt.size(), g.ids.size());
+    out << Printable(prompt_text) << Printable(text) << "\n";
+    if (run.print_ids) out << "ids: " << JoinIds(g.ids) << "\n";
+    tokens += static_cast<double>(g.ids.size() > 0 ? g.ids.size() - 1 : 0);
+    decode_wall = std::max(decode_wall, g.decode_wall_ms);
+    decode_virtual = std::max(decode_virtual, g.decode_virtual_ms);
+  }
+  out << "---\n";
+  const double mb = static_cast<double>(file.weight_bytes()) / 1e6;
+  out << fmt::format("load: compile and load {:.1f} ms; weights on the device after {:.1f} ms ({:.2f} GB/s)\n",
+                     create_ms, load_ms.load(), load_ms > 0 ? mb / load_ms : 0.0);
+  double ttft = 0;
+  for (const gpt2::Generation& g : *gens) ttft = std::max(ttft, g.first_token_ms);
+  out << fmt::format("time to first token: {:.1f} ms (the slowest stream; the prompt is fed token by token)\n", ttft);
+  out << fmt::format("generation: {:.1f} tokens/s wall, {:.1f} tokens/s virtual over {} stream{} ({:.1f} tokens/s wall "
+                     "per stream)\n",
+                     decode_wall > 0 ? tokens / decode_wall * 1e3 : 0.0,
+                     decode_virtual > 0 ? tokens / decode_virtual * 1e3 : 0.0, gens->size(),
+                     gens->size() == 1 ? "" : "s",
+                     decode_wall > 0 ? tokens / static_cast<double>(gens->size()) / decode_wall * 1e3 : 0.0);
+  if (!run.trace.empty()) {
+    NPUFLOW_RETURN_IF_ERROR(mm.runtime().WriteTrace(run.trace).WithContext("--trace"));
+    out << "trace: " << run.trace << "\n";
+  }
+  return Status::Ok();
+}
+
+Status WithRuntime(const std::string& chip, int threads, bool trace, const std::function<Status()>& body) {
+  if (threads < 0 || threads > 256) return Status::ParamInvalid("--threads {}: expected 0..256 (0: one per core)", threads);
+  NPUFLOW_RETURN_IF_ERROR(
+      scheduler::ModelManager::Initialize({.chips = {chip}, .workers = threads, .trace = trace}).WithContext(chip));
+  Status s = body();
+  Status f = scheduler::ModelManager::Finalize();
+  return s.ok() ? f : s;
+}
+
+}  // namespace
+
+Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
+  if (args.model.empty()) return Status::ParamInvalid("--model: the ggml GPT-2 model file is required");
+  if (args.prompts.empty() == args.prompt_ids.empty())
+    return Status::ParamInvalid("give one of --prompt TEXT or --prompt-ids \"464 2068 ...\"");
+  if (args.n_predict < 0) return Status::ParamInvalid("-n {}: expected >= 0", args.n_predict);
+  if (args.streams < 1 || args.streams > 64) return Status::ParamInvalid("--streams {}: expected 1..64", args.streams);
+  gpt2::SamplingOptions base{.greedy = args.greedy,
+                             .top_k = args.top_k,
+                             .top_p = static_cast<float>(args.top_p),
+                             .temp = static_cast<float>(args.temp),
+                             .seed = args.seed};
+  NPUFLOW_RETURN_IF_ERROR(base.Validate());
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Gpt2File file, graph::ReadGpt2File(args.model));
+  gpt2::Vocab vocab(file.vocab);
+
+  Gpt2Run run;
+  run.n_predict = args.n_predict;
+  run.print_ids = args.print_ids;
+  run.trace = args.trace;
+  std::vector<std::vector<int>> given;
+  if (!args.prompt_ids.empty()) {
+    NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> ids, ParseIds(args.prompt_ids, file.hparams.n_vocab));
+    given.push_back(std::move(ids));
+  } else {
+    for (const std::string& p : args.prompts) {
+      gpt2::Tokenization t = vocab.Tokenize(p);
+      if (!t.unknown_bytes.empty())
+        out << fmt::format("note: {} byte{} of the prompt match no token and were skipped (first: 0x{:02x} at offset {})\n",
+                           t.unknown_bytes.size(), t.unknown_bytes.size() == 1 ? "" : "s", t.unknown_bytes[0].byte,
+                           t.unknown_bytes[0].offset);
+      if (t.ids.empty()) return Status::ParamInvalid("--prompt '{}': no tokens (the prompt is empty)", p);
+      given.push_back(std::vector<int>(t.ids.begin(), t.ids.end()));
+    }
+  }
+  for (int i = 0; i < args.streams; ++i) {
+    run.prompts.push_back(given[static_cast<std::size_t>(i) % given.size()]);
+    gpt2::SamplingOptions s = base;
+    s.seed = args.seed + static_cast<std::uint64_t>(i);
+    run.samplings.push_back(s);
+  }
+  return WithRuntime(args.device_chip, args.threads, !args.trace.empty(),
+                     [&] { return GenerateAndReport(args.model, run, &vocab, out); });
+}
+
+Status RunMakeGpt2(const MakeGpt2Args& args, std::ostream& out) {
+  if (args.output.empty()) return Status::ParamInvalid("-o: the output file is required");
+  if (args.ftype != "f32" && args.ftype != "f16")
+    return Status::ParamInvalid("--ftype '{}': expected f32 or f16", args.ftype);
+  graph::MakeGpt2Options o{.layers = args.layers,
+                           .embd = args.embd,
+                           .heads = args.heads,
+                           .ctx = args.ctx,
+                           .vocab = args.vocab,
+                           .f16 = args.ftype == "f16",
+                           .seed = args.seed,
+                           .lm_head = args.lm_head};
+  if (!args.vocab_json.empty()) {
+    std::ifstream in(args.vocab_json, std::ios::binary);
+    if (!in) return Status::NotFound("--vocab-json: cannot read '{}'", args.vocab_json);
+    std::stringstream text;
+    text << in.rdbuf();
+    NPUFLOW_ASSIGN_OR_RETURN(o.tokens, gpt2::ParseEncoderJson(text.str(), args.vocab_json));
+    if (static_cast<int>(o.tokens.size()) != args.vocab)
+      return Status::ParamInvalid("--vocab-json '{}' has {} tokens but --vocab is {}", args.vocab_json, o.tokens.size(),
+                                  args.vocab);
+  }
+  const auto t0 = Clock::now();
+  NPUFLOW_RETURN_IF_ERROR(graph::WriteGpt2File(args.output, o));
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  std::error_code ec;
+  const auto bytes = fs::file_size(args.output, ec);
+  out << fmt::format("{}: GPT-2 ggml file, {} layers, n_embd {}, {} heads, n_ctx {}, vocab {} ({}), {}, seed {}; {} "
+                     "bytes in {:.0f} ms\n",
+                     args.output, args.layers, args.embd, args.heads, args.ctx, args.vocab,
+                     args.vocab_json.empty() ? "synthetic tokens" : args.vocab_json, args.ftype, args.seed,
+                     ec ? 0 : bytes, ms);
+  return Status::Ok();
+}
+
+Status RunDemo(const DemoArgs& args, std::ostream& out) {
+  fs::path dir = args.cache_dir;
+  if (dir.empty()) {
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+      dir = fs::path(xdg) / "npuflow";
+    else if (const char* home = std::getenv("HOME"); home && *home)
+      dir = fs::path(home) / ".cache" / "npuflow";
+    else
+      dir = ".npuflow-cache";
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::Failed("demo: cannot create the cache directory '{}': {}", dir.string(), ec.message());
+  const fs::path model = dir / "demo-gpt2-l6-e384-h6-c512-v8192-f16.bin";
+  if (!fs::exists(model, ec) || !graph::ReadGpt2File(model.string()).ok()) {
+    out << "demo: making a small GPT-2 model (random weights, synthetic vocabulary) in " << model.string() << "\n";
+    MakeGpt2Args make{.layers = 6, .embd = 384, .heads = 6, .ctx = 512, .vocab = 8192, .ftype = "f16", .seed = 2026,
+                      .output = model.string()};
+    NPUFLOW_RETURN_IF_ERROR(RunMakeGpt2(make, out));
+  } else {
+    out << "demo: using the model in " << model.string() << "\n";
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Gpt2File file, graph::ReadGpt2File(model.string()));
+  gpt2::Vocab vocab(file.vocab);
+  Gpt2Run run;
+  run.n_predict = args.n_predict;
+  run.print_ids = true;
+  run.trace = (dir / "demo-trace.json").string();
+  const std::vector<std::string> prompts = {"The quick brown fox", "Once upon a time, in a land far away",
+                                            "npuflow runs GPT-2 on a simulated NPU", "Four streams share one copy of"};
+  std::uint64_t seed = 7;
+  for (const std::string& p : prompts) {
+    gpt2::Tokenization t = vocab.Tokenize(p);
+    run.labels.push_back(p);
+    run.prompts.push_back(std::vector<int>(t.ids.begin(), t.ids.end()));
+    run.samplings.push_back({.greedy = false, .top_k = 40, .top_p = 0.9f, .temp = 0.9f, .seed = seed++});
+  }
+  out << "demo: 4 concurrent generations (top-k 40, top-p 0.9, temperature 0.9) on 4 streams of one simulated 910B, "
+         "sharing one device copy of the weights\n";
+  return WithRuntime("910B", args.threads, true,
+                     [&] { return GenerateAndReport(model.string(), run, &vocab, out); });
+}
+
+}  // namespace npuflow::apps

@@ -1,0 +1,43 @@
+#include "base/large_buffer.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace npuflow {
+namespace {
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+}  // namespace
+
+void LargeBufferDeleter::operator()(void* p) const {
+  if (p == nullptr) return;
+  if (bytes == 0) {
+    std::free(p);  // a small buffer, from the heap
+    return;
+  }
+  ::munmap(p, bytes);
+}
+
+LargeBuffer AllocateLargeBuffer(std::size_t bytes) {
+  if (bytes < kLargeBufferThreshold) {
+    void* p = std::calloc(1, bytes == 0 ? 1 : bytes);
+    return LargeBuffer(static_cast<std::byte*>(p), LargeBufferDeleter{0});
+  }
+  // Map a huge page more than asked, keep the 2 MiB-aligned part, give the rest back.
+  const std::size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const std::size_t mapped = rounded + kHugePage;
+  void* raw = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return LargeBuffer(nullptr, LargeBufferDeleter{0});
+  const auto base = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (base + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > base) ::munmap(raw, aligned - base);
+  const std::uintptr_t end = base + mapped, keep_end = aligned + rounded;
+  if (end > keep_end) ::munmap(reinterpret_cast<void*>(keep_end), end - keep_end);
+  void* p = reinterpret_cast<void*>(aligned);
+  (void)::madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without THP the pages are just 4 KiB
+  return LargeBuffer(static_cast<std::byte*>(p), LargeBufferDeleter{rounded});
+}
+
+}  // namespace npuflow
