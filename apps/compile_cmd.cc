@@ -245,6 +245,12 @@ Status RunCompile(const CompileArgs& args, std::ostream& out) {
     if (!compiled.ok()) return compiled.status().WithContext(args.model);
     model = std::move(*compiled);
     if (args.verify) NPUFLOW_RETURN_IF_ERROR(lowering::VerifyMemoryPlan(*model).WithContext("memory plan check"));
+    // The output's directory is made if it is not there (atc does the same).
+    if (const fs::path parent = fs::path(args.output).parent_path(); !parent.empty()) {
+      std::error_code ec;
+      fs::create_directories(parent, ec);
+      if (ec) return Status::Failed("--output '{}': cannot create its directory: {}", args.output, ec.message());
+    }
     // The weight files: out of a temporary directory next to the model; encrypted with a key.
     if (model->graph != nullptr) {
       std::unordered_map<const graph::Node*, std::string> before;

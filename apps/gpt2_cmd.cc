@@ -12,9 +12,9 @@
 #include <sstream>
 #include <thread>
 
-#include "gpt2/engine.h"
-#include "gpt2/sampling.h"
-#include "gpt2/tokenizer.h"
+#include "scheduler/gpt2_engine.h"
+#include "graph/gpt2_sampling.h"
+#include "graph/gpt2_tokenizer.h"
 #include "graph/ggml_gpt2.h"
 #include "scheduler/model_manager.h"
 
@@ -67,18 +67,18 @@ struct Gpt2Run {
   std::vector<std::string> labels;  // what each generation started from (the prompt)
   std::vector<std::vector<int>> prompts;
   int n_predict = 0;
-  std::vector<gpt2::SamplingOptions> samplings;
+  std::vector<graph::SamplingOptions> samplings;
   bool print_ids = false;
   std::string trace;
 };
 
 // Everything between ModelManager::Initialize and Finalize.
-Status GenerateAndReport(const std::string& model_path, const Gpt2Run& run, const gpt2::Vocab* vocab_in,
+Status GenerateAndReport(const std::string& model_path, const Gpt2Run& run, const graph::Vocab* vocab_in,
                          std::ostream& out) {
   scheduler::ModelManager& mm = *scheduler::ModelManager::Get();
   const auto t0 = Clock::now();
-  NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<gpt2::Gpt2Engine> engine,
-                           gpt2::Gpt2Engine::Create(model_path, {.streams = static_cast<int>(run.prompts.size())}));
+  NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Gpt2Engine> engine,
+                           scheduler::Gpt2Engine::Create(model_path, {.streams = static_cast<int>(run.prompts.size())}));
   const double create_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   const graph::Gpt2File& file = engine->file();
   const graph::Gpt2HParams& hp = file.hparams;
@@ -99,15 +99,15 @@ Status GenerateAndReport(const std::string& model_path, const Gpt2Run& run, cons
   NPUFLOW_RETURN_IF_ERROR(load_status);
   if (!gens.ok()) return gens.status();
 
-  std::unique_ptr<gpt2::Vocab> own_vocab;
-  const gpt2::Vocab* vocab = vocab_in;
+  std::unique_ptr<graph::Vocab> own_vocab;
+  const graph::Vocab* vocab = vocab_in;
   if (vocab == nullptr) {
-    own_vocab = std::make_unique<gpt2::Vocab>(file.vocab);
+    own_vocab = std::make_unique<graph::Vocab>(file.vocab);
     vocab = own_vocab.get();
   }
   double tokens = 0, decode_wall = 0, decode_virtual = 0;
   for (std::size_t i = 0; i < gens->size(); ++i) {
-    const gpt2::Generation& g = (*gens)[i];
+    const scheduler::Generation& g = (*gens)[i];
     NPUFLOW_ASSIGN_OR_RETURN(std::string prompt_text, vocab->Detokenize(g.prompt));
     NPUFLOW_ASSIGN_OR_RETURN(std::string text, vocab->Detokenize(g.ids));
     out << fmt::format("--- stream {} ({} prompt tokens, {} generated)\n", i, g.prompt.size(), g.ids.size());
@@ -122,7 +122,7 @@ Status GenerateAndReport(const std::string& model_path, const Gpt2Run& run, cons
   out << fmt::format("load: compile and load {:.1f} ms; weights on the device after {:.1f} ms ({:.2f} GB/s)\n",
                      create_ms, load_ms.load(), load_ms > 0 ? mb / load_ms : 0.0);
   double ttft = 0;
-  for (const gpt2::Generation& g : *gens) ttft = std::max(ttft, g.first_token_ms);
+  for (const scheduler::Generation& g : *gens) ttft = std::max(ttft, g.first_token_ms);
   out << fmt::format("time to first token: {:.1f} ms (the slowest stream; the prompt is fed token by token)\n", ttft);
   out << fmt::format("generation: {:.1f} tokens/s wall, {:.1f} tokens/s virtual over {} stream{} ({:.1f} tokens/s wall "
                      "per stream)\n",
@@ -154,14 +154,14 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
     return Status::ParamInvalid("give one of --prompt TEXT or --prompt-ids \"464 2068 ...\"");
   if (args.n_predict < 0) return Status::ParamInvalid("-n {}: expected >= 0", args.n_predict);
   if (args.streams < 1 || args.streams > 64) return Status::ParamInvalid("--streams {}: expected 1..64", args.streams);
-  gpt2::SamplingOptions base{.greedy = args.greedy,
+  graph::SamplingOptions base{.greedy = args.greedy,
                              .top_k = args.top_k,
                              .top_p = static_cast<float>(args.top_p),
                              .temp = static_cast<float>(args.temp),
                              .seed = args.seed};
   NPUFLOW_RETURN_IF_ERROR(base.Validate());
   NPUFLOW_ASSIGN_OR_RETURN(graph::Gpt2File file, graph::ReadGpt2File(args.model));
-  gpt2::Vocab vocab(file.vocab);
+  graph::Vocab vocab(file.vocab);
 
   Gpt2Run run;
   run.n_predict = args.n_predict;
@@ -173,7 +173,7 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
     given.push_back(std::move(ids));
   } else {
     for (const std::string& p : args.prompts) {
-      gpt2::Tokenization t = vocab.Tokenize(p);
+      graph::Tokenization t = vocab.Tokenize(p);
       if (!t.unknown_bytes.empty())
         out << fmt::format("note: {} byte{} of the prompt match no token and were skipped (first: 0x{:02x} at offset {})\n",
                            t.unknown_bytes.size(), t.unknown_bytes.size() == 1 ? "" : "s", t.unknown_bytes[0].byte,
@@ -184,7 +184,7 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
   }
   for (int i = 0; i < args.streams; ++i) {
     run.prompts.push_back(given[static_cast<std::size_t>(i) % given.size()]);
-    gpt2::SamplingOptions s = base;
+    graph::SamplingOptions s = base;
     s.seed = args.seed + static_cast<std::uint64_t>(i);
     run.samplings.push_back(s);
   }
@@ -209,7 +209,7 @@ Status RunMakeGpt2(const MakeGpt2Args& args, std::ostream& out) {
     if (!in) return Status::NotFound("--vocab-json: cannot read '{}'", args.vocab_json);
     std::stringstream text;
     text << in.rdbuf();
-    NPUFLOW_ASSIGN_OR_RETURN(o.tokens, gpt2::ParseEncoderJson(text.str(), args.vocab_json));
+    NPUFLOW_ASSIGN_OR_RETURN(o.tokens, graph::ParseEncoderJson(text.str(), args.vocab_json));
     if (static_cast<int>(o.tokens.size()) != args.vocab)
       return Status::ParamInvalid("--vocab-json '{}' has {} tokens but --vocab is {}", args.vocab_json, o.tokens.size(),
                                   args.vocab);
@@ -250,7 +250,7 @@ Status RunDemo(const DemoArgs& args, std::ostream& out) {
     out << "demo: using the model in " << model.string() << "\n";
   }
   NPUFLOW_ASSIGN_OR_RETURN(graph::Gpt2File file, graph::ReadGpt2File(model.string()));
-  gpt2::Vocab vocab(file.vocab);
+  graph::Vocab vocab(file.vocab);
   Gpt2Run run;
   run.n_predict = args.n_predict;
   run.print_ids = true;
@@ -259,11 +259,12 @@ Status RunDemo(const DemoArgs& args, std::ostream& out) {
                                             "npuflow runs GPT-2 on a simulated NPU", "Four streams share one copy of"};
   std::uint64_t seed = 7;
   for (const std::string& p : prompts) {
-    gpt2::Tokenization t = vocab.Tokenize(p);
+    graph::Tokenization t = vocab.Tokenize(p);
     run.labels.push_back(p);
     run.prompts.push_back(std::vector<int>(t.ids.begin(), t.ids.end()));
     run.samplings.push_back({.greedy = false, .top_k = 40, .top_p = 0.9f, .temp = 0.9f, .seed = seed++});
   }
+  out << "demo: the weights are random, so the text is noise; `npuflow gpt2 --model F` runs a real GPT-2 file\n";
   out << "demo: 4 concurrent generations (top-k 40, top-p 0.9, temperature 0.9) on 4 streams of one simulated 910B, "
          "sharing one device copy of the weights\n";
   return WithRuntime("910B", args.threads, true,

@@ -37,7 +37,7 @@
 #include <thread>
 
 #include "base/large_buffer.h"
-#include "gpt2/engine.h"
+#include "scheduler/gpt2_engine.h"
 #include "graph/ggml_gpt2.h"
 #include "scheduler/model_manager.h"
 
@@ -154,11 +154,11 @@ void BM_Gpt2Generate(benchmark::State& state) {
   double bytes_per_token = 0;
   for (auto _ : state) {
     Status s = WithRuntime(threads, [&]() -> Status {
-      NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(path, {}));
+      NPUFLOW_ASSIGN_OR_RETURN(auto engine, scheduler::Gpt2Engine::Create(path, {}));
       NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
       bytes_per_token = BytesPerToken(engine->file());
-      NPUFLOW_ASSIGN_OR_RETURN(gpt2::Generation g,
-                               engine->Generate(0, std::vector<int>{464}, 64, gpt2::SamplingOptions{.greedy = true}));
+      NPUFLOW_ASSIGN_OR_RETURN(scheduler::Generation g,
+                               engine->Generate(0, std::vector<int>{464}, 64, graph::SamplingOptions{.greedy = true}));
       if (g.ids.size() > 1 && g.decode_wall_ms > 0)
         rates.push_back(static_cast<double>(g.ids.size() - 1) / g.decode_wall_ms * 1e3);
       return Status::Ok();
@@ -188,7 +188,7 @@ void BM_Gpt2Load(benchmark::State& state) {
       // Streaming: the first step goes as soon as the models are loaded.
       {
         const auto t0 = Clock::now();
-        NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(path, {}));
+        NPUFLOW_ASSIGN_OR_RETURN(auto engine, scheduler::Gpt2Engine::Create(path, {}));
         std::vector<float> logits;
         NPUFLOW_RETURN_IF_ERROR(engine->Step(0, 464, 0, logits));
         ttft_stream.push_back(Seconds(t0, Clock::now()));
@@ -197,7 +197,7 @@ void BM_Gpt2Load(benchmark::State& state) {
       }
       // Everything first: the load on its own (its GB/s), then the first step.
       const auto t0 = Clock::now();
-      NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(path, {}));
+      NPUFLOW_ASSIGN_OR_RETURN(auto engine, scheduler::Gpt2Engine::Create(path, {}));
       const auto t1 = Clock::now();
       NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
       const auto t2 = Clock::now();

@@ -12,7 +12,7 @@ namespace {
 // Lower rank = lower layer. proto/ is data, includable by graph/ and above.
 const std::map<std::string, int> kRank = {
     {"base", 0},     {"actors", 1}, {"npu_sim", 2}, {"proto", 3},     {"graph", 3},
-    {"weights", 4},  {"lowering", 5}, {"scheduler", 6}, {"gpt2", 7}, {"benchmarks", 8}, {"apps", 9},
+    {"weights", 4},  {"lowering", 5}, {"scheduler", 6}, {"benchmarks", 7}, {"apps", 8},
 };
 
 TEST(Layering, NoLayerIncludesALayerAboveIt) {

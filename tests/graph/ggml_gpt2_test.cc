@@ -20,7 +20,7 @@
 
 #include "graph/ggml_gpt2.h"
 #include "graph/half.h"
-#include "tests/gpt2/gpt2_reference.h"
+#include "tests/graph/gpt2_reference.h"
 
 namespace npuflow::graph {
 namespace {
@@ -735,7 +735,7 @@ TEST_F(GgmlGpt2Test, RewritingReplacesTheFileAndLeavesNoTemporary) {
 
 // ---- the reference forward pass ------------------------------------------------------------------
 
-using gpt2::testing::Gpt2Reference;
+using gpt2_testing::Gpt2Reference;
 
 std::vector<float> RunTokens(Gpt2Reference& model, const std::vector<int>& tokens) {
   std::vector<float> logits;
@@ -823,7 +823,7 @@ TEST_F(GgmlGpt2Test, ReferenceMatchesACacheFreeComputation) {
     k[t].assign(qkv.begin() + embd, qkv.begin() + 2 * embd);
     v[t].assign(qkv.begin() + 2 * embd, qkv.end());
   }
-  auto reference = gpt2::testing::Gpt2Reference::Load(file);
+  auto reference = gpt2_testing::Gpt2Reference::Load(file);
   ASSERT_TRUE(reference.ok()) << reference.status();
   for (int t = 0; t < n; ++t) {
     Vec attended(embd, 0.0);

@@ -34,7 +34,7 @@
 
 #include "base/status.h"
 
-namespace npuflow::gpt2 {
+namespace npuflow::graph {
 
 struct SamplingOptions {
   bool greedy = false;  // argmax; top_k, top_p, temp and seed are then unused (but still validated)
@@ -74,4 +74,4 @@ class Sampler {
   std::vector<double> cumulative_;
 };
 
-}  // namespace npuflow::gpt2
+}  // namespace npuflow::graph

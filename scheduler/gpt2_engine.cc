@@ -1,4 +1,4 @@
-#include "gpt2/engine.h"
+#include "scheduler/gpt2_engine.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include "graph/op_registry.h"
 #include "scheduler/model_manager.h"
 
-namespace npuflow::gpt2 {
+namespace npuflow::scheduler {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -31,14 +31,14 @@ graph::Tensor I32Scalar(std::int32_t v) {
 StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(const std::string& model_path, const EngineOptions& options) {
   if (options.streams < 1 || options.streams > 64)
     return Status::ParamInvalid("streams {}: expected 1..64", options.streams);
-  if (scheduler::ModelManager::Get() == nullptr)
+  if (ModelManager::Get() == nullptr)
     return Status::Failed("Gpt2Engine: ModelManager::Initialize has not been called");
   graph::RegisterBuiltinOps();
   std::unique_ptr<Gpt2Engine> engine(new Gpt2Engine());
   NPUFLOW_ASSIGN_OR_RETURN(engine->file_, graph::ReadGpt2File(model_path));
   NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> g, graph::BuildGpt2DecodeGraph(engine->file_));
-  NPUFLOW_ASSIGN_OR_RETURN(engine->session_, scheduler::Session::Create(options.session_options));
-  scheduler::Session& s = *engine->session_;
+  NPUFLOW_ASSIGN_OR_RETURN(engine->session_, Session::Create(options.session_options));
+  Session& s = *engine->session_;
   NPUFLOW_RETURN_IF_ERROR(s.AddGraph(1, std::move(g)));
   NPUFLOW_RETURN_IF_ERROR(s.BuildGraph(1).WithContext(model_path));
   engine->graph_ids_.push_back(1);
@@ -58,7 +58,7 @@ Gpt2Engine::~Gpt2Engine() {
 
 Status Gpt2Engine::WaitForWeights() {
   for (std::uint32_t id : graph_ids_) {
-    NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<scheduler::DavinciModel> m, session_->GetLoadedModel(id));
+    NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<DavinciModel> m, session_->GetLoadedModel(id));
     NPUFLOW_RETURN_IF_ERROR(m->WaitForWeights());
   }
   return Status::Ok();
@@ -82,15 +82,15 @@ Status Gpt2Engine::Step(int stream, int token, int n_past, std::vector<float>& l
 }
 
 StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> prompt, int n_predict,
-                                          const SamplingOptions& sampling, const TokenCallback& on_token) {
+                                          const graph::SamplingOptions& sampling, const TokenCallback& on_token) {
   if (prompt.empty()) return Status::ParamInvalid("the prompt is empty: give at least one token");
   if (n_predict < 0) return Status::ParamInvalid("n_predict {}: expected >= 0", n_predict);
   const int n_ctx = file_.hparams.n_ctx;
   if (static_cast<int>(prompt.size()) > n_ctx)
     return Status::ParamInvalid("the prompt has {} tokens; the model's context holds {}", prompt.size(), n_ctx);
   NPUFLOW_RETURN_IF_ERROR(sampling.Validate());
-  Sampler sampler(sampling);
-  npu_sim::Runtime& rt = scheduler::ModelManager::Get()->runtime();
+  graph::Sampler sampler(sampling);
+  npu_sim::Runtime& rt = ModelManager::Get()->runtime();
 
   Generation g;
   g.prompt.assign(prompt.begin(), prompt.end());
@@ -132,7 +132,7 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
 
 StatusOr<std::vector<Generation>> Gpt2Engine::GenerateConcurrently(const std::vector<std::vector<int>>& prompts,
                                                                    int n_predict,
-                                                                   const std::vector<SamplingOptions>& samplings,
+                                                                   const std::vector<graph::SamplingOptions>& samplings,
                                                                    const TokenCallback& on_token) {
   if (prompts.empty()) return Status::ParamInvalid("no prompts given");
   if (static_cast<int>(prompts.size()) > streams())
@@ -156,4 +156,4 @@ StatusOr<std::vector<Generation>> Gpt2Engine::GenerateConcurrently(const std::ve
   return out;
 }
 
-}  // namespace npuflow::gpt2
+}  // namespace npuflow::scheduler

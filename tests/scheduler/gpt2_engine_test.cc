@@ -1,6 +1,6 @@
 // GPT-2 end to end on the v1 runtime: npuflow's logits against a plain C++ forward pass, greedy
 // ids, concurrent streams, one device copy of the weights, and weight streaming seen in the trace.
-#include "gpt2/engine.h"
+#include "scheduler/gpt2_engine.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -13,9 +13,9 @@
 
 #include "graph/op_registry.h"
 #include "scheduler/model_manager.h"
-#include "tests/gpt2/gpt2_reference.h"
+#include "tests/graph/gpt2_reference.h"
 
-namespace npuflow::gpt2 {
+namespace npuflow::scheduler {
 namespace {
 
 namespace fs = std::filesystem;
@@ -28,12 +28,12 @@ class Gpt2EngineTest : public ::testing::Test {
     fs::create_directories(dir_);
   }
   void TearDown() override {
-    (void)scheduler::ModelManager::Finalize();
+    (void)ModelManager::Finalize();
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
   void Init(bool trace = false) {
-    ASSERT_TRUE(scheduler::ModelManager::Initialize({.chips = {"910B"}, .trace = trace}).ok());
+    ASSERT_TRUE(ModelManager::Initialize({.chips = {"910B"}, .trace = trace}).ok());
   }
   std::string Make(const std::string& name, graph::MakeGpt2Options o) {
     const std::string path = (dir_ / name).string();
@@ -60,7 +60,7 @@ int Argmax(const std::vector<float>& v) { return static_cast<int>(std::max_eleme
 void ExpectMatchesReference(Gpt2Engine& engine, const std::string& path, double tol) {
   auto file = graph::ReadGpt2File(path);
   ASSERT_TRUE(file.ok()) << file.status();
-  auto ref = testing::Gpt2Reference::Load(*file);
+  auto ref = graph::gpt2_testing::Gpt2Reference::Load(*file);
   ASSERT_TRUE(ref.ok()) << ref.status();
   const std::vector<int> prompt = {11, 257, 42};
   std::vector<float> logits;
@@ -82,7 +82,7 @@ void ExpectMatchesReference(Gpt2Engine& engine, const std::string& path, double 
   }
   EXPECT_EQ(ids_npu, ids_ref);
   // And Generate gives the same greedy ids (on a fresh stream state: positions restart at 0).
-  auto g = engine.Generate(0, prompt, 16, SamplingOptions{.greedy = true});
+  auto g = engine.Generate(0, prompt, 16, graph::SamplingOptions{.greedy = true});
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->ids, ids_ref);
 }
@@ -117,10 +117,10 @@ TEST_F(Gpt2EngineTest, ConcurrentStreamsGiveEachStreamsOwnIdsAndShareTheWeights)
   Init();
   const std::string path = Make("k4.bin", {.layers = 2, .embd = 64, .heads = 4, .ctx = 48, .vocab = 300, .seed = 6});
   const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {200, 7}, {42}, {99, 98, 97, 96, 95}};
-  const std::vector<SamplingOptions> samplings = {SamplingOptions{.greedy = true},
-                                                  SamplingOptions{.top_k = 5, .top_p = 0.9f, .temp = 0.8f, .seed = 1},
-                                                  SamplingOptions{.greedy = true},
-                                                  SamplingOptions{.top_k = 40, .top_p = 1.f, .temp = 1.f, .seed = 9}};
+  const std::vector<graph::SamplingOptions> samplings = {graph::SamplingOptions{.greedy = true},
+                                                  graph::SamplingOptions{.top_k = 5, .top_p = 0.9f, .temp = 0.8f, .seed = 1},
+                                                  graph::SamplingOptions{.greedy = true},
+                                                  graph::SamplingOptions{.top_k = 40, .top_p = 1.f, .temp = 1.f, .seed = 9}};
   // Alone: one stream, one generation after the other.
   std::vector<std::vector<int>> alone;
   std::uint64_t one_stream_memory = 0;
@@ -128,7 +128,7 @@ TEST_F(Gpt2EngineTest, ConcurrentStreamsGiveEachStreamsOwnIdsAndShareTheWeights)
     auto engine = Gpt2Engine::Create(path, {.streams = 1});
     ASSERT_TRUE(engine.ok()) << engine.status();
     ASSERT_TRUE((*engine)->WaitForWeights().ok());
-    one_stream_memory = scheduler::ModelManager::Get()->runtime().Stats(0)->memory.in_use;
+    one_stream_memory = ModelManager::Get()->runtime().Stats(0)->memory.in_use;
     for (std::size_t i = 0; i < prompts.size(); ++i) {
       auto g = (*engine)->Generate(0, prompts[i], 12, samplings[i]);
       ASSERT_TRUE(g.ok()) << g.status();
@@ -143,7 +143,7 @@ TEST_F(Gpt2EngineTest, ConcurrentStreamsGiveEachStreamsOwnIdsAndShareTheWeights)
     ASSERT_TRUE(gens.ok()) << gens.status();
     for (std::size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ((*gens)[i].ids, alone[i]) << "stream " << i;
     // Memory: three more models add their KV caches and activations, not the weights again.
-    const std::uint64_t four = scheduler::ModelManager::Get()->runtime().Stats(0)->memory.in_use;
+    const std::uint64_t four = ModelManager::Get()->runtime().Stats(0)->memory.in_use;
     auto file = graph::ReadGpt2File(path);
     ASSERT_TRUE(file.ok());
     const std::uint64_t weights = file->weight_bytes();
@@ -175,9 +175,9 @@ TEST_F(Gpt2EngineTest, BadInputsAreErrorsNotCrashes) {
   EXPECT_EQ((*engine)->Step(2, 1, 0, logits).code(), StatusCode::kParamInvalid);
   EXPECT_FALSE((*engine)->Generate(0, std::vector<int>{}, 4, {}).ok());
   EXPECT_FALSE((*engine)->Generate(0, std::vector<int>(9, 1), 4, {}).ok());  // longer than n_ctx
-  EXPECT_FALSE((*engine)->Generate(0, std::vector<int>{1}, 4, SamplingOptions{.top_k = 0}).ok());
+  EXPECT_FALSE((*engine)->Generate(0, std::vector<int>{1}, 4, graph::SamplingOptions{.top_k = 0}).ok());
   // Generation stops at the end of the context.
-  auto g = (*engine)->Generate(1, std::vector<int>{1, 2, 3}, 100, SamplingOptions{.greedy = true});
+  auto g = (*engine)->Generate(1, std::vector<int>{1, 2, 3}, 100, graph::SamplingOptions{.greedy = true});
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->ids.size(), 6u);  // positions 0..7: 3 prompt tokens, the last step at position 7
   EXPECT_EQ(Gpt2Engine::Create((dir_ / "missing.bin").string(), {}).status().code(), StatusCode::kNotFound);
@@ -195,7 +195,7 @@ TEST_F(Gpt2EngineTest, LayerZeroComputesWhileLaterWeightsStreamIn) {
   std::vector<float> logits;
   ASSERT_TRUE((*engine)->Step(0, 1, 0, logits).ok());
   const std::string trace_path = (dir_ / "trace.json").string();
-  ASSERT_TRUE(scheduler::ModelManager::Get()->runtime().WriteTrace(trace_path).ok());
+  ASSERT_TRUE(ModelManager::Get()->runtime().WriteTrace(trace_path).ok());
   std::ifstream in(trace_path);
   nlohmann::json trace = nlohmann::json::parse(in);
   const auto& events = trace.is_array() ? trace : trace["traceEvents"];
@@ -214,4 +214,4 @@ TEST_F(Gpt2EngineTest, LayerZeroComputesWhileLaterWeightsStreamIn) {
 }
 
 }  // namespace
-}  // namespace npuflow::gpt2
+}  // namespace npuflow::scheduler

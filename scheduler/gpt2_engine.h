@@ -25,15 +25,15 @@
 #include <vector>
 
 #include "base/status.h"
-#include "gpt2/sampling.h"
+#include "graph/gpt2_sampling.h"
 #include "graph/ggml_gpt2.h"
 #include "scheduler/session.h"
 
-namespace npuflow::gpt2 {
+namespace npuflow::scheduler {
 
 struct EngineOptions {
   int streams = 1;                     // concurrent generations, 1..64
-  scheduler::Options session_options;  // extra Session options (ge.exec.deviceId, ...)
+  Options session_options;  // extra Session options (ge.exec.deviceId, ...)
 };
 
 struct Generation {
@@ -58,7 +58,7 @@ class Gpt2Engine {
 
   const graph::Gpt2File& file() const { return file_; }
   int streams() const { return static_cast<int>(graph_ids_.size()); }
-  scheduler::Session& session() { return *session_; }
+  Session& session() { return *session_; }
   std::uint32_t graph_id(int stream) const { return graph_ids_[static_cast<std::size_t>(stream)]; }
 
   // Blocks until every weight region has landed on the device (or failed).
@@ -70,20 +70,20 @@ class Gpt2Engine {
 
   // Feeds `prompt` (non-empty, ids < n_vocab) and generates up to n_predict tokens (stopping at the
   // context's end) on `stream`.
-  StatusOr<Generation> Generate(int stream, std::span<const int> prompt, int n_predict, const SamplingOptions& sampling,
+  StatusOr<Generation> Generate(int stream, std::span<const int> prompt, int n_predict, const graph::SamplingOptions& sampling,
                                 const TokenCallback& on_token = {});
 
   // One generation per prompt, prompt i on stream i, all at once (one host thread each).
   // samplings: one per prompt, or one for all.
   StatusOr<std::vector<Generation>> GenerateConcurrently(const std::vector<std::vector<int>>& prompts, int n_predict,
-                                                         const std::vector<SamplingOptions>& samplings,
+                                                         const std::vector<graph::SamplingOptions>& samplings,
                                                          const TokenCallback& on_token = {});
 
  private:
   Gpt2Engine() = default;
   graph::Gpt2File file_;
-  std::unique_ptr<scheduler::Session> session_;
+  std::unique_ptr<Session> session_;
   std::vector<std::uint32_t> graph_ids_;
 };
 
-}  // namespace npuflow::gpt2
+}  // namespace npuflow::scheduler

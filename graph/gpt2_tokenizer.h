@@ -20,7 +20,7 @@
 
 #include "base/status.h"
 
-namespace npuflow::gpt2 {
+namespace npuflow::graph {
 
 using TokenId = std::int32_t;
 
@@ -93,4 +93,4 @@ char32_t ByteToUnicode(std::uint8_t byte);
 StatusOr<std::vector<std::string>> ParseEncoderJson(std::string_view json_text,
                                                     std::string_view source = "encoder.json");
 
-}  // namespace npuflow::gpt2
+}  // namespace npuflow::graph

@@ -1,10 +1,10 @@
-#include "gpt2/sampling.h"
+#include "graph/gpt2_sampling.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-namespace npuflow::gpt2 {
+namespace npuflow::graph {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -133,4 +133,4 @@ double Sampler::DrawUniform() {
   return u < 1.0 ? u : std::nextafter(1.0, 0.0);
 }
 
-}  // namespace npuflow::gpt2
+}  // namespace npuflow::graph

@@ -2,7 +2,7 @@
 // tricky and random text, Tokenize gives ggml's greedy-longest-match ids (checked against a
 // transcription of ggml's gpt_tokenize), unknown bytes are reported, and encoder.json keys decode
 // through GPT-2's byte-to-unicode table.
-#include "gpt2/tokenizer.h"
+#include "graph/gpt2_tokenizer.h"
 
 #include <map>
 #include <random>
@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-namespace npuflow::gpt2 {
+namespace npuflow::graph {
 namespace {
 
 // ggml's gpt_split_words: std::regex_search, then search again in the suffix.
@@ -350,4 +350,4 @@ TEST(ParseEncoderJson, ReportsErrors) {
 }
 
 }  // namespace
-}  // namespace npuflow::gpt2
+}  // namespace npuflow::graph

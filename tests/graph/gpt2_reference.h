@@ -19,7 +19,7 @@
 #include "base/status.h"
 #include "graph/ggml_gpt2.h"
 
-namespace npuflow::gpt2::testing {
+namespace npuflow::graph::gpt2_testing {
 
 class Gpt2Reference {
  public:
@@ -184,4 +184,4 @@ class Gpt2Reference {
   std::vector<double> k_cache_, v_cache_;  // [n_layer][n_ctx][n_embd]
 };
 
-}  // namespace npuflow::gpt2::testing
+}  // namespace npuflow::graph::gpt2_testing

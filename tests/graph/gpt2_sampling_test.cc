@@ -1,7 +1,7 @@
 // Sampling: greedy argmax, ggml's top-k / top-p sampling (the same ids as a transcription of ggml's
 // gpt_sample_top_k_top_p with std::discrete_distribution under libstdc++), the empirical
 // distribution, seeding, NaN / inf logits, option validation, and no allocation per call.
-#include "gpt2/sampling.h"
+#include "graph/gpt2_sampling.h"
 
 #include <algorithm>
 #include <atomic>
@@ -28,7 +28,7 @@ std::atomic<std::size_t> g_allocations{0};
 [[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
-namespace npuflow::gpt2 {
+namespace npuflow::graph {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -285,4 +285,4 @@ TEST(Sampler, AllocatesNothingOnceWarm) {
 }
 
 }  // namespace
-}  // namespace npuflow::gpt2
+}  // namespace npuflow::graph

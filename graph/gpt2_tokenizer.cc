@@ -1,4 +1,4 @@
-#include "gpt2/tokenizer.h"
+#include "graph/gpt2_tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace npuflow::gpt2 {
+namespace npuflow::graph {
 namespace {
 
 // The classes of the pre-tokenization pattern, in the "C" locale std::regex uses by default.
@@ -263,4 +263,4 @@ StatusOr<std::vector<std::string>> ParseEncoderJson(std::string_view json_text, 
   return tokens;
 }
 
-}  // namespace npuflow::gpt2
+}  // namespace npuflow::graph

@@ -1,0 +1,186 @@
+// The GPT-2 commands as a user runs them: make-gpt2, gpt2, compile --model gpt2.bin, info, run,
+// demo; and their errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "tests/apps/cli_testing.h"
+
+namespace npuflow {
+namespace {
+
+namespace fs = std::filesystem;
+using cli_testing::CommandRun;
+using cli_testing::Npuflow;
+using cli_testing::ShellQuote;
+
+class Gpt2CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("npuflow_gpt2_cli_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    model_ = (dir_ / "m.bin").string();
+    CommandRun r = Npuflow("make-gpt2 --layers 2 --embd 64 --heads 4 --ctx 64 --vocab 400 --ftype f16 --seed 3 -o " +
+                           ShellQuote(model_));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+  std::string model_;
+};
+
+// The "ids: ..." lines of a gpt2 run, in stream order.
+std::vector<std::string> IdLines(const std::string& output) {
+  std::vector<std::string> lines;
+  std::regex re("ids: ([0-9 ]+)");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re); it != std::sregex_iterator(); ++it)
+    lines.push_back((*it)[1]);
+  return lines;
+}
+
+TEST_F(Gpt2CliTest, GeneratesAndReportsTimings) {
+  CommandRun r = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt 'hello world' -n 8 --greedy --print-ids");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("hello world"), std::string::npos) << r.output;
+  ASSERT_EQ(IdLines(r.output).size(), 1u) << r.output;
+  for (const char* what : {"load:", "GB/s", "time to first token:", "tokens/s wall", "tokens/s virtual"})
+    EXPECT_NE(r.output.find(what), std::string::npos) << what << "\n" << r.output;
+}
+
+TEST_F(Gpt2CliTest, StreamsGiveWhatEachGivesAlone) {
+  // Greedy, the same prompt on 3 streams: every stream the single run's ids.
+  CommandRun one = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids '5 6 7' -n 10 --greedy --print-ids");
+  CommandRun three =
+      Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids '5 6 7' -n 10 --greedy --print-ids --streams 3");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  ASSERT_EQ(IdLines(one.output).size(), 1u);
+  const auto lines = IdLines(three.output);
+  ASSERT_EQ(lines.size(), 3u) << three.output;
+  for (const std::string& l : lines) EXPECT_EQ(l, IdLines(one.output)[0]);
+  // Sampling: stream i uses seed + i, so stream 1 of a run with seed 4 is stream 0 of seed 5.
+  CommandRun s4 = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids 9 -n 12 --seed 4 --streams 2 --print-ids");
+  CommandRun s5 = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids 9 -n 12 --seed 5 --print-ids");
+  ASSERT_EQ(s4.exit_code, 0) << s4.output;
+  ASSERT_EQ(s5.exit_code, 0) << s5.output;
+  ASSERT_EQ(IdLines(s4.output).size(), 2u);
+  EXPECT_EQ(IdLines(s4.output)[1], IdLines(s5.output)[0]);
+}
+
+TEST_F(Gpt2CliTest, TraceIsWritten) {
+  const std::string trace = Path("t.json");
+  CommandRun r = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids 1 -n 2 --greedy --trace " + ShellQuote(trace));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("trace: " + trace), std::string::npos);
+  EXPECT_NE(cli_testing::ReadFile(trace).find("weight chunk"), std::string::npos);
+}
+
+TEST_F(Gpt2CliTest, CompileInfoAndRunAGgmlFile) {
+  const std::string om = Path("out/m.om");
+  CommandRun c = Npuflow("compile --model " + ShellQuote(model_) + " --output " + ShellQuote(om));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  CommandRun info = Npuflow("info " + ShellQuote(om));
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  // The weights stay in the ggml file: info lists it as the external weight file.
+  EXPECT_NE(info.output.find(fs::weakly_canonical(model_).string()), std::string::npos) << info.output;
+  CommandRun run = Npuflow("run --om " + ShellQuote(om) + " --random-inputs");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  // Re-externalized: one file per distinct weight, none of them the ggml file.
+  const std::string om1 = Path("out1/m.om"), wdir = Path("w1");
+  CommandRun c1 = Npuflow("compile --model " + ShellQuote(model_) + " --output " + ShellQuote(om1) +
+                          " --external_weight 1 --external_weight_dir " + ShellQuote(wdir));
+  ASSERT_EQ(c1.exit_code, 0) << c1.output;
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(wdir)) files += e.path().filename().string().rfind("weight_", 0) == 0;
+  EXPECT_GE(files, 10);
+  CommandRun run1 = Npuflow("run --om " + ShellQuote(om1) + " --random-inputs");
+  EXPECT_EQ(run1.exit_code, 0) << run1.output;
+  // Mode 0: everything embedded.
+  CommandRun c0 = Npuflow("compile --model " + ShellQuote(model_) + " --output " + ShellQuote(Path("out0/m.om")) +
+                          " --external_weight 0");
+  ASSERT_EQ(c0.exit_code, 0) << c0.output;
+  CommandRun info0 = Npuflow("info " + ShellQuote(Path("out0/m.om")));
+  EXPECT_EQ(info0.output.find(fs::weakly_canonical(model_).string()), std::string::npos) << info0.output;
+}
+
+TEST_F(Gpt2CliTest, BadInputsAreClearErrors) {
+  // A corrupt model file: the magic flipped.
+  const std::string bad = Path("bad.bin");
+  fs::copy_file(model_, bad);
+  {
+    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(0);
+    f.put('X');
+  }
+  CommandRun r = Npuflow("gpt2 --model " + ShellQuote(bad) + " --prompt hi");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(bad), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("magic"), std::string::npos) << r.output;
+  // Truncated.
+  fs::resize_file(bad, 1000);
+  r = Npuflow("gpt2 --model " + ShellQuote(bad) + " --prompt hi");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(bad), std::string::npos) << r.output;
+  struct Case {
+    std::string args, says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--prompt hi --prompt-ids 1", "one of --prompt"},
+           {"", "one of --prompt"},
+           {"--prompt-ids '1 x'", "'x' is not a token id"},
+           {"--prompt-ids 400", "outside the vocabulary"},
+           {"--prompt hi --streams 0", "--streams 0"},
+           {"--prompt hi --top-k 0", "top_k"},
+           {"--prompt hi --top-p 1.5", "top_p"},
+           {"--prompt hi --temp 0", "temp"},
+           {"--prompt hi --threads -1", "--threads"},
+       }) {
+    SCOPED_TRACE(c.args);
+    CommandRun e = Npuflow("gpt2 --model " + ShellQuote(model_) + " " + c.args);
+    EXPECT_NE(e.exit_code, 0);
+    EXPECT_NE(e.output.find(c.says), std::string::npos) << e.output;
+  }
+  CommandRun m = Npuflow("make-gpt2 --layers 1 --embd 30 --heads 4 --ctx 8 --vocab 300 -o " + ShellQuote(Path("x.bin")));
+  EXPECT_NE(m.exit_code, 0);
+  EXPECT_NE(m.output.find("heads"), std::string::npos) << m.output;
+  m = Npuflow("make-gpt2 --layers 1 --embd 32 --heads 4 --ctx 8 --vocab 300 --ftype f8 -o " + ShellQuote(Path("x.bin")));
+  EXPECT_NE(m.exit_code, 0);
+  EXPECT_NE(m.output.find("--ftype"), std::string::npos) << m.output;
+  EXPECT_FALSE(fs::exists(Path("x.bin")));
+}
+
+TEST_F(Gpt2CliTest, MakeWithEncoderJson) {
+  // A tiny encoder.json: GPT-2's byte-to-unicode keys ("\u0120" is a space).
+  std::ofstream(Path("encoder.json")) << R"({"a": 0, "b": 1, "\u0120a": 2, "ab": 3})";
+  CommandRun r = Npuflow("make-gpt2 --layers 1 --embd 16 --heads 2 --ctx 8 --vocab 4 --vocab-json " +
+                         ShellQuote(Path("encoder.json")) + " -o " + ShellQuote(Path("e.bin")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  CommandRun g = Npuflow("gpt2 --model " + ShellQuote(Path("e.bin")) + " --prompt 'ab a' -n 2 --greedy");
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+  CommandRun wrong = Npuflow("make-gpt2 --layers 1 --embd 16 --heads 2 --ctx 8 --vocab 5 --vocab-json " +
+                             ShellQuote(Path("encoder.json")) + " -o " + ShellQuote(Path("f.bin")));
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.output.find("has 4 tokens but --vocab is 5"), std::string::npos) << wrong.output;
+}
+
+TEST_F(Gpt2CliTest, DemoMakesItsModelOnceAndRunsFourStreams) {
+  const std::string cache = Path("cache");
+  CommandRun first = Npuflow("demo -n 4 --cache-dir " + ShellQuote(cache));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("making a small GPT-2 model"), std::string::npos) << first.output;
+  EXPECT_EQ(IdLines(first.output).size(), 4u) << first.output;
+  EXPECT_NE(first.output.find("trace: " + (fs::path(cache) / "demo-trace.json").string()), std::string::npos);
+  CommandRun again = Npuflow("demo -n 4 --cache-dir " + ShellQuote(cache));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("using the model in"), std::string::npos) << again.output;
+}
+
+}  // namespace
+}  // namespace npuflow
