@@ -50,6 +50,7 @@ struct MakeGpt2Args {
   std::string output;
   std::string vocab_json;  // GPT-2's encoder.json: real tokens (its size must equal --vocab)
   bool lm_head = false;    // write a separate model/lm_head instead of tying it to model/wte
+  bool name_order = false; // tensors sorted by name, as ggml's checkpoint converter writes them
 };
 
 Status RunMakeGpt2(const MakeGpt2Args& args, std::ostream& out);

@@ -160,6 +160,8 @@ int main(int argc, char** argv) {
   make_gpt2->add_option("--vocab-json", make_args.vocab_json, "GPT-2's encoder.json for real token strings")
       ->check(CLI::ExistingFile);
   make_gpt2->add_flag("--lm-head", make_args.lm_head, "write a separate model/lm_head (default: tied to model/wte)");
+  make_gpt2->add_flag("--name-order", make_args.name_order,
+                      "tensors sorted by name, as ggml's checkpoint converter writes them (embeddings last)");
 
   // demo
   auto* demo = app.add_subcommand("demo", "the main job: GPT-2 generations on 4 concurrent streams, end to end");

@@ -13,9 +13,10 @@
 //   gen_<ftype>_<T>t_vs_ggml  the same tokens/s against the reference CPU engine's figure the
 //                         issue quotes for this machine (97 / 68 tok/s f32, 150 / 128 f16 at 2 / 1
 //                         threads; not re-measured: it is not installed here).
-//   load_<ftype>          GB/s from the first load call until every weight region has landed,
-//                         against `cat FILE > /dev/null` (warm page cache) in the same run.
-//   load_<ftype>_vs_ggml  load seconds against the reference engine's 1.4 s for the f32 file.
+//   load_<ftype>          GB/s from reading the file (header, graph, compile, load) until every
+//                         weight region has landed, against `cat FILE > /dev/null` (warm page
+//                         cache) in the same run.
+//   load_f32_seconds      the same, seconds, against the reference engine's 1.4 s for the f32 file.
 //   rss_<ftype>           peak RSS of a `npuflow gpt2` process (16 tokens) against weights + KV
 //                         cache + activations.
 //   ttft_<ftype>          time to first token when the first step runs while the weights stream
@@ -136,6 +137,9 @@ double BytesPerToken(const graph::Gpt2File& f) {
   return bytes;
 }
 
+// The prompt: GPT-2's "The" (464), or the last id of a smaller vocabulary.
+int FirstToken(const graph::Gpt2File& f) { return std::min(464, f.hparams.n_vocab - 1); }
+
 Status WithRuntime(int threads, const std::function<Status()>& body) {
   NPUFLOW_RETURN_IF_ERROR(scheduler::ModelManager::Initialize({.chips = {"910B"}, .workers = threads}));
   Status s = body();
@@ -158,7 +162,8 @@ void BM_Gpt2Generate(benchmark::State& state) {
       NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
       bytes_per_token = BytesPerToken(engine->file());
       NPUFLOW_ASSIGN_OR_RETURN(scheduler::Generation g,
-                               engine->Generate(0, std::vector<int>{464}, 64, graph::SamplingOptions{.greedy = true}));
+                               engine->Generate(0, std::vector<int>{FirstToken(engine->file())}, 64,
+                                                graph::SamplingOptions{.greedy = true}));
       if (g.ids.size() > 1 && g.decode_wall_ms > 0)
         rates.push_back(static_cast<double>(g.ids.size() - 1) / g.decode_wall_ms * 1e3);
       return Status::Ok();
@@ -185,28 +190,31 @@ void BM_Gpt2Load(benchmark::State& state) {
     auto file_size = fs::file_size(path);
     cat.push_back(static_cast<double>(file_size) / cat_s);
     Status s = WithRuntime(0, [&]() -> Status {
-      // Streaming: the first step goes as soon as the models are loaded.
-      {
+      // Time to the first logits, the first step sent as soon as the model is loaded (it runs
+      // while the weights stream in), or after every weight has landed.
+      auto first_token = [&](bool wait_first) -> StatusOr<double> {
         const auto t0 = Clock::now();
         NPUFLOW_ASSIGN_OR_RETURN(auto engine, scheduler::Gpt2Engine::Create(path, {}));
+        if (wait_first) NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
         std::vector<float> logits;
-        NPUFLOW_RETURN_IF_ERROR(engine->Step(0, 464, 0, logits));
-        ttft_stream.push_back(Seconds(t0, Clock::now()));
-        NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
-        weight_bytes = static_cast<double>(engine->file().weight_bytes());
+        NPUFLOW_RETURN_IF_ERROR(engine->Step(0, FirstToken(engine->file()), 0, logits));
+        return Seconds(t0, Clock::now());
+      };
+      NPUFLOW_RETURN_IF_ERROR(first_token(true).status());  // warm-up: first-touch costs go here
+      for (int round = 0; round < 3; ++round) {  // interleaved, so drift hits both alike
+        NPUFLOW_ASSIGN_OR_RETURN(double streamed, first_token(false));
+        NPUFLOW_ASSIGN_OR_RETURN(double waited, first_token(true));
+        ttft_stream.push_back(streamed);
+        ttft_wait.push_back(waited);
       }
-      // Everything first: the load on its own (its GB/s), then the first step.
+      // The load on its own: from the first load call until every region has landed.
       const auto t0 = Clock::now();
       NPUFLOW_ASSIGN_OR_RETURN(auto engine, scheduler::Gpt2Engine::Create(path, {}));
-      const auto t1 = Clock::now();
       NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
-      const auto t2 = Clock::now();
-      std::vector<float> logits;
-      NPUFLOW_RETURN_IF_ERROR(engine->Step(0, 464, 0, logits));
-      ttft_wait.push_back(Seconds(t0, Clock::now()));
-      (void)t1;
-      seconds.push_back(Seconds(t0, t2));
-      load.push_back(weight_bytes / Seconds(t0, t2));
+      const auto t1 = Clock::now();
+      weight_bytes = static_cast<double>(engine->file().weight_bytes());
+      seconds.push_back(Seconds(t0, t1));
+      load.push_back(weight_bytes / Seconds(t0, t1));
       return Status::Ok();
     });
     if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
@@ -232,12 +240,13 @@ void BM_Gpt2PeakRss(benchmark::State& state) {
   // Activations: the decode step's feature map (a few vectors of n_embd, 4 n_embd and n_vocab).
   const double act = 4.0 * (8.0 * hp.n_embd + 4.0 * hp.n_embd + 2.0 * hp.n_vocab);
   std::vector<double> rss;
+  const std::string first = std::to_string(FirstToken(*file));
   for (auto _ : state) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       const int null = ::open("/dev/null", O_WRONLY);
       if (null >= 0) ::dup2(null, 1);
-      ::execl("/proc/self/exe", "npuflow", "gpt2", "--model", path.c_str(), "--prompt-ids", "464", "-n", "16",
+      ::execl("/proc/self/exe", "npuflow", "gpt2", "--model", path.c_str(), "--prompt-ids", first.c_str(), "-n", "16",
               "--greedy", static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -284,8 +293,9 @@ std::vector<Figure> Gpt2Figures(const Results& r) {
     const std::string l = fmt::format("BM_Gpt2Load/{}", m);
     figures.push_back({fmt::format("load_{}", ft), Counter(r, l, "load_bytes_per_second") / 1e9, "GB/s",
                        Counter(r, l, "cat_bytes_per_second") / 1e9, "cat FILE > /dev/null (warm)", "value >= 1.5"});
-    figures.push_back({fmt::format("load_{}_seconds", ft), Counter(r, l, "load_seconds"), "s", 1.4,
-                       "reference engine's f32 load (issue's figure)", "ratio <= 0.2"});
+    if (ft == "f32")  // the reference figure is for the 500 MB f32 file
+      figures.push_back({"load_f32_seconds", Counter(r, l, "load_seconds"), "s", 1.4,
+                         "reference engine's f32 load (issue's figure)", "ratio <= 0.2"});
     figures.push_back({fmt::format("ttft_{}_streaming", ft), Counter(r, l, "ttft_stream_seconds") * 1e3, "ms",
                        Counter(r, l, "ttft_wait_seconds") * 1e3, "loading every weight first", "ratio < 1"});
     const std::string p = fmt::format("BM_Gpt2PeakRss/{}", m);

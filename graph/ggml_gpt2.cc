@@ -637,10 +637,14 @@ Status WriteGpt2File(const std::string& path, const MakeGpt2Options& options) {
     out.Put(token.data(), token.size());
   }
   NormalSource normal(options.seed);
+  std::vector<TensorSpec> specs;
   ForEachTensor(hp, options.lm_head, [&](const TensorSpec& t) {
-    WriteTensor(out, t, normal);
+    specs.push_back(t);
     return true;
   });
+  if (options.name_order)
+    std::stable_sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) { return a.name < b.name; });
+  for (const TensorSpec& t : specs) WriteTensor(out, t, normal);
   int err = out.Flush();
   if (std::fclose(file) != 0 && err == 0) err = errno;
   if (err != 0) {

@@ -99,6 +99,8 @@ struct MakeGpt2Options {
   bool f16 = false;
   std::uint64_t seed = 1;
   bool lm_head = false;             // write a separate model/lm_head (after the layers)
+  bool name_order = false;          // tensors sorted by name, as ggml's convert-ckpt-to-ggml.py writes
+                                    // them (h0, h1, h10, ..., ln_f, wpe, wte: the embeddings last)
   std::vector<std::string> tokens;  // the vocabulary; empty: synthetic tokens (see below)
 };
 // Writes a model with deterministic random weights (normal, GPT-2's init scale: std 0.02, LayerNorm

@@ -223,6 +223,13 @@ StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, b
   return g;
 }
 
+// One f32 row against any B (batch 1, M = 1): the GEMV path. TileMatMul (ops_nn.cc) tiles the
+// same condition by output columns.
+bool IsGemv(const GemmProblem& g, const KernelParams& p) {
+  return g.batch == 1 && g.m == 1 && p.input(0).data_type() == DataType::kFloat32 &&
+         p.output(0).data_type() == DataType::kFloat32;
+}
+
 Status RunGemm(KernelContext& ctx, std::string_view kernel, bool batched) {
   NPUFLOW_ASSIGN_OR_RETURN(OpKernelView view, OpKernelView::Open(ctx));
   const KernelParams& p = view.params();
@@ -230,7 +237,7 @@ Status RunGemm(KernelContext& ctx, std::string_view kernel, bool batched) {
   NPUFLOW_ASSIGN_OR_RETURN(RawTensor a, MapInput(view, 0));
   NPUFLOW_ASSIGN_OR_RETURN(RawTensor b, MapInput(view, 1));
   NPUFLOW_ASSIGN_OR_RETURN(RawTensor c, MapOutput(view, 0));
-  if (g.batch == 1 && g.m == 1 && a.dtype == DataType::kFloat32 && c.dtype == DataType::kFloat32) {
+  if (IsGemv(g, p)) {
     // One row (the decode step): the blocks split the output columns; no scratch, no packing.
     const auto [j0, j1] = BlockRange(g.n, view.block_idx(), view.block_dim());
     if (j0 == j1) return Status::Ok();
@@ -276,13 +283,22 @@ VTime GemmCost(const KernelContext& ctx, const ChipSpec& chip, bool batched) {
   if (!view.ok()) return BlockCost(chip, 0, 0);
   auto g = ReadGemm(view->params(), "", batched);
   if (!g.ok()) return BlockCost(chip, 0, 0);
-  const double esize = static_cast<double>(DataTypeSize(view->params().input(0).data_type()));
+  const KernelParams& p = view->params();
+  const double esize_a = static_cast<double>(DataTypeSize(p.input(0).data_type()));
+  const double esize_b = static_cast<double>(DataTypeSize(p.input(1).data_type()));
+  const double flops = 2.0 * static_cast<double>(g->batch * g->m * g->n) * static_cast<double>(g->k);
+  if (IsGemv(*g, p)) {
+    // The GEMV reads B once, A once per block, and writes one row; split by output columns.
+    const double bytes = static_cast<double>(g->k) * static_cast<double>(g->n) * esize_b +
+                         static_cast<double>(g->k) * esize_a + static_cast<double>(g->n) * esize_a;
+    return ShareCost(ctx, chip, g->n, bytes, flops);
+  }
   // A tile reads its rows of A and columns of B and writes itself.
   const double tile_m = static_cast<double>(std::min<std::int64_t>(g->m, kGemmTileM));
   const double tile_n = static_cast<double>(std::min<std::int64_t>(g->n, kGemmTileN));
   const double items = static_cast<double>(g->items());
-  const double bytes = items * esize * (static_cast<double>(g->k) * (tile_m + tile_n) + tile_m * tile_n);
-  const double flops = 2.0 * static_cast<double>(g->batch * g->m * g->n) * static_cast<double>(g->k);
+  const double bytes =
+      items * (static_cast<double>(g->k) * (tile_m * esize_a + tile_n * esize_b) + tile_m * tile_n * esize_a);
   return ShareCost(ctx, chip, g->items(), bytes, flops);
 }
 VTime MatMulCost(const KernelContext& ctx, const ChipSpec& chip) { return GemmCost(ctx, chip, false); }

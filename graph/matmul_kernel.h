@@ -247,6 +247,9 @@ inline void GemmTile(const GemmMatrix& a, const GemmMatrix& b, const float* bias
 // k ascending, in a fixed order, so any split of the columns gives the same bits. The loops are
 // memory-bound on B: 32 independent f32 accumulators (vectorized by GCC), f16 converted in
 // registers (F16C) where the CPU has it.
+// Output columns per device block the GEMV's tiling aims for (graph/ops_nn.cc).
+inline constexpr std::int64_t kGemvBlockColumns = 128;
+
 namespace gemm_internal {
 
 inline constexpr int kGemvLanes = 32;

@@ -33,7 +33,8 @@
 //
 // Tiling (block_dim is always in [1, core_count]; workspace_bytes is 0: the kernels keep their
 // scratch per block, so any block_dim works):
-//   MatMul, BatchMatMul  one block per output tile of kGemmTileM x kGemmTileN (times the batch)
+//   MatMul, BatchMatMul  one block per output tile of kGemmTileM x kGemmTileN (times the batch);
+//                        a single f32 row (the GEMV path): one per kGemvBlockColumns columns
 //   Softmax, LayerNorm, Gather, KvCacheWrite  one block per 4096 (KvCacheWrite: 16384) elements,
 //                        at most one per row
 //   Attention (tiling-depend on valid_len, may tile on AICPU): L = valid_len when its value is
@@ -237,9 +238,16 @@ StatusOr<TilingInfo> TileMatMul(const OpDesc& op, const std::vector<TensorDesc>&
   NPUFLOW_RETURN_IF_ERROR(op.type() == "MatMul" ? InferMatMul(op, in, out) : InferBatchMatMul(op, in, out));
   const Shape& c = out[0].shape;
   const std::size_t r = c.rank();
+  TilingInfo t;
+  if (Product(c, 0, r - 1) == 1 && in[0].dtype == DataType::kFloat32) {
+    // The GEMV path (one f32 row): blocks of kGemvBlockColumns output columns, so even a
+    // 768-wide layer spreads evenly over a few host threads.
+    const std::int64_t units = (c.dim(r - 1).size + kGemvBlockColumns - 1) / kGemvBlockColumns;
+    t.block_dim = ClampBlocks(units, units, core_count);
+    return t;
+  }
   const std::int64_t tiles = Product(c, 0, r - 2) * ((c.dim(r - 2).size + kGemmTileM - 1) / kGemmTileM) *
                              ((c.dim(r - 1).size + kGemmTileN - 1) / kGemmTileN);
-  TilingInfo t;
   t.block_dim = ClampBlocks(tiles, tiles, core_count);
   return t;
 }

@@ -44,6 +44,15 @@ StatusOr<DevicePtr> DeviceMemory::Allocate(std::uint64_t bytes, Placement placem
     return Status::MemoryAllocation("device {}: allocation of {} bytes ('{}') exceeds the largest allocation", device_,
                                     bytes, tag);
   const std::uint64_t rounded = (bytes + kGranularity - 1) / kGranularity * kGranularity;
+  const bool on_device = placement != Placement::kHost;
+  auto out_of_capacity = [&] {
+    return Status::MemoryAllocation("device {}: cannot allocate {} bytes ('{}', {}): {} of {} bytes free", device_,
+                                    bytes, tag, PlacementName(placement), capacity_ - stats_.in_use, capacity_);
+  };
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);  // checked again below, under the write lock
+    if (on_device && rounded > capacity_ - stats_.in_use) return out_of_capacity();
+  }
   // The backing, zeroed (deterministic results, no stale data), taken before the lock: large
   // allocations are mapped from the kernel, on huge pages where it allows (base/large_buffer.h).
   std::shared_ptr<void> backing;
@@ -61,10 +70,7 @@ StatusOr<DevicePtr> DeviceMemory::Allocate(std::uint64_t bytes, Placement placem
     return Status::MemoryAllocation("device {}: host memory backing {} bytes ('{}') could not be allocated", device_,
                                     rounded, tag);
   std::unique_lock<std::shared_mutex> lock(mu_);
-  const bool on_device = placement != Placement::kHost;
-  if (on_device && rounded > capacity_ - stats_.in_use)
-    return Status::MemoryAllocation("device {}: cannot allocate {} bytes ('{}', {}): {} of {} bytes free", device_,
-                                    bytes, tag, PlacementName(placement), capacity_ - stats_.in_use, capacity_);
+  if (on_device && rounded > capacity_ - stats_.in_use) return out_of_capacity();
   std::uint32_t id;
   if (!free_ids_.empty()) {
     id = free_ids_.back();

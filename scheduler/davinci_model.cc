@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -215,8 +216,15 @@ Status DavinciModel::PreProcessFileConstants() {
     const graph::Node* node = nullptr;
     std::string path, file_name, sha256;
     std::uint64_t logical = 0, bytes = 0, offset = 0;
+    std::uint64_t order = 0;  // its first reader's place in the topological order
   };
   std::vector<Fc> fcs;
+  // Weights load in the order the model first reads them, whatever their order in the file (a
+  // ggml file converted from a checkpoint lists the embeddings last), so the first layers land first.
+  std::unordered_map<const graph::Node*, std::uint64_t> first_read;  // a node -> its first reader's index
+  if (auto order = m.graph->TopologicalOrder(); order.ok())
+    for (std::size_t i = 0; i < order->size(); ++i)
+      for (const graph::Endpoint& in : (*order)[i]->inputs()) first_read.try_emplace(in.node, i);
   for (const graph::TensorPlacement& t : m.memory.tensors) {
     if (t.ref.segment != Segment::kFileConstant) continue;
     Fc fc;
@@ -242,6 +250,8 @@ Status DavinciModel::PreProcessFileConstants() {
     fc.offset = static_cast<std::uint64_t>(offset);
     fc.logical = t.ref.offset;
     fc.path = WeightFileAtLoad(location, config_);
+    const auto first = first_read.find(fc.node);
+    fc.order = first == first_read.end() ? std::numeric_limits<std::uint64_t>::max() : first->second;
     fc.file_name = std::filesystem::path(fc.path).filename().string();
     fcs.push_back(std::move(fc));
   }
@@ -300,6 +310,7 @@ Status DavinciModel::PreProcessFileConstants() {
         r.offset = fc->offset;
         if (fc->bytes > r.length) r.length = fc->bytes;
         if (r.sha256.empty()) r.sha256 = fc->sha256;
+        r.order = r.name.empty() ? fc->order : std::min(r.order, fc->order);
         r.name += (r.name.empty() ? "" : ", ") + fc->node->name();
       }
       std::vector<std::pair<std::vector<weights::RegionNeed>, std::pair<std::uint64_t, std::uint64_t>>> spans;

@@ -48,6 +48,7 @@ StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(const std::string& mode
     engine->graph_ids_.push_back(id);
   }
   // Loading starts the weight streaming; the loads do not wait for it.
+  engine->load_started_ = Clock::now();
   for (std::uint32_t id : engine->graph_ids_) NPUFLOW_RETURN_IF_ERROR(s.LoadGraph(id).WithContext(model_path));
   return engine;
 }
@@ -96,6 +97,7 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
   g.prompt.assign(prompt.begin(), prompt.end());
   std::vector<float> logits;
   const auto t0 = Clock::now();
+  g.started = t0;
   const npu_sim::VTime v0 = rt.HostClock();
   Clock::time_point t_first;
   npu_sim::VTime v_first = v0;
@@ -110,18 +112,23 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
       token = prompt[next_prompt++];
       continue;
     }
+    if (n_predict == 0) break;
     NPUFLOW_ASSIGN_OR_RETURN(token, sampler.Sample(logits));
     g.ids.push_back(token);
     if (g.ids.size() == 1) {
       t_first = Clock::now();
       v_first = rt.HostClock();
       g.first_token_ms = MsSince(t0);
+      g.first_token_at = t_first;
+      g.virtual_first_token_at = static_cast<std::int64_t>(v_first);
     }
     if (on_token && !on_token(stream, token)) break;
     if (static_cast<int>(g.ids.size()) >= n_predict || n_past >= n_ctx) break;
   }
+  g.finished = Clock::now();
   g.wall_ms = MsSince(t0);
   const npu_sim::VTime v_end = rt.HostClock();
+  g.virtual_finished = static_cast<std::int64_t>(v_end);
   g.virtual_ms = static_cast<double>(v_end - v0) / 1e6;
   if (!g.ids.empty()) {
     g.decode_wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_first).count();

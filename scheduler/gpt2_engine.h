@@ -17,6 +17,7 @@
 // one generation at a time (its KV cache is the state).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -37,6 +38,7 @@ struct EngineOptions {
 };
 
 struct Generation {
+  using Clock = std::chrono::steady_clock;
   std::vector<int> prompt;
   std::vector<int> ids;           // the generated tokens
   double first_token_ms = 0;      // wall, from the start to the first generated token
@@ -45,6 +47,9 @@ struct Generation {
   double virtual_ms = 0;          // the same span on this thread's virtual host clock
   double decode_virtual_ms = 0;
   int steps = 0;                  // decode steps run (prompt tokens + generated - 1)
+  // When it happened (for figures over several streams): wall, and virtual (host clock, ns).
+  Clock::time_point started, first_token_at, finished;
+  std::int64_t virtual_first_token_at = 0, virtual_finished = 0;
 };
 
 // Called after each generated token (stream, token); return false to stop early.
@@ -63,13 +68,15 @@ class Gpt2Engine {
 
   // Blocks until every weight region has landed on the device (or failed).
   Status WaitForWeights();
+  // When the first model load started (the weights start streaming in then).
+  std::chrono::steady_clock::time_point load_started() const { return load_started_; }
 
   // One decode step on `stream`: `token` at position n_past (0 <= n_past < n_ctx); the logits
   // (n_vocab floats) go to `logits`. Updates the stream's KV cache at n_past.
   Status Step(int stream, int token, int n_past, std::vector<float>& logits);
 
   // Feeds `prompt` (non-empty, ids < n_vocab) and generates up to n_predict tokens (stopping at the
-  // context's end) on `stream`.
+  // context's end; none for n_predict 0) on `stream`.
   StatusOr<Generation> Generate(int stream, std::span<const int> prompt, int n_predict, const graph::SamplingOptions& sampling,
                                 const TokenCallback& on_token = {});
 
@@ -84,6 +91,7 @@ class Gpt2Engine {
   graph::Gpt2File file_;
   std::unique_ptr<Session> session_;
   std::vector<std::uint32_t> graph_ids_;
+  std::chrono::steady_clock::time_point load_started_;
 };
 
 }  // namespace npuflow::scheduler

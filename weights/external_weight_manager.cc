@@ -42,7 +42,7 @@ DeviceWeightFile::~DeviceWeightFile() {
 }
 
 npu_sim::DevicePtr DeviceWeightFile::AddressOf(std::uint64_t file_offset) const {
-  if (slots_.empty()) return base_ + (file_offset - begin_);
+  if (!packed_) return base_ + (file_offset - begin_);
   auto it = slots_.upper_bound(file_offset);
   if (it == slots_.begin()) return base_;  // not a placed region: never asked for
   --it;
@@ -73,11 +73,15 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
     }
     if (!placement.file && f->packed() == packed) {
       bool fits = f->begin_ <= begin && end <= f->end_;
-      if (packed)
-        for (const RegionNeed& n : needs) {
+      for (const RegionNeed& n : needs) {
+        if (packed) {
           auto slot = f->slots_.find(n.offset);
           fits = fits && slot != f->slots_.end() && n.length <= slot->second.second;
+        } else {
+          // A linear copy that starts elsewhere must still put every region at an aligned address.
+          fits = fits && (n.offset - f->begin_) % kPackedAlignment == (n.offset - begin) % kPackedAlignment;
         }
+      }
       if (fits) placement.file = std::move(f);
     }
     ++it;
@@ -90,6 +94,7 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
     f->begin_ = begin;
     f->end_ = end;
     std::uint64_t bytes = end - begin;
+    f->packed_ = packed;
     if (packed) {
       bytes = 0;
       for (const RegionNeed& n : needs) {
@@ -162,7 +167,8 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
     } else {
       file.regions_.emplace(n.offset, region);
     }
-    request.regions.push_back(WeightRegion{n.offset, n.length, placed.address, region.ready, n.sha256, n.name});
+    request.regions.push_back(
+        WeightRegion{n.offset, n.length, placed.address, region.ready, n.sha256, n.name, n.order});
     placed.ready = region.ready;
     placed.state = region.state;
     placed.copied_here = true;

@@ -58,7 +58,7 @@ class DeviceWeightFile {
   // The device address of the byte at `file_offset`: base + (file_offset - begin), or, in a packed
   // copy, the slot of the region starting there.
   npu_sim::DevicePtr AddressOf(std::uint64_t file_offset) const;
-  bool packed() const { return !slots_.empty(); }
+  bool packed() const { return packed_; }
 
  private:
   friend class ExternalWeightManager;
@@ -74,6 +74,7 @@ class DeviceWeightFile {
   std::uint64_t begin_ = 0, end_ = 0;
   npu_sim::DevicePtr base_;
   std::map<std::uint64_t, Region> regions_;  // by file offset; guarded by the manager's lock
+  bool packed_ = false;
   // Packed copies only: region file offset -> (device offset, slot length). Fixed at creation.
   std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> slots_;
   // Replaced regions (a failed load loaded again, a longer region at the same offset): their
@@ -87,6 +88,7 @@ struct RegionNeed {
   std::uint64_t length = 0;
   std::string sha256;  // for verification; may be empty
   std::string name;    // the node(s), for messages
+  std::uint64_t order = 0;  // load order: lower first (the model's first use)
 };
 
 struct PlacedRegion {

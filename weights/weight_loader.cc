@@ -157,8 +157,13 @@ class WeightLoaderActor {
     job->stream = next.stream;
     job->done = std::move(next.done);
     job->start = next.start;
-    std::sort(job->req.regions.begin(), job->req.regions.end(),
-              [](const WeightRegion& a, const WeightRegion& b) { return a.file_offset < b.file_offset; });
+    // Plain files: in the order the model needs them (its first readers' order), then by offset;
+    // an encrypted file is decrypted front to back, so its regions go by offset.
+    const bool by_need = !job->req.key;
+    std::sort(job->req.regions.begin(), job->req.regions.end(), [by_need](const WeightRegion& a, const WeightRegion& b) {
+      if (by_need && a.order != b.order) return a.order < b.order;
+      return a.file_offset < b.file_offset;
+    });
     job->recorded.assign(job->req.regions.size(), false);
     if (job->req.regions.empty() && !job->req.key) job->submitted_all = true;
     fd_ = ::open(job->req.path.c_str(), O_RDONLY | O_CLOEXEC);

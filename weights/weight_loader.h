@@ -55,6 +55,7 @@ struct WeightRegion {
   std::optional<npu_sim::Event> ready;  // a latch event (npu_sim::EventKind::kLatch), recorded once it landed
   std::string sha256;                   // expected digest (hex) when verifying
   std::string name;                     // for messages: the FileConstant node(s)
+  std::uint64_t order = 0;              // plain files load regions by (order, file_offset)
 };
 
 struct WeightLoadRequest {
@@ -75,7 +76,7 @@ struct WeightLoadReport {
 
 struct WeightLoaderOptions {
   std::uint64_t chunk_bytes = kWeightChunkBytes;
-  int staging_chunks = 4;  // host staging buffers: staging_chunks * chunk_bytes bytes at most
+  int staging_chunks = 2;  // host staging buffers (double buffering): staging_chunks * chunk_bytes bytes at most
 };
 
 struct WeightLoaderStats {
