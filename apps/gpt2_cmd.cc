@@ -65,6 +65,15 @@ std::string JoinIds(const std::vector<int>& ids) {
   return s;
 }
 
+// The process's peak resident memory (VmHWM), MB; 0 when unknown.
+double PeakRssMb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0 * 1.024 * 1.024;
+  return 0;
+}
+
 struct Gpt2Run {
   std::vector<std::string> labels;  // what each generation started from (the prompt)
   std::vector<std::vector<int>> prompts;
@@ -145,6 +154,7 @@ Status GenerateAndReport(const std::string& model_path, const Gpt2Run& run, cons
                        gens->size() == 1 ? "" : "s",
                        wall_s > 0 ? tokens / static_cast<double>(gens->size()) / wall_s : 0.0);
   }
+  if (const double peak = PeakRssMb(); peak > 0) out << fmt::format("peak RSS: {:.1f} MB\n", peak);
   if (!run.trace.empty()) {
     NPUFLOW_RETURN_IF_ERROR(mm.runtime().WriteTrace(run.trace).WithContext("--trace"));
     out << "trace: " << run.trace << "\n";
