@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,14 @@ LargeBuffer AllocateLargeBuffer(std::size_t bytes) {
   void* p = reinterpret_cast<void*>(aligned);
   (void)::madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without THP the pages are just 4 KiB
   return LargeBuffer(static_cast<std::byte*>(p), LargeBufferDeleter{rounded});
+}
+
+void ReleaseLargeBufferPages(const LargeBuffer& buffer, std::size_t offset, std::size_t bytes) {
+  const std::size_t mapped = buffer.get_deleter().bytes;
+  if (!buffer || mapped == 0 || offset >= mapped) return;
+  const std::size_t begin = (offset + kHugePage - 1) / kHugePage * kHugePage;
+  const std::size_t end = std::min(mapped, offset + bytes) / kHugePage * kHugePage;
+  if (end > begin) (void)::madvise(buffer.get() + begin, end - begin, MADV_DONTNEED);
 }
 
 }  // namespace npuflow

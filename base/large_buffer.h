@@ -24,4 +24,9 @@ inline constexpr std::size_t kLargeBufferThreshold = std::size_t{1} << 20;
 // `bytes` zeroed bytes (null when the memory cannot be had). bytes > 0.
 LargeBuffer AllocateLargeBuffer(std::size_t bytes);
 
+// Gives the pages of [offset, offset + bytes) of a mapped buffer (one of at least
+// kLargeBufferThreshold bytes) back to the kernel: they read as zero and take no memory until
+// touched again. Only whole huge pages inside the range are released; a heap buffer is left as is.
+void ReleaseLargeBufferPages(const LargeBuffer& buffer, std::size_t offset, std::size_t bytes);
+
 }  // namespace npuflow

@@ -245,8 +245,9 @@ inline void GemmTile(const GemmMatrix& a, const GemmMatrix& b, const float* bias
 // Packing B would copy the whole weight matrix for one output row, so M = 1 takes its own path:
 // each output is one dot product (B stored transposed, [N][K]) or one column sum (B [K][N]) over
 // k ascending, in a fixed order, so any split of the columns gives the same bits. The loops are
-// memory-bound on B: 32 independent f32 accumulators (vectorized by GCC), f16 converted in
-// registers (F16C) where the CPU has it.
+// memory-bound on B: 32 independent f32 accumulators (4 x 8 in ymm registers with AVX2 and FMA,
+// plain loops GCC vectorizes otherwise), f16 converted in registers (F16C), lanes summed pairwise.
+
 // Output columns per device block the GEMV's tiling aims for (graph/ops_nn.cc).
 inline constexpr std::int64_t kGemvBlockColumns = 128;
 
@@ -254,24 +255,46 @@ namespace gemm_internal {
 
 inline constexpr int kGemvLanes = 32;
 
-inline float ReduceLanes(const float* acc) {
-  float s = 0.f;
-  for (int l = 0; l < kGemvLanes; ++l) s += acc[l];
-  return s;
+// Pairwise, in a fixed order (the same bits for every row and split): short dependency chains,
+// so the sum of one row overlaps the loads of the next.
+inline float ReduceLanes(float* acc) {
+#pragma GCC unroll 8
+  for (int width = kGemvLanes / 2; width >= 1; width /= 2)
+#pragma GCC unroll 16
+    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+  return acc[0];
 }
 
+#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+// The 32 lanes as 4 x 8 in ymm registers, summed pairwise in registers.
+inline float SumLanes(const __m256 (&v)[4]) {
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+#endif
+
 inline float DotF32(const float* __restrict a, const float* __restrict w, std::int64_t k) {
-  float acc[kGemvLanes] = {};
   std::int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+  __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (; i + kGemvLanes <= k; i += kGemvLanes)
+    for (int l = 0; l < 4; ++l)
+      v[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * l), _mm256_loadu_ps(w + i + 8 * l), v[l]);
+  float sum = SumLanes(v);
+#else
+  float acc[kGemvLanes] = {};
   for (; i + kGemvLanes <= k; i += kGemvLanes)
     for (int l = 0; l < kGemvLanes; ++l) acc[l] += a[i + l] * w[i + l];
-  float tail = 0.f;
-  for (; i < k; ++i) tail += a[i] * w[i];
-  return ReduceLanes(acc) + tail;
+  float sum = ReduceLanes(acc);
+#endif
+  for (; i < k; ++i) sum += a[i] * w[i];
+  return sum;
 }
 
 inline float DotF16(const float* __restrict a, const std::uint16_t* __restrict w, std::int64_t k) {
-  float acc[kGemvLanes] = {};
   std::int64_t i = 0;
 #if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
   __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -280,14 +303,15 @@ inline float DotF16(const float* __restrict a, const std::uint16_t* __restrict w
       const __m256 wf = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8 * l)));
       v[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * l), wf, v[l]);
     }
-  for (int l = 0; l < 4; ++l) _mm256_storeu_ps(acc + 8 * l, v[l]);
+  float sum = SumLanes(v);
 #else
+  float acc[kGemvLanes] = {};
   for (; i + kGemvLanes <= k; i += kGemvLanes)
     for (int l = 0; l < kGemvLanes; ++l) acc[l] += a[i + l] * HalfToFloat(w[i + l]);
+  float sum = ReduceLanes(acc);
 #endif
-  float tail = 0.f;
-  for (; i < k; ++i) tail += a[i] * HalfToFloat(w[i]);
-  return ReduceLanes(acc) + tail;
+  for (; i < k; ++i) sum += a[i] * HalfToFloat(w[i]);
+  return sum;
 }
 
 }  // namespace gemm_internal

@@ -91,6 +91,7 @@ class WeightLoaderActor {
       --in_use_;
     }
     Pump(ctx);
+    if (!job_ && queue_.empty() && in_use_ == 0) ReleaseIdleStaging();
     if (!job_ && !stops_.empty()) {
       for (auto& p : stops_) p.Set(Status::Ok());
       stops_.clear();
@@ -225,6 +226,7 @@ class WeightLoaderActor {
   Status NextPlainChunk(Job& job, int b) {
     const WeightRegion& region = job.req.regions[job.region];
     const std::uint64_t n = std::min(shared_->options.chunk_bytes, region.length - job.pos);
+    Touch(b, n);
     auto* buf = reinterpret_cast<std::uint8_t*>(buffers_[b].get());
     if (n > 0) {
       if (Status s = ReadAt(fd_, buf, n, region.file_offset + job.pos, job.req.path); !s.ok()) {
@@ -251,6 +253,7 @@ class WeightLoaderActor {
   // copied to the device. Latches wait for the tag (recorded in Pump once everything is in).
   Status NextEncryptedChunk(Job& job, int b) {
     const std::uint64_t n = std::min(shared_->options.chunk_bytes, job.end - job.pos);
+    Touch(b, n);
     auto* buf = reinterpret_cast<std::uint8_t*>(buffers_[b].get());
     if (Status s = ReadAt(fd_, buf, n, kEncryptedHeaderBytes + job.pos, job.req.path); !s.ok()) {
       GiveBack(b);
@@ -321,6 +324,21 @@ class WeightLoaderActor {
     if (Status s = shared_->rt->Submit(Stream(), {std::move(t)}).status(); !s.ok() && job.error.ok()) job.error = s;
   }
 
+  // Staging memory follows what the chunks in flight need: a buffer about to take `n` bytes gives
+  // back the pages an earlier, larger chunk left resident beyond them (after a big region, small
+  // ones then hold little), and an idle loader holds none.
+  void Touch(int b, std::uint64_t n) {
+    std::uint64_t& resident = resident_[static_cast<std::size_t>(b)];
+    if (resident > n) ReleaseLargeBufferPages(buffers_[b], n, resident - n);
+    resident = n;
+  }
+  void ReleaseIdleStaging() {
+    for (std::size_t b = 0; b < buffers_.size(); ++b) {
+      ReleaseLargeBufferPages(buffers_[b], 0, resident_[b]);
+      resident_[b] = 0;
+    }
+  }
+
   // A staging buffer, or -1 when all are lent out.
   int TakeBuffer() {
     if (free_.empty()) {
@@ -330,6 +348,7 @@ class WeightLoaderActor {
         buffers_.pop_back();
         return -1;
       }
+      resident_.push_back(0);
       free_.push_back(static_cast<int>(buffers_.size()) - 1);
     }
     const int b = free_.back();
@@ -364,6 +383,7 @@ class WeightLoaderActor {
   std::vector<actors::Promise<Status>> stops_;
   int fd_ = -1;
   std::vector<LargeBuffer> buffers_;  // staging, chunk_bytes each
+  std::vector<std::uint64_t> resident_;  // per buffer: the bytes its last chunk touched
   std::vector<int> free_;
   int in_use_ = 0;
 };
