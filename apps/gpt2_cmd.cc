@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/files.h"
 #include "scheduler/gpt2_engine.h"
 #include "graph/gpt2_sampling.h"
 #include "graph/gpt2_tokenizer.h"
@@ -84,12 +85,14 @@ struct Gpt2Run {
 };
 
 // Everything between ModelManager::Initialize and Finalize.
-Status GenerateAndReport(const std::string& model_path, const Gpt2Run& run, const graph::Vocab* vocab_in,
+// `file` was read (graph::ReadGpt2File) starting at t0.
+Status GenerateAndReport(graph::Gpt2File file_read, Clock::time_point t0, const Gpt2Run& run, const graph::Vocab& vocab,
                          std::ostream& out) {
   scheduler::ModelManager& mm = *scheduler::ModelManager::Get();
-  const auto t0 = Clock::now();
-  NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Gpt2Engine> engine,
-                           scheduler::Gpt2Engine::Create(model_path, {.streams = static_cast<int>(run.prompts.size())}));
+  const std::string model_path = file_read.path;
+  NPUFLOW_ASSIGN_OR_RETURN(
+      std::unique_ptr<scheduler::Gpt2Engine> engine,
+      scheduler::Gpt2Engine::Create(std::move(file_read), {.streams = static_cast<int>(run.prompts.size())}));
   const double create_ms = std::chrono::duration<double, std::milli>(engine->load_started() - t0).count();
   const graph::Gpt2File& file = engine->file();
   const graph::Gpt2HParams& hp = file.hparams;
@@ -110,12 +113,6 @@ Status GenerateAndReport(const std::string& model_path, const Gpt2Run& run, cons
   NPUFLOW_RETURN_IF_ERROR(load_status);
   if (!gens.ok()) return gens.status();
 
-  std::unique_ptr<graph::Vocab> own_vocab;
-  const graph::Vocab* vocab = vocab_in;
-  if (vocab == nullptr) {
-    own_vocab = std::make_unique<graph::Vocab>(file.vocab);
-    vocab = own_vocab.get();
-  }
   // Decode figures over all streams: the tokens after each stream's first, over the window from
   // the earliest first token to the latest end (wall, and the host clocks' virtual time).
   double tokens = 0;
@@ -124,8 +121,8 @@ Status GenerateAndReport(const std::string& model_path, const Gpt2Run& run, cons
   double ttft = 0;
   for (std::size_t i = 0; i < gens->size(); ++i) {
     const scheduler::Generation& g = (*gens)[i];
-    NPUFLOW_ASSIGN_OR_RETURN(std::string prompt_text, vocab->Detokenize(g.prompt));
-    NPUFLOW_ASSIGN_OR_RETURN(std::string text, vocab->Detokenize(g.ids));
+    NPUFLOW_ASSIGN_OR_RETURN(std::string prompt_text, vocab.Detokenize(g.prompt));
+    NPUFLOW_ASSIGN_OR_RETURN(std::string text, vocab.Detokenize(g.ids));
     out << fmt::format("--- stream {} ({} prompt tokens, {} generated)\n", i, g.prompt.size(), g.ids.size());
     out << Printable(prompt_text) << Printable(text) << "\n";
     if (run.print_ids) out << "ids: " << JoinIds(g.ids) << "\n";
@@ -164,11 +161,7 @@ Status GenerateAndReport(const std::string& model_path, const Gpt2Run& run, cons
 
 Status WithRuntime(const std::string& chip, int threads, bool trace, const std::function<Status()>& body) {
   if (threads < 0 || threads > 256) return Status::ParamInvalid("--threads {}: expected 0..256 (0: one per core)", threads);
-  NPUFLOW_RETURN_IF_ERROR(
-      scheduler::ModelManager::Initialize({.chips = {chip}, .workers = threads, .trace = trace}).WithContext(chip));
-  Status s = body();
-  Status f = scheduler::ModelManager::Finalize();
-  return s.ok() ? f : s;
+  return scheduler::ModelManager::RunInitialized({.chips = {chip}, .workers = threads, .trace = trace}, body, chip);
 }
 
 }  // namespace
@@ -185,6 +178,7 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
                              .temp = static_cast<float>(args.temp),
                              .seed = args.seed};
   NPUFLOW_RETURN_IF_ERROR(base.Validate());
+  const auto t0 = Clock::now();
   NPUFLOW_ASSIGN_OR_RETURN(graph::Gpt2File file, graph::ReadGpt2File(args.model));
   graph::Vocab vocab(file.vocab);
 
@@ -214,7 +208,7 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
     run.samplings.push_back(s);
   }
   return WithRuntime(args.device_chip, args.threads, !args.trace.empty(),
-                     [&] { return GenerateAndReport(args.model, run, &vocab, out); });
+                     [&] { return GenerateAndReport(std::move(file), t0, run, vocab, out); });
 }
 
 Status RunMakeGpt2(const MakeGpt2Args& args, std::ostream& out) {
@@ -254,28 +248,25 @@ Status RunMakeGpt2(const MakeGpt2Args& args, std::ostream& out) {
 }
 
 Status RunDemo(const DemoArgs& args, std::ostream& out) {
-  fs::path dir = args.cache_dir;
-  if (dir.empty()) {
-    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
-      dir = fs::path(xdg) / "npuflow";
-    else if (const char* home = std::getenv("HOME"); home && *home)
-      dir = fs::path(home) / ".cache" / "npuflow";
-    else
-      dir = ".npuflow-cache";
-  }
+  const fs::path dir = args.cache_dir.empty() ? UserCacheDirectory() : fs::path(args.cache_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status::Failed("demo: cannot create the cache directory '{}': {}", dir.string(), ec.message());
   const fs::path model = dir / "demo-gpt2-l6-e384-h6-c512-v8192-f16.bin";
-  if (!fs::exists(model, ec) || !graph::ReadGpt2File(model.string()).ok()) {
+  auto t0 = Clock::now();
+  StatusOr<graph::Gpt2File> cached = graph::ReadGpt2File(model.string());
+  if (!cached.ok()) {  // missing, or not a whole model (an older or interrupted one): made again
     out << "demo: making a small GPT-2 model (random weights, synthetic vocabulary) in " << model.string() << "\n";
     MakeGpt2Args make{.layers = 6, .embd = 384, .heads = 6, .ctx = 512, .vocab = 8192, .ftype = "f16", .seed = 2026,
                       .output = model.string()};
     NPUFLOW_RETURN_IF_ERROR(RunMakeGpt2(make, out));
+    t0 = Clock::now();
+    cached = graph::ReadGpt2File(model.string());
+    NPUFLOW_RETURN_IF_ERROR(cached.status());
   } else {
     out << "demo: using the model in " << model.string() << "\n";
   }
-  NPUFLOW_ASSIGN_OR_RETURN(graph::Gpt2File file, graph::ReadGpt2File(model.string()));
+  graph::Gpt2File file = std::move(*cached);
   graph::Vocab vocab(file.vocab);
   Gpt2Run run;
   run.n_predict = args.n_predict;
@@ -294,7 +285,7 @@ Status RunDemo(const DemoArgs& args, std::ostream& out) {
   out << "demo: 4 concurrent generations (top-k 40, top-p 0.9, temperature 0.9) on 4 streams of one simulated 910B, "
          "sharing one device copy of the weights\n";
   return WithRuntime("910B", args.threads, true,
-                     [&] { return GenerateAndReport(model.string(), run, &vocab, out); });
+                     [&] { return GenerateAndReport(std::move(file), t0, run, vocab, out); });
 }
 
 }  // namespace npuflow::apps

@@ -478,11 +478,9 @@ Status RunModel(const RunArgs& args, std::ostream& out) {
                        args.random_inputs ? fmt::format("random, seed {}", args.seed) : args.inputs[i]);
   }
 
-  NPUFLOW_RETURN_IF_ERROR(scheduler::ModelManager::Initialize({.chips = {chip}, .trace = !args.trace.empty()})
-                              .WithContext(fmt::format("--device-chip {}", chip)));
-  Status result = RunInitialized(args, model, inputs, out);
-  Status finalized = scheduler::ModelManager::Finalize();
-  return result.ok() ? finalized : result;
+  return scheduler::ModelManager::RunInitialized({.chips = {chip}, .trace = !args.trace.empty()},
+                                                [&] { return RunInitialized(args, model, inputs, out); },
+                                                fmt::format("--device-chip {}", chip));
 }
 
 }  // namespace npuflow::apps

@@ -14,6 +14,8 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
+#include "base/files.h"
+
 namespace npuflow {
 namespace {
 
@@ -302,26 +304,12 @@ Status EncryptFile(const std::string& in_path, const std::string& out_path, cons
   if (::fstat(::fileno(in.get()), &st) != 0) return Status::Failed("{}: cannot stat: {}", in_path, std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return Status::ParamInvalid("{}: not a regular file", in_path);
 
-  // mkstemp in the output's directory, so the rename below replaces out_path in one step.
-  std::string tmp_path = out_path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp_path.data());
-  if (fd < 0) return Status::Failed("{}: cannot create a temporary file next to it: {}", out_path, std::strerror(errno));
-  ::fchmod(fd, st.st_mode & 0777);  // best effort: mkstemp's 0600 is the safe fallback
-  File out(::fdopen(fd, "wb"));
-  Status status;
-  if (!out) {
-    status = Status::Failed("{}: cannot open '{}': {}", out_path, tmp_path, std::strerror(errno));
-    ::close(fd);
-  } else {
-    status = WriteEnvelope(in.get(), in_path, static_cast<std::uint64_t>(st.st_size), out.get(),
-                           tmp_path, key);
-    if (std::fclose(out.release()) != 0 && status.ok())
-      status = Status::Failed("{}: cannot write '{}': {}", out_path, tmp_path, std::strerror(errno));
-  }
-  if (status.ok() && std::rename(tmp_path.c_str(), out_path.c_str()) != 0)
-    status = Status::Failed("{}: cannot rename '{}' over it: {}", out_path, tmp_path, std::strerror(errno));
-  if (!status.ok()) std::remove(tmp_path.c_str());
-  return status;
+  return WriteFileAtomically(
+      out_path,
+      [&](std::FILE* out, const std::string& tmp_path) {
+        return WriteEnvelope(in.get(), in_path, static_cast<std::uint64_t>(st.st_size), out, tmp_path, key);
+      },
+      {.mode = static_cast<unsigned>(st.st_mode & 0777)});
 }
 
 StatusOr<std::string> DecryptFile(const std::string& path, const AesKey& key) {

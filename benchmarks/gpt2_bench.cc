@@ -34,6 +34,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/files.h"
 #include "base/large_buffer.h"
 #include "scheduler/gpt2_engine.h"
 #include "graph/ggml_gpt2.h"
@@ -46,12 +47,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-fs::path CacheDir() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return fs::path(xdg) / "npuflow";
-  if (const char* home = std::getenv("HOME"); home && *home) return fs::path(home) / ".cache" / "npuflow";
-  return ".npuflow-cache";
-}
 
 // The models to measure: (label, path).
 struct Models {
@@ -72,9 +67,9 @@ const Models& GetModels() {
       return m;
     }
     std::error_code ec;
-    fs::create_directories(CacheDir(), ec);
+    fs::create_directories(UserCacheDirectory(), ec);
     for (bool f16 : {false, true}) {
-      const std::string path = (CacheDir() / fmt::format("bench-gpt2-117m-{}.bin", f16 ? "f16" : "f32")).string();
+      const std::string path = (UserCacheDirectory() / fmt::format("bench-gpt2-117m-{}.bin", f16 ? "f16" : "f32")).string();
       if (!graph::ReadGpt2File(path).ok()) {
         Status s = graph::WriteGpt2File(path, {.layers = 12, .embd = 768, .heads = 12, .ctx = 1024, .vocab = 50257,
                                                .f16 = f16, .seed = 117});
@@ -138,10 +133,7 @@ double BytesPerToken(const graph::Gpt2File& f) {
 int FirstToken(const graph::Gpt2File& f) { return std::min(464, f.hparams.n_vocab - 1); }
 
 Status WithRuntime(int threads, const std::function<Status()>& body) {
-  NPUFLOW_RETURN_IF_ERROR(scheduler::ModelManager::Initialize({.chips = {"910B"}, .workers = threads}));
-  Status s = body();
-  Status f = scheduler::ModelManager::Finalize();
-  return s.ok() ? f : s;
+  return scheduler::ModelManager::RunInitialized({.chips = {"910B"}, .workers = threads}, body);
 }
 
 void BM_Gpt2Generate(benchmark::State& state) {

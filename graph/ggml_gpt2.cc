@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "base/files.h"
 #include "graph/half.h"
 
 namespace npuflow::graph {
@@ -625,38 +626,27 @@ Status WriteGpt2File(const std::string& path, const MakeGpt2Options& options) {
       options.tokens.empty() ? SyntheticVocab(options.vocab, options.seed) : options.tokens;
 
   // Written beside the target and renamed over it: a failed write leaves no half-written model.
-  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (file == nullptr) return Status::Failed("{}: cannot create '{}': {}", path, tmp, std::strerror(errno));
-  ChunkWriter out(file);
-  out.PutU32(kGgmlMagic);
-  for (std::int32_t v : {hp.n_vocab, hp.n_ctx, hp.n_embd, hp.n_head, hp.n_layer, hp.ftype}) out.PutI32(v);
-  out.PutI32(hp.n_vocab);
-  for (const std::string& token : vocab) {
-    out.PutU32(static_cast<std::uint32_t>(token.size()));
-    out.Put(token.data(), token.size());
-  }
-  NormalSource normal(options.seed);
-  std::vector<TensorSpec> specs;
-  ForEachTensor(hp, options.lm_head, [&](const TensorSpec& t) {
-    specs.push_back(t);
-    return true;
+  return WriteFileAtomically(path, [&](std::FILE* file, const std::string& tmp) -> Status {
+    ChunkWriter out(file);
+    out.PutU32(kGgmlMagic);
+    for (std::int32_t v : {hp.n_vocab, hp.n_ctx, hp.n_embd, hp.n_head, hp.n_layer, hp.ftype}) out.PutI32(v);
+    out.PutI32(hp.n_vocab);
+    for (const std::string& token : vocab) {
+      out.PutU32(static_cast<std::uint32_t>(token.size()));
+      out.Put(token.data(), token.size());
+    }
+    NormalSource normal(options.seed);
+    std::vector<TensorSpec> specs;
+    ForEachTensor(hp, options.lm_head, [&](const TensorSpec& t) {
+      specs.push_back(t);
+      return true;
+    });
+    if (options.name_order)
+      std::stable_sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) { return a.name < b.name; });
+    for (const TensorSpec& t : specs) WriteTensor(out, t, normal);
+    if (int err = out.Flush(); err != 0) return Status::Failed("{}: cannot write '{}': {}", path, tmp, std::strerror(err));
+    return Status::Ok();
   });
-  if (options.name_order)
-    std::stable_sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) { return a.name < b.name; });
-  for (const TensorSpec& t : specs) WriteTensor(out, t, normal);
-  int err = out.Flush();
-  if (std::fclose(file) != 0 && err == 0) err = errno;
-  if (err != 0) {
-    std::remove(tmp.c_str());
-    return Status::Failed("{}: cannot write '{}': {}", path, tmp, std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    std::remove(tmp.c_str());
-    return Status::Failed("{}: cannot rename '{}' over it: {}", path, tmp, std::strerror(err));
-  }
-  return Status::Ok();
 }
 
 }  // namespace npuflow::graph

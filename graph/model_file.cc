@@ -13,6 +13,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include "base/files.h"
 #include "base/sha256.h"
 #include "graph/text_format.h"
 #include "proto/model.pb.h"
@@ -510,29 +511,14 @@ Status WriteModelFile(const CompiledModel& model, const std::string& path, const
     if (!sealed.ok()) return sealed.status().WithContext(path);
     bytes = std::move(*sealed);
   }
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return Status::Failed("{}: cannot create '{}': {}", path, tmp, std::strerror(errno));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  int err = ok ? 0 : errno;
-  if (ok && (std::fflush(f) != 0 || ::fsync(fileno(f)) != 0)) {
-    ok = false;
-    err = errno;
-  }
-  if (std::fclose(f) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    std::remove(tmp.c_str());
-    return Status::Failed("{}: cannot write '{}': {}", path, tmp, std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    std::remove(tmp.c_str());
-    return Status::Failed("{}: cannot rename '{}' over it: {}", path, tmp, std::strerror(err));
-  }
-  return Status::Ok();
+  return WriteFileAtomically(
+      path,
+      [&](std::FILE* f, const std::string& tmp) -> Status {
+        if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size())
+          return Status::Failed("{}: cannot write '{}': {}", path, tmp, std::strerror(errno));
+        return Status::Ok();
+      },
+      {.sync = true});
 }
 
 StatusOr<CompiledModel> ReadModelFile(const std::string& path, const AesKey* key) {

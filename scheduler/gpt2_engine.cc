@@ -29,13 +29,19 @@ graph::Tensor I32Scalar(std::int32_t v) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(const std::string& model_path, const EngineOptions& options) {
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Gpt2File file, graph::ReadGpt2File(model_path));
+  return Create(std::move(file), options);
+}
+
+StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(graph::Gpt2File file, const EngineOptions& options) {
   if (options.streams < 1 || options.streams > 64)
     return Status::ParamInvalid("streams {}: expected 1..64", options.streams);
   if (ModelManager::Get() == nullptr)
     return Status::Failed("Gpt2Engine: ModelManager::Initialize has not been called");
   graph::RegisterBuiltinOps();
   std::unique_ptr<Gpt2Engine> engine(new Gpt2Engine());
-  NPUFLOW_ASSIGN_OR_RETURN(engine->file_, graph::ReadGpt2File(model_path));
+  engine->file_ = std::move(file);
+  const std::string& model_path = engine->file_.path;
   NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> g, graph::BuildGpt2DecodeGraph(engine->file_));
   NPUFLOW_ASSIGN_OR_RETURN(engine->session_, Session::Create(options.session_options));
   Session& s = *engine->session_;

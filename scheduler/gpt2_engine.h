@@ -59,6 +59,8 @@ class Gpt2Engine {
  public:
   // Requires ModelManager::Initialize.
   static StatusOr<std::unique_ptr<Gpt2Engine>> Create(const std::string& model_path, const EngineOptions& options);
+  // The same from a file already read (graph::ReadGpt2File): the header is not read again.
+  static StatusOr<std::unique_ptr<Gpt2Engine>> Create(graph::Gpt2File file, const EngineOptions& options);
   ~Gpt2Engine();
 
   const graph::Gpt2File& file() const { return file_; }

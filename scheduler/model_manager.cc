@@ -34,6 +34,14 @@ Status ModelManager::Initialize(npu_sim::RuntimeOptions options) {
   return Status::Ok();
 }
 
+Status ModelManager::RunInitialized(npu_sim::RuntimeOptions options, const std::function<Status()>& body,
+                                    std::string_view init_context) {
+  if (Status s = Initialize(std::move(options)); !s.ok()) return init_context.empty() ? s : s.WithContext(init_context);
+  Status s = body();
+  Status f = Finalize();
+  return s.ok() ? f : s;
+}
+
 Status ModelManager::Finalize() {
   std::lock_guard<std::mutex> lock(g_init_mu);
   if (!g_instance) return Status::Ok();

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -63,6 +64,10 @@ class ModelManager {
   static Status Initialize(npu_sim::RuntimeOptions options);
   // Unloads every model and destroys the devices. Ok when not initialized.
   static Status Finalize();
+  // Initialize, body, Finalize (also when body fails): body's error if any, else Finalize's. An
+  // error from Initialize gets `init_context` (e.g. the option that chose the chip).
+  static Status RunInitialized(npu_sim::RuntimeOptions options, const std::function<Status()>& body,
+                               std::string_view init_context = {});
   static ModelManager* Get();  // null unless initialized
 
   npu_sim::Runtime& runtime() { return *rt_; }
