@@ -13,6 +13,10 @@
 //   matmul_768x3072_runtime_gflops
 //     The same launch through npu_sim::Runtime (LaunchKernel + SynchronizeStream, 2 worker
 //     threads), against the direct single-thread kernel above.
+//   gemv_f32_gbps, gemv_f16_gbps
+//     graph::Gemv (the M = 1 path a decode step spends its time in) over a 192 MiB weight matrix
+//     stored [N][768] (the Linear layout), one thread, in GB/s of weights read, against a plain
+//     read of the same buffer (a 32-lane sum) in the same round. Paired rounds, medians.
 #include "benchmarks/ops_bench.h"
 
 #include <algorithm>
@@ -25,7 +29,9 @@
 
 #include <benchmark/benchmark.h>
 
+#include "base/large_buffer.h"
 #include "graph/kernel_abi.h"
+#include "graph/matmul_kernel.h"
 #include "graph/op_registry.h"
 #include "npu_sim/chip_spec.h"
 #include "npu_sim/device_memory.h"
@@ -196,6 +202,46 @@ void BM_MatMulRuntime(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(static_cast<double>(state.iterations()) * Flops(kM, 3072, kK)));
 }
 
+// The GEMV over a [N][kK] weight matrix of `dtype` filling kGemvBytes, paired with a plain read.
+constexpr std::size_t kGemvBytes = std::size_t{192} << 20;
+
+void BM_GemvPairedWithRead(benchmark::State& state, DataType dtype) {
+  const std::size_t elem = dtype == DataType::kFloat32 ? 4 : 2;
+  const std::int64_t n = static_cast<std::int64_t>(kGemvBytes / elem / kK);
+  LargeBuffer w = AllocateLargeBuffer(kGemvBytes);
+  if (!w) return state.SkipWithError("cannot map the weight buffer");
+  // Small values in every element, so the pages are resident and the sums stay finite.
+  std::mt19937 rng(7);
+  if (dtype == DataType::kFloat32) {
+    auto* f = reinterpret_cast<float*>(w.get());
+    for (std::size_t i = 0; i < kGemvBytes / 4; ++i) f[i] = static_cast<float>(rng() % 256) * (1.f / 1024);
+  } else {
+    auto* h = reinterpret_cast<std::uint16_t*>(w.get());
+    for (std::size_t i = 0; i < kGemvBytes / 2; ++i) h[i] = graph::FloatToHalf(static_cast<float>(rng() % 256) * (1.f / 1024));
+  }
+  const std::vector<float> a = RandomFloats(kK, 3);
+  std::vector<float> c(static_cast<std::size_t>(n));
+  const graph::GemmMatrix b{.data = w.get(), .dtype = dtype, .ld = kK, .transposed = true};
+  std::vector<double> gemv, read;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    graph::Gemv(a.data(), b, nullptr, c.data(), kK, 0, n);
+    benchmark::DoNotOptimize(c.data());
+    const auto t1 = Clock::now();
+    const auto* f = reinterpret_cast<const float*>(w.get());
+    float acc[32] = {};
+    for (std::size_t i = 0; i + 32 <= kGemvBytes / 4; i += 32)
+      for (int l = 0; l < 32; ++l) acc[l] += f[i + l];
+    benchmark::DoNotOptimize(acc);
+    const auto t2 = Clock::now();
+    gemv.push_back(static_cast<double>(kGemvBytes) / std::chrono::duration<double>(t1 - t0).count());
+    read.push_back(static_cast<double>(kGemvBytes) / std::chrono::duration<double>(t2 - t1).count());
+  }
+  state.counters["gemv_bytes_per_second"] = MedianOf(gemv);
+  state.counters["read_bytes_per_second"] = MedianOf(read);
+}
+
 double Gflops(const Results& r, const std::string& bench, const std::string& counter) {
   auto it = r.find(bench);
   if (it == r.end()) return 0;
@@ -212,6 +258,10 @@ void RegisterOpsBenchmarks() {
         ->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("BM_MatMulRuntime", BM_MatMulRuntime)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_GemvPairedWithRead_f32", BM_GemvPairedWithRead, DataType::kFloat32)
+      ->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_GemvPairedWithRead_f16", BM_GemvPairedWithRead, DataType::kFloat16)
+      ->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
 std::vector<Figure> OpsFigures(const Results& r) {
@@ -224,6 +274,12 @@ std::vector<Figure> OpsFigures(const Results& r) {
        naive("BM_MatMulPairedWithNaive_3072"), "naive i-j-k loop, one thread, paired rounds", "ratio >= 20"},
       {"matmul_768x3072_runtime_gflops", Gflops(r, "BM_MatMulRuntime", "items_per_second"), "GFLOP/s",
        kernel("BM_MatMulPairedWithNaive_3072"), "the kernel on one thread (above)", "ratio >= 1"},
+      {"gemv_f32_gbps", Gflops(r, "BM_GemvPairedWithRead_f32", "gemv_bytes_per_second"), "GB/s",
+       Gflops(r, "BM_GemvPairedWithRead_f32", "read_bytes_per_second"), "a plain read of the same bytes, paired rounds",
+       "ratio -> 1"},
+      {"gemv_f16_gbps", Gflops(r, "BM_GemvPairedWithRead_f16", "gemv_bytes_per_second"), "GB/s",
+       Gflops(r, "BM_GemvPairedWithRead_f16", "read_bytes_per_second"), "a plain read of the same bytes, paired rounds",
+       "ratio -> 1"},
   };
 }
 

@@ -73,7 +73,7 @@ struct DivOp {
 };
 
 // e^x for x in [-87, 88] (clamped), to ~2 ulp: Cephes' expf, branch-free so loops vectorize.
-inline float ExpF(float x) {
+[[gnu::always_inline]] inline float ExpF(float x) {
   x = x < -87.f ? -87.f : x;
   x = x > 88.f ? 88.f : x;
   constexpr float kMagic = 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
@@ -97,7 +97,7 @@ inline float ExpF(float x) {
 }
 
 // tanh(x) to a few ulp: an odd polynomial near 0 (Cephes' tanhf), 1 - 2 / (e^2|x| + 1) beyond.
-inline float TanhF(float x) {
+[[gnu::always_inline]] inline float TanhF(float x) {
   const float ax = x < 0 ? -x : x;
   const float z = x * x;
   const float small =
@@ -117,12 +117,12 @@ struct ReluOp {
 struct TanhOp {
   static constexpr const char* kName = "op.Tanh";
   static constexpr double kFlops = 20;
-  static float Apply(float x) { return TanhF(x); }
+  [[gnu::always_inline]] static float Apply(float x) { return TanhF(x); }
 };
 struct GeluOp {
   static constexpr const char* kName = "op.Gelu";
   static constexpr double kFlops = 25;
-  static float Apply(float x) {
+  [[gnu::always_inline]] static float Apply(float x) {
     constexpr float kSqrt2OverPi = 0.7978845608028654f;
     return 0.5f * x * (1.f + TanhF(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
   }
