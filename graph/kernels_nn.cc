@@ -548,9 +548,8 @@ Status AttentionKernel(KernelContext& ctx) {
       float chunk_max = -std::numeric_limits<float>::infinity();
       for (std::int64_t j = c0; j < c1; ++j) {
         const float* kv = kc.RowF32(cache0 + j * s.d, s.d, kv_buf);
-        float dot = 0;
-        for (std::size_t i = 0; i < d; ++i) dot += qv[i] * kv[i];
-        score[j - c0] = dot * scale;
+        // In lanes (the GEMV's dot): a plain running sum is one long dependency chain per key.
+        score[j - c0] = gemm_internal::DotF32(qv, kv, s.d) * scale;
         chunk_max = std::max(chunk_max, score[j - c0]);
       }
       const float new_m = std::max(m, chunk_max);
