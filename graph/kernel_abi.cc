@@ -59,7 +59,6 @@ StatusOr<OpKernelView> OpKernelView::Open(const npu_sim::KernelContext& ctx) {
     for (std::uint32_t d = 0; d < t.rank; ++d)
       if (t.dims[d] < 0) return Status::DataCorrupted("op kernel params: tensor {} dim {} is {}", i, d, t.dims[d]);
   }
-  v.maps_.reserve(kMaxKernelTensors);
   return v;
 }
 

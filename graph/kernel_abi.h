@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -113,14 +114,18 @@ class OpKernelView {
                               DataTypeName(t.data_type()));
     const std::uint64_t n = static_cast<std::uint64_t>(t.num_elements());
     if (n == 0) return std::span<T>();
-    maps_.emplace_back();
-    NPUFLOW_ASSIGN_OR_RETURN(auto span, ctx_->Buffer<T>(arg, n, maps_.back()));
+    if (num_maps_ == maps_.size())
+      return Status::Internal("kernel argument {}: more than {} mappings in one kernel view", arg, maps_.size());
+    NPUFLOW_ASSIGN_OR_RETURN(auto span, ctx_->Buffer<T>(arg, n, maps_[num_maps_]));
+    ++num_maps_;
     return span;
   }
 
   const npu_sim::KernelContext* ctx_ = nullptr;
   KernelParams params_;
-  std::vector<npu_sim::DeviceMemory::Mapping> maps_;
+  // Held in place (a view is opened for every block: no allocation there).
+  std::array<npu_sim::DeviceMemory::Mapping, 2 * kMaxKernelTensors> maps_;
+  std::size_t num_maps_ = 0;
 };
 
 // Virtual duration of one block that moves `bytes` to and from HBM and does `flops` on one core

@@ -282,7 +282,7 @@ inline float SumLanes(const __m256 (&v)[4]) {
 }
 #endif
 
-inline float DotF32(const float* __restrict a, const float* __restrict w, std::int64_t k) {
+[[gnu::always_inline]] inline float DotF32(const float* __restrict a, const float* __restrict w, std::int64_t k) {
   std::int64_t i = 0;
 #if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
   __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -300,7 +300,7 @@ inline float DotF32(const float* __restrict a, const float* __restrict w, std::i
   return sum;
 }
 
-inline float DotF16(const float* __restrict a, const std::uint16_t* __restrict w, std::int64_t k) {
+[[gnu::always_inline]] inline float DotF16(const float* __restrict a, const std::uint16_t* __restrict w, std::int64_t k) {
   std::int64_t i = 0;
 #if defined(__AVX512F__)
   // 64 lanes as 4 x 16 in zmm registers: one conversion per 16 weights instead of per 8 keeps the
