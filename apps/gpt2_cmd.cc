@@ -85,7 +85,7 @@ struct Gpt2Run {
 };
 
 // Everything between ModelManager::Initialize and Finalize.
-// `file` was read (graph::ReadGpt2File) starting at t0.
+// `file_read` came from graph::ReadGpt2File, which started at t0.
 Status GenerateAndReport(graph::Gpt2File file_read, Clock::time_point t0, const Gpt2Run& run, const graph::Vocab& vocab,
                          std::ostream& out) {
   scheduler::ModelManager& mm = *scheduler::ModelManager::Get();
