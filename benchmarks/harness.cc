@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "graph/matmul_kernel.h"
+
 namespace npuflow::bench {
 namespace {
 
@@ -121,6 +123,18 @@ double Counter(const Results& results, const std::string& bench, const std::stri
   if (it == results.end()) return 0;
   auto c = it->second.counters.find(counter);
   return c == it->second.counters.end() ? 0 : c->second;
+}
+
+float SumStream(const void* data, std::size_t bytes) {
+  const auto* f = static_cast<const float*>(data);
+  float acc[32] = {};
+  for (std::size_t i = 0; i + 32 <= bytes / sizeof(float); i += 32) {
+    graph::gemm_internal::PrefetchWeights<true>(f + i, graph::kGemvPrefetchBytes);
+    for (int l = 0; l < 32; ++l) acc[l] += f[i + l];
+  }
+  float s = 0;
+  for (float x : acc) s += x;
+  return s;
 }
 
 double MedianOf(std::vector<double> samples) {

@@ -4,6 +4,7 @@
 // baseline measured in the same run, and their ratio.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <ostream>
 #include <string>
@@ -62,5 +63,10 @@ void PrintFigures(const std::vector<Figure>& figures, bool json, std::ostream& o
 // per-round samples a benchmark collected itself.
 double Counter(const Results& results, const std::string& bench, const std::string& counter);
 double MedianOf(std::vector<double> samples);
+
+// The plain read a memory-bound kernel is measured against: `bytes` of f32 summed in 32 lanes,
+// prefetched non-temporally ahead as the GEMV prefetches its weights (graph/matmul_kernel.h), so
+// the baseline streams as fast as one thread can. Returns the sum (for DoNotOptimize).
+float SumStream(const void* data, std::size_t bytes);
 
 }  // namespace npuflow::bench
