@@ -15,12 +15,34 @@ std::filesystem::path UserCacheDirectory() {
   return ".npuflow-cache";
 }
 
+namespace {
+
+// The process's umask, read from /proc/self/status (calling umask() to read it would change it for
+// a moment under other threads); 022 where the kernel does not say.
+mode_t ProcessUmask() {
+  mode_t mask = 022;
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    unsigned value = 0;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "Umask: %o", &value) == 1) {
+        mask = static_cast<mode_t>(value & 0777);
+        break;
+      }
+    std::fclose(f);
+  }
+  return mask;
+}
+
+}  // namespace
+
 Status WriteFileAtomically(const std::string& path, const std::function<Status(std::FILE*, const std::string&)>& write,
                            AtomicWriteOptions options) {
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) return Status::Failed("{}: cannot create a temporary file next to it: {}", path, std::strerror(errno));
-  ::fchmod(fd, options.mode);  // best effort: mkstemp's 0600 is the safe fallback
+  // As open(O_CREAT, mode) would have made it; best effort: mkstemp's 0600 is the safe fallback.
+  ::fchmod(fd, static_cast<mode_t>(options.mode) & ~ProcessUmask());
   std::FILE* f = ::fdopen(fd, "wb");
   if (f == nullptr) {
     const int err = errno;

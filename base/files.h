@@ -16,7 +16,7 @@ std::filesystem::path UserCacheDirectory();
 
 struct AtomicWriteOptions {
   bool sync = false;  // fsync the data before the rename (the model file does; bulk outputs need not)
-  unsigned mode = 0644;
+  unsigned mode = 0644;  // less the process's umask, as for any newly created file
 };
 
 // Writes `path` through a temporary file beside it (mkstemp: concurrent writers never share one)
