@@ -34,11 +34,12 @@ struct StartModel;
 struct UnitDone;
 struct EventFired;
 struct PatchTask;
+struct ElideWaits;
 struct AbortStream;
 struct ResetStream;
 struct SetStreamFault;
 using StreamMsg = std::variant<Submit, Synchronize, LoadProgram, StartModel, UnitDone, EventFired, PatchTask,
-                               AbortStream, ResetStream, SetStreamFault>;
+                               ElideWaits, AbortStream, ResetStream, SetStreamFault>;
 using StreamAddr = actors::Address<StreamMsg>;
 
 // ---- to the device model (rtModel) ------------------------------------------------------------
@@ -110,6 +111,10 @@ struct PatchTask {  // Ask<void>: a task update from another stream
   std::uint64_t tiling_key = 0;
   StreamId from_stream = 0;
   std::uint32_t from_task = 0;
+};
+struct ElideWaits {  // Ask<void>, model stream: these event waits of the program become NOPs
+  static constexpr std::string_view kKind = "ElideWaits";
+  std::vector<std::uint32_t> tasks;  // indices in the loaded program
 };
 struct AbortStream {  // stop: the current and queued work fails with `why`
   static constexpr std::string_view kKind = "AbortStream";

@@ -413,16 +413,19 @@ Status Runtime::BindStream(Model model, Stream stream) {
   return Status::Ok();
 }
 
+StatusOr<Runtime::HostStream*> Runtime::BoundStreamOf(Model model, Stream stream) const {
+  NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
+  std::lock_guard<std::mutex> lock(hs->mu);
+  if (hs->model != static_cast<std::int64_t>(model.id) || model.device != stream.device)
+    return Status::ParamInvalid("npu_sim: device {} stream {} is not bound to model {}", stream.device, stream.id,
+                                model.id);
+  return hs;
+}
+
 Status Runtime::LoadTasks(Model model, Stream stream, std::vector<Task> tasks, std::vector<IoPatch> patches) {
   NPUFLOW_ASSIGN_OR_RETURN(ModelEntry * m, ModelOf(model));
-  NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
+  NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, BoundStreamOf(model, stream));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
-  {
-    std::lock_guard<std::mutex> lock(hs->mu);
-    if (hs->model != static_cast<std::int64_t>(model.id) || model.device != stream.device)
-      return Status::ParamInvalid("npu_sim: device {} stream {} is not bound to model {}", stream.device, stream.id,
-                                  model.id);
-  }
   for (const Task& t : tasks) {
     if ((t.kind == TaskKind::kKernel || t.kind == TaskKind::kAicpuKernel) && t.kernel == nullptr)
       return Status::ParamInvalid("npu_sim: task list for stream {} has a kernel task without a kernel", stream.id);
@@ -434,6 +437,14 @@ Status Runtime::LoadTasks(Model model, Stream stream, std::vector<Task> tasks, s
   std::lock_guard<std::mutex> lock(dev->mu);
   m->io_slots = std::max(m->io_slots, slots);
   return Status::Ok();
+}
+
+Status Runtime::ElideWaits(Model model, Stream stream, std::vector<std::uint32_t> tasks) {
+  NPUFLOW_RETURN_IF_ERROR(ModelOf(model).status());
+  NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, BoundStreamOf(model, stream));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
+  HostCall(*dev, "elide waits");
+  return hs->addr.Ask(npu_sim::ElideWaits{std::move(tasks)}).Get();
 }
 
 StatusOr<std::shared_ptr<const std::vector<std::uint64_t>>> Runtime::CheckIo(Model model,

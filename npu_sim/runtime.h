@@ -117,6 +117,10 @@ class Runtime {
   // Sends the stream its task list once. The stream must be bound to the model. `patches` name
   // the zero-copy places of the list (task.h, IoPatch); a run then gives one address per slot.
   Status LoadTasks(Model model, Stream stream, std::vector<Task> tasks, std::vector<IoPatch> patches = {});
+  // Turns event waits of a stream's loaded list into NOPs (from the next run if one is running):
+  // for waits that can no longer block, such as a latch every run has passed. A task that is not
+  // an event wait (or a NOP) is an error naming it, and nothing changes.
+  Status ElideWaits(Model model, Stream stream, std::vector<std::uint32_t> tasks);
   // One message to the device; the host hears only the completion. On timeout the model is
   // aborted and a Timeout status returned. Returns the run's virtual end time. `io`: one address
   // per slot of the loaded patches (empty: the lists run as loaded).
@@ -167,6 +171,8 @@ class Runtime {
   Status Init();
   StatusOr<DeviceEntry*> Dev(int device) const;
   StatusOr<HostStream*> HostStreamOf(Stream stream) const;
+  // The stream, if it is bound to `model` (else ParamInvalid naming both).
+  StatusOr<HostStream*> BoundStreamOf(Model model, Stream stream) const;
   StatusOr<ModelEntry*> ModelOf(Model model) const;
   StatusOr<std::shared_ptr<const std::vector<std::uint64_t>>> CheckIo(Model model, std::vector<std::uint64_t> io) const;
   // Host side of a call that reaches the device: advances this thread's host clock.

@@ -17,6 +17,14 @@ void StreamActor::Trace(std::string_view name, VTime start, VTime duration, std:
                          fmt::format("\"task\":{}", task)});
 }
 
+void StreamActor::ApplyElisions() {
+  for (std::uint32_t i : elide_) {
+    tasks_[i].kind = TaskKind::kNop;
+    tasks_[i].name.clear();
+  }
+  elide_.clear();
+}
+
 Status StreamActor::Receive(Message& msg, actors::Context<Message>& ctx) {
   if (!self_.valid()) self_ = ctx.self();
   return std::visit(
@@ -57,6 +65,7 @@ Status StreamActor::Receive(Message& msg, actors::Context<Message>& ctx) {
           }
           mode_ = Mode::kModel;
           patches_ = std::move(m.patches);
+          elide_.clear();
           tasks_ = std::move(m.tasks);
           live_.resize(tasks_.size());
           snap_.resize(tasks_.size());
@@ -75,6 +84,7 @@ Status StreamActor::Receive(Message& msg, actors::Context<Message>& ctx) {
           mode_ = Mode::kModel;
           run_ = m.run;
           model_ = m.model;
+          ApplyElisions();
           exec_ = fetch_end_ = 0;
           clock_ = std::max(clock_, m.at);
           ++epoch_;
@@ -114,12 +124,28 @@ Status StreamActor::Receive(Message& msg, actors::Context<Message>& ctx) {
             live_[target - base_] = {m.block_dim, m.tiling_key};
             ctx.Reply();
           }
+        } else if constexpr (std::is_same_v<M, ElideWaits>) {
+          if (mode_ != Mode::kModel)
+            return Status::ParamInvalid("device {} {}: eliding waits needs a loaded model program", device_->id(),
+                                        name_);
+          for (std::uint32_t i : m.tasks)
+            if (i >= tasks_.size() || (tasks_[i].kind != TaskKind::kEventWait && tasks_[i].kind != TaskKind::kNop))
+              return Status::ParamInvalid("device {} {}: cannot elide task {}: {}", device_->id(), name_, i,
+                                          i < tasks_.size() ? fmt::format("it is a {} task, not an event wait",
+                                                                          TaskKindName(tasks_[i].kind))
+                                                            : fmt::format("the program has {} tasks", tasks_.size()));
+          // Between runs at once; during a run from the next run's start, so the running list
+          // never changes under its fetch window.
+          elide_.insert(elide_.end(), m.tasks.begin(), m.tasks.end());
+          if (state_ == State::kIdle) ApplyElisions();
+          ctx.Reply();
         } else if constexpr (std::is_same_v<M, AbortStream>) {
           if (state_ != State::kIdle) Fail(std::move(m.why));
         } else if constexpr (std::is_same_v<M, ResetStream>) {
           if (state_ != State::kIdle) Fail(Status::Aborted("device {} {}: reset", device_->id(), name_));
           tasks_.clear();
           patches_.clear();
+          elide_.clear();
           live_.clear();
           snap_.clear();
           ready_at_.clear();

@@ -66,8 +66,10 @@ class StreamActor {
   State state_ = State::kIdle;
 
   Status ApplyPatches(const std::vector<std::uint64_t>& io);
+  void ApplyElisions();
 
   std::vector<IoPatch> patches_;  // model: zero-copy places, applied at each run's start
+  std::vector<std::uint32_t> elide_;  // model: waits to turn into NOPs at the next run's start
   std::vector<Task> tasks_;      // host: the queue (executed prefix compacted away); model: the program
   std::vector<Param> live_;      // current parameters, patchable until fetched
   std::vector<Param> snap_;      // parameters as fetched

@@ -494,6 +494,7 @@ Status DavinciModel::DoTaskSink() {
     // InitTaskInfo: each TaskDef becomes a device task with resolved addresses.
     std::size_t k = 0;
     inst.lists.assign(m.streams.size(), {});
+    inst.gates.assign(m.streams.size(), {});
     std::vector<std::vector<std::uint32_t>> moved(m.streams.size());  // TaskDef index -> list index
     for (std::size_t s = 0; s < m.streams.size(); ++s) {
       std::vector<npu_sim::Task>& tasks = inst.lists[s];
@@ -507,6 +508,7 @@ Status DavinciModel::DoTaskSink() {
         waited[static_cast<std::size_t>(slot)] = 1;
         const FileConstantSlot& fc = file_constants_[static_cast<std::size_t>(slot)];
         if (!fc.ready) return;
+        inst.gates[s].push_back(static_cast<std::uint32_t>(tasks.size()));
         tasks.push_back(npu_sim::Task::Wait(fc.ready->id));
         tasks.back().name = "weights ready: " + fc.node;
       };
@@ -682,7 +684,9 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
     // One host interaction: the execute message; the host hears only the completion.
     auto end = rt_->ExecuteModel(inst.model, std::move(io), args.timeout);
     if (!end.ok()) return end.status().WithContext(fmt::format("model {}", id_));
-    return weights_settled ? Status::Ok() : WaitForWeights();
+    if (!weights_settled) return WaitForWeights();
+    ElideGates(inst);
+    return Status::Ok();
   }
   // Host buffers: copied through the instance's own I/O blocks, in one submission with the run.
   // The copies go through host staging owned by the tasks (Task::keep_alive), as pageable memory
@@ -729,10 +733,27 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
                            args.timeout->count());
   }
   if (!s.ok()) return s.WithContext(fmt::format("model {}", id_));
-  if (!weights_settled) NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
+  if (!weights_settled) {
+    NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
+  } else {
+    ElideGates(inst);
+  }
   for (std::size_t i = 0; i < m.outputs.size(); ++i)
     if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());
   return Status::Ok();
+}
+
+void DavinciModel::ElideGates(Instance& inst) {
+  // Every gate passed in this run, which started after every weight had landed: the stream's
+  // clock is past each latch, and the latches stay recorded while the model is loaded. The gates
+  // would only cost a round trip to the event table per weight region in every later run.
+  if (inst.gates_elided.load(std::memory_order_acquire) || inst.gates_elided.exchange(true)) return;
+  for (std::size_t s = 0; s < inst.streams.size() && s < inst.gates.size(); ++s) {
+    if (inst.gates[s].empty()) continue;
+    if (Status st = rt_->ElideWaits(inst.model, inst.streams[s], inst.gates[s]); !st.ok())
+      NPUFLOW_LOG_WARN(kScheduler, "model {}: its weight gates on stream {} stay: {}", id_, inst.streams[s].id,
+                       st.ToString());
+  }
 }
 
 StatusOr<std::vector<Tensor>> DavinciModel::Execute(const std::vector<Tensor>& inputs, npu_sim::Timeout timeout) {

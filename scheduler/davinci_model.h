@@ -202,6 +202,9 @@ class DavinciModel {
     std::vector<npu_sim::Event> events;
     std::vector<std::vector<npu_sim::Task>> lists;  // the resolved lists, kept for host scheduling
     std::vector<std::vector<npu_sim::IoPatch>> patches;
+    // Per stream, the list positions of the weight gates (the waits on FileConstant latches).
+    std::vector<std::vector<std::uint32_t>> gates;
+    std::atomic<bool> gates_elided{false};
     std::atomic<int> in_flight{0};
   };
 
@@ -218,6 +221,9 @@ class DavinciModel {
   Instance& PickInstance();
   std::vector<std::uint64_t> IoFor(const Instance& inst, const ExecuteArgs& args) const;
   Status FreeInstance(Instance& inst);
+  // After a run that started with every weight landed: the instance's gates become NOPs on the
+  // device (their latches stay recorded while the model is loaded), once.
+  void ElideGates(Instance& inst);
 
   npu_sim::Runtime* rt_;
   const std::uint32_t id_;

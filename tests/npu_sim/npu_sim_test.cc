@@ -398,6 +398,33 @@ TEST(DeviceModel, AHangEndsInTimeoutAndAbortAndTheModelRunsAgain) {
   EXPECT_EQ(second.Get().status().code(), StatusCode::kAborted);
 }
 
+TEST(DeviceModel, ElidedWaitsBecomeNopsAndOnlyWaitsCanBeElided) {
+  auto rt = MakeRuntime();
+  Model m = rt->CreateModel(0).value();
+  Stream a = rt->CreateStream(0).value(), host = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->BindStream(m, a).ok());
+  Event latch = rt->CreateEvent(0, EventKind::kLatch).value();
+  ASSERT_TRUE(rt->LoadTasks(m, a, {Task::Wait(latch.id), Task::Kernel(Kernel("noop"), 1, {})}).ok());
+  ASSERT_TRUE(rt->RecordEvent(latch, host).ok());
+  ASSERT_TRUE(rt->ExecuteModel(m, 10s).ok());
+  // Only event waits (or NOPs), only tasks the list has, only on a stream bound to the model.
+  Status st = rt->ElideWaits(m, a, {1});
+  EXPECT_EQ(st.code(), StatusCode::kParamInvalid) << st;
+  EXPECT_NE(st.message().find("cannot elide task 1: it is a kernel task, not an event wait"), std::string_view::npos)
+      << st;
+  st = rt->ElideWaits(m, a, {7});
+  EXPECT_NE(st.message().find("cannot elide task 7: the program has 2 tasks"), std::string_view::npos) << st;
+  EXPECT_EQ(rt->ElideWaits(m, host, {0}).code(), StatusCode::kParamInvalid);
+  // A refused call changed nothing: with the latch forgotten the gate holds the run.
+  ASSERT_TRUE(rt->ResetEvent(latch).ok());
+  EXPECT_EQ(rt->ExecuteModel(m, 100ms).status().code(), StatusCode::kTimeout);
+  // Elided, the run no longer waits (twice: a NOP may be elided again).
+  ASSERT_TRUE(rt->ElideWaits(m, a, {0}).ok());
+  ASSERT_TRUE(rt->ElideWaits(m, a, {0}).ok());
+  EXPECT_TRUE(rt->ExecuteModel(m, 10s).ok());
+  EXPECT_TRUE(rt->ExecuteModel(m, 10s).ok());
+}
+
 TEST(DeviceModel, AFailingStreamFailsTheRunAndStopsTheOthers) {
   auto rt = MakeRuntime();
   Model m = rt->CreateModel(0).value();

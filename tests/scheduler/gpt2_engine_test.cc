@@ -220,5 +220,35 @@ TEST_P(Gpt2StreamingTest, LayerZeroComputesWhileLaterWeightsStreamIn) {
 
 INSTANTIATE_TEST_SUITE_P(FileOrders, Gpt2StreamingTest, ::testing::Bool());
 
+// The weight gates (waits on the regions' latches) run until a step has started with every
+// weight landed; after that step they are NOPs on the device, and the results do not change.
+TEST_F(Gpt2EngineTest, WeightGatesAreElidedOnceEveryWeightHasLanded) {
+  Init(/*trace=*/true);
+  const std::string path = Make("gates.bin", {.layers = 2, .embd = 64, .heads = 2, .ctx = 8, .vocab = 300, .seed = 4});
+  auto engine = Gpt2Engine::Create(path, {});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_TRUE((*engine)->WaitForWeights().ok());
+  auto gates_in_trace = [&]() -> int {
+    const std::string trace_path = (dir_ / "gates.json").string();
+    EXPECT_TRUE(ModelManager::Get()->runtime().WriteTrace(trace_path).ok());
+    std::ifstream in(trace_path);
+    nlohmann::json trace = nlohmann::json::parse(in);
+    const auto& events = trace.is_array() ? trace : trace["traceEvents"];
+    int n = 0;
+    for (const auto& e : events)
+      if (e.contains("name") && e["name"].get<std::string>().rfind("weights ready: ", 0) == 0) ++n;
+    return n;
+  };
+  std::vector<float> first, again;
+  ASSERT_TRUE((*engine)->Step(0, 5, 0, first).ok());
+  const int gates = gates_in_trace();
+  EXPECT_GT(gates, 0);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*engine)->Step(0, 5, 0, again).ok());
+    EXPECT_EQ(again, first);
+  }
+  EXPECT_EQ(gates_in_trace(), gates);
+}
+
 }  // namespace
 }  // namespace npuflow::scheduler
