@@ -15,10 +15,11 @@
 #include <vector>
 
 #include "base/aes_gcm.h"
-#include "graph/ggml_gpt2.h"
-#include "graph/model_file.h"
-#include "graph/op_registry.h"
-#include "graph/text_format.h"
+#include "models/gpt2/ggml_file.h"
+#include "models/gpt2/decode_graph.h"
+#include "graph/model_file/model_file.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
 #include "lowering/memory_plan.h"
 #include "lowering/model_text.h"
@@ -232,9 +233,9 @@ Status RunCompile(const CompileArgs& args, std::ostream& out) {
   // A ggml GPT-2 file (recognized by its magic) is imported as its decode step, its weights
   // FileConstants pointing into the file; anything else is the text graph format.
   std::unique_ptr<graph::ComputeGraph> graph;
-  if (graph::IsGgmlFile(args.model)) {
-    NPUFLOW_ASSIGN_OR_RETURN(graph::Gpt2File gpt2, graph::ReadGpt2File(args.model));
-    NPUFLOW_ASSIGN_OR_RETURN(graph, graph::BuildGpt2DecodeGraph(gpt2, {.name = options.model_name}));
+  if (gpt2::IsGgmlFile(args.model)) {
+    NPUFLOW_ASSIGN_OR_RETURN(gpt2::Gpt2File gpt2, gpt2::ReadGpt2File(args.model));
+    NPUFLOW_ASSIGN_OR_RETURN(graph, gpt2::BuildGpt2DecodeGraph(gpt2, {.name = options.model_name}));
   } else {
     NPUFLOW_ASSIGN_OR_RETURN(graph, graph::ReadGraphTextFile(args.model));
   }

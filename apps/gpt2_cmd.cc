@@ -14,10 +14,11 @@
 #include <thread>
 
 #include "base/files.h"
-#include "scheduler/gpt2_engine.h"
-#include "graph/gpt2_sampling.h"
-#include "graph/gpt2_tokenizer.h"
-#include "graph/ggml_gpt2.h"
+#include "models/gpt2/engine.h"
+#include "models/gpt2/sampling.h"
+#include "models/gpt2/tokenizer.h"
+#include "models/gpt2/ggml_file.h"
+#include "synthetic/gpt2_file.h"
 #include "scheduler/model_manager.h"
 
 namespace npuflow::apps {
@@ -25,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using scheduler::Generation;
+using gpt2::Generation;
 
 StatusOr<std::vector<int>> ParseIds(const std::string& text, int n_vocab) {
   std::vector<int> ids;
@@ -79,23 +80,23 @@ struct Gpt2Run {
   std::vector<std::string> labels;  // what each generation started from (the prompt)
   std::vector<std::vector<int>> prompts;
   int n_predict = 0;
-  std::vector<graph::SamplingOptions> samplings;
+  std::vector<gpt2::SamplingOptions> samplings;
   bool print_ids = false;
   std::string trace;
 };
 
 // Everything between ModelManager::Initialize and Finalize.
-// `file_read` came from graph::ReadGpt2File, which started at t0.
-Status GenerateAndReport(graph::Gpt2File file_read, Clock::time_point t0, const Gpt2Run& run, const graph::Vocab& vocab,
+// `file_read` came from gpt2::ReadGpt2File, which started at t0.
+Status GenerateAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const Gpt2Run& run, const gpt2::Vocab& vocab,
                          std::ostream& out) {
   scheduler::ModelManager& mm = *scheduler::ModelManager::Get();
   const std::string model_path = file_read.path;
   NPUFLOW_ASSIGN_OR_RETURN(
-      std::unique_ptr<scheduler::Gpt2Engine> engine,
-      scheduler::Gpt2Engine::Create(std::move(file_read), {.streams = static_cast<int>(run.prompts.size())}));
+      std::unique_ptr<gpt2::Gpt2Engine> engine,
+      gpt2::Gpt2Engine::Create(std::move(file_read), {.streams = static_cast<int>(run.prompts.size())}));
   const double create_ms = std::chrono::duration<double, std::milli>(engine->load_started() - t0).count();
-  const graph::Gpt2File& file = engine->file();
-  const graph::Gpt2HParams& hp = file.hparams;
+  const gpt2::Gpt2File& file = engine->file();
+  const gpt2::Gpt2HParams& hp = file.hparams;
   out << fmt::format("{}: GPT-2, {} layers, n_embd {}, {} heads, n_ctx {}, vocab {}, {}; {:.1f} MB of weights\n",
                      model_path, hp.n_layer, hp.n_embd, hp.n_head, hp.n_ctx, hp.n_vocab,
                      hp.weight_type() == graph::DataType::kFloat16 ? "f16" : "f32",
@@ -120,7 +121,7 @@ Status GenerateAndReport(graph::Gpt2File file_read, Clock::time_point t0, const 
   std::int64_t v_first = std::numeric_limits<std::int64_t>::max(), v_last = 0;
   double ttft = 0;
   for (std::size_t i = 0; i < gens->size(); ++i) {
-    const scheduler::Generation& g = (*gens)[i];
+    const gpt2::Generation& g = (*gens)[i];
     NPUFLOW_ASSIGN_OR_RETURN(std::string prompt_text, vocab.Detokenize(g.prompt));
     NPUFLOW_ASSIGN_OR_RETURN(std::string text, vocab.Detokenize(g.ids));
     out << fmt::format("--- stream {} ({} prompt tokens, {} generated)\n", i, g.prompt.size(), g.ids.size());
@@ -172,15 +173,15 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
     return Status::ParamInvalid("give one of --prompt TEXT or --prompt-ids \"464 2068 ...\"");
   if (args.n_predict < 0) return Status::ParamInvalid("-n {}: expected >= 0", args.n_predict);
   if (args.streams < 1 || args.streams > 64) return Status::ParamInvalid("--streams {}: expected 1..64", args.streams);
-  graph::SamplingOptions base{.greedy = args.greedy,
+  gpt2::SamplingOptions base{.greedy = args.greedy,
                              .top_k = args.top_k,
                              .top_p = static_cast<float>(args.top_p),
                              .temp = static_cast<float>(args.temp),
                              .seed = args.seed};
   NPUFLOW_RETURN_IF_ERROR(base.Validate());
   const auto t0 = Clock::now();
-  NPUFLOW_ASSIGN_OR_RETURN(graph::Gpt2File file, graph::ReadGpt2File(args.model));
-  graph::Vocab vocab(file.vocab);
+  NPUFLOW_ASSIGN_OR_RETURN(gpt2::Gpt2File file, gpt2::ReadGpt2File(args.model));
+  gpt2::Vocab vocab(file.vocab);
 
   Gpt2Run run;
   run.n_predict = args.n_predict;
@@ -192,7 +193,7 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
     given.push_back(std::move(ids));
   } else {
     for (const std::string& p : args.prompts) {
-      graph::Tokenization t = vocab.Tokenize(p);
+      gpt2::Tokenization t = vocab.Tokenize(p);
       if (!t.unknown_bytes.empty())
         out << fmt::format("note: {} byte{} of the prompt match no token and were skipped (first: 0x{:02x} at offset {})\n",
                            t.unknown_bytes.size(), t.unknown_bytes.size() == 1 ? "" : "s", t.unknown_bytes[0].byte,
@@ -203,7 +204,7 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
   }
   for (int i = 0; i < args.streams; ++i) {
     run.prompts.push_back(given[static_cast<std::size_t>(i) % given.size()]);
-    graph::SamplingOptions s = base;
+    gpt2::SamplingOptions s = base;
     s.seed = args.seed + static_cast<std::uint64_t>(i);
     run.samplings.push_back(s);
   }
@@ -215,7 +216,7 @@ Status RunMakeGpt2(const MakeGpt2Args& args, std::ostream& out) {
   if (args.output.empty()) return Status::ParamInvalid("-o: the output file is required");
   if (args.ftype != "f32" && args.ftype != "f16")
     return Status::ParamInvalid("--ftype '{}': expected f32 or f16", args.ftype);
-  graph::MakeGpt2Options o{.layers = args.layers,
+  synthetic::MakeGpt2Options o{.layers = args.layers,
                            .embd = args.embd,
                            .heads = args.heads,
                            .ctx = args.ctx,
@@ -229,13 +230,13 @@ Status RunMakeGpt2(const MakeGpt2Args& args, std::ostream& out) {
     if (!in) return Status::NotFound("--vocab-json: cannot read '{}'", args.vocab_json);
     std::stringstream text;
     text << in.rdbuf();
-    NPUFLOW_ASSIGN_OR_RETURN(o.tokens, graph::ParseEncoderJson(text.str(), args.vocab_json));
+    NPUFLOW_ASSIGN_OR_RETURN(o.tokens, gpt2::ParseEncoderJson(text.str(), args.vocab_json));
     if (static_cast<int>(o.tokens.size()) != args.vocab)
       return Status::ParamInvalid("--vocab-json '{}' has {} tokens but --vocab is {}", args.vocab_json, o.tokens.size(),
                                   args.vocab);
   }
   const auto t0 = Clock::now();
-  NPUFLOW_RETURN_IF_ERROR(graph::WriteGpt2File(args.output, o));
+  NPUFLOW_RETURN_IF_ERROR(synthetic::WriteGpt2File(args.output, o));
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   std::error_code ec;
   const auto bytes = fs::file_size(args.output, ec);
@@ -254,20 +255,20 @@ Status RunDemo(const DemoArgs& args, std::ostream& out) {
   if (ec) return Status::Failed("demo: cannot create the cache directory '{}': {}", dir.string(), ec.message());
   const fs::path model = dir / "demo-gpt2-l6-e384-h6-c512-v8192-f16.bin";
   auto t0 = Clock::now();
-  StatusOr<graph::Gpt2File> cached = graph::ReadGpt2File(model.string());
+  StatusOr<gpt2::Gpt2File> cached = gpt2::ReadGpt2File(model.string());
   if (!cached.ok()) {  // missing, or not a whole model (an older or interrupted one): made again
     out << "demo: making a small GPT-2 model (random weights, synthetic vocabulary) in " << model.string() << "\n";
     MakeGpt2Args make{.layers = 6, .embd = 384, .heads = 6, .ctx = 512, .vocab = 8192, .ftype = "f16", .seed = 2026,
                       .output = model.string()};
     NPUFLOW_RETURN_IF_ERROR(RunMakeGpt2(make, out));
     t0 = Clock::now();
-    cached = graph::ReadGpt2File(model.string());
+    cached = gpt2::ReadGpt2File(model.string());
     NPUFLOW_RETURN_IF_ERROR(cached.status());
   } else {
     out << "demo: using the model in " << model.string() << "\n";
   }
-  graph::Gpt2File file = std::move(*cached);
-  graph::Vocab vocab(file.vocab);
+  gpt2::Gpt2File file = std::move(*cached);
+  gpt2::Vocab vocab(file.vocab);
   Gpt2Run run;
   run.n_predict = args.n_predict;
   run.print_ids = true;
@@ -276,7 +277,7 @@ Status RunDemo(const DemoArgs& args, std::ostream& out) {
                                             "npuflow runs GPT-2 on a simulated NPU", "Four streams share one copy of"};
   std::uint64_t seed = 7;
   for (const std::string& p : prompts) {
-    graph::Tokenization t = vocab.Tokenize(p);
+    gpt2::Tokenization t = vocab.Tokenize(p);
     run.labels.push_back(p);
     run.prompts.push_back(std::vector<int>(t.ids.begin(), t.ids.end()));
     run.samplings.push_back({.greedy = false, .top_k = 40, .top_p = 0.9f, .temp = 0.9f, .seed = seed++});

@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "base/aes_gcm.h"
-#include "graph/model_file.h"
-#include "graph/op_registry.h"
-#include "graph/tensor_access.h"
+#include "graph/model_file/model_file.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ir/tensor_access.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
 

@@ -8,8 +8,8 @@
 
 #include <benchmark/benchmark.h>
 
-#include "graph/op_registry.h"
-#include "graph/synthetic.h"
+#include "graph/ops/op_registry.h"
+#include "synthetic/graphs.h"
 #include "lowering/compiler.h"
 
 namespace npuflow::bench {
@@ -35,9 +35,9 @@ void Time(benchmark::State& state, StatusOr<std::unique_ptr<graph::ComputeGraph>
   state.SetItemsProcessed(state.iterations() * n);
 }
 
-StatusOr<std::unique_ptr<graph::ComputeGraph>> Chain(int n) { return graph::MakeChainGraph(n); }
+StatusOr<std::unique_ptr<graph::ComputeGraph>> Chain(int n) { return synthetic::MakeChainGraph(n); }
 StatusOr<std::unique_ptr<graph::ComputeGraph>> Dag(int n) {
-  return graph::MakeRandomDag({.nodes = n, .inputs = 4, .max_fan_in = 2, .locality = 16, .seed = 42});
+  return synthetic::MakeRandomDag({.nodes = n, .inputs = 4, .max_fan_in = 2, .locality = 16, .seed = 42});
 }
 
 void BM_CompileChain10k(benchmark::State& state) { Time(state, &Chain, 10'000); }

@@ -36,8 +36,9 @@
 
 #include "base/files.h"
 #include "base/large_buffer.h"
-#include "scheduler/gpt2_engine.h"
-#include "graph/ggml_gpt2.h"
+#include "models/gpt2/engine.h"
+#include "models/gpt2/ggml_file.h"
+#include "synthetic/gpt2_file.h"
 #include "scheduler/model_manager.h"
 
 namespace npuflow::bench {
@@ -58,7 +59,7 @@ const Models& GetModels() {
   static const Models models = [] {
     Models m;
     if (!CurrentOptions().model.empty()) {
-      auto f = graph::ReadGpt2File(CurrentOptions().model);
+      auto f = gpt2::ReadGpt2File(CurrentOptions().model);
       if (!f.ok()) {
         m.error = std::string(f.status().message());
         return m;
@@ -70,8 +71,8 @@ const Models& GetModels() {
     fs::create_directories(UserCacheDirectory(), ec);
     for (bool f16 : {false, true}) {
       const std::string path = (UserCacheDirectory() / fmt::format("bench-gpt2-117m-{}.bin", f16 ? "f16" : "f32")).string();
-      if (!graph::ReadGpt2File(path).ok()) {
-        Status s = graph::WriteGpt2File(path, {.layers = 12, .embd = 768, .heads = 12, .ctx = 1024, .vocab = 50257,
+      if (!gpt2::ReadGpt2File(path).ok()) {
+        Status s = synthetic::WriteGpt2File(path, {.layers = 12, .embd = 768, .heads = 12, .ctx = 1024, .vocab = 50257,
                                                .f16 = f16, .seed = 117});
         if (!s.ok()) {
           m.error = std::string(s.message());
@@ -116,17 +117,17 @@ double ReadBandwidth(int threads) {
 
 // The bytes of weights one decode step reads: every matrix and vector once (the embeddings only
 // one row each; the tied head reads all of wte).
-double BytesPerToken(const graph::Gpt2File& f) {
+double BytesPerToken(const gpt2::Gpt2File& f) {
   double bytes = static_cast<double>(f.weight_bytes());
-  const graph::GgmlTensorInfo* wte = f.Find("model/wte");
-  const graph::GgmlTensorInfo* wpe = f.Find("model/wpe");
+  const gpt2::GgmlTensorInfo* wte = f.Find("model/wte");
+  const gpt2::GgmlTensorInfo* wpe = f.Find("model/wpe");
   if (wpe) bytes -= static_cast<double>(wpe->bytes);
   if (wte && f.has_lm_head) bytes -= static_cast<double>(wte->bytes);
   return bytes;
 }
 
 // The prompt: GPT-2's "The" (464), or the last id of a smaller vocabulary.
-int FirstToken(const graph::Gpt2File& f) { return std::min(464, f.hparams.n_vocab - 1); }
+int FirstToken(const gpt2::Gpt2File& f) { return std::min(464, f.hparams.n_vocab - 1); }
 
 Status WithRuntime(int threads, const std::function<Status()>& body) {
   return scheduler::ModelManager::RunInitialized({.chips = {"910B"}, .workers = threads}, body);
@@ -143,12 +144,12 @@ void BM_Gpt2Generate(benchmark::State& state) {
   double bytes_per_token = 0;
   for (auto _ : state) {
     Status s = WithRuntime(threads, [&]() -> Status {
-      NPUFLOW_ASSIGN_OR_RETURN(auto engine, scheduler::Gpt2Engine::Create(path, {}));
+      NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(path, {}));
       NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
       bytes_per_token = BytesPerToken(engine->file());
-      NPUFLOW_ASSIGN_OR_RETURN(scheduler::Generation g,
+      NPUFLOW_ASSIGN_OR_RETURN(gpt2::Generation g,
                                engine->Generate(0, std::vector<int>{FirstToken(engine->file())}, 64,
-                                                graph::SamplingOptions{.greedy = true}));
+                                                gpt2::SamplingOptions{.greedy = true}));
       if (g.ids.size() > 1 && g.decode_wall_ms > 0)
         rates.push_back(static_cast<double>(g.ids.size() - 1) / g.decode_wall_ms * 1e3);
       return Status::Ok();
@@ -179,7 +180,7 @@ void BM_Gpt2Load(benchmark::State& state) {
       // while the weights stream in), or after every weight has landed.
       auto first_token = [&](bool wait_first) -> StatusOr<double> {
         const auto t0 = Clock::now();
-        NPUFLOW_ASSIGN_OR_RETURN(auto engine, scheduler::Gpt2Engine::Create(path, {}));
+        NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(path, {}));
         if (wait_first) NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
         std::vector<float> logits;
         NPUFLOW_RETURN_IF_ERROR(engine->Step(0, FirstToken(engine->file()), 0, logits));
@@ -194,7 +195,7 @@ void BM_Gpt2Load(benchmark::State& state) {
       }
       // The load on its own: from the first load call until every region has landed.
       const auto t0 = Clock::now();
-      NPUFLOW_ASSIGN_OR_RETURN(auto engine, scheduler::Gpt2Engine::Create(path, {}));
+      NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(path, {}));
       NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
       const auto t1 = Clock::now();
       weight_bytes = static_cast<double>(engine->file().weight_bytes());
@@ -218,9 +219,9 @@ void BM_Gpt2PeakRss(benchmark::State& state) {
   const std::size_t which = static_cast<std::size_t>(state.range(0));
   if (which >= models.list.size()) return state.SkipWithError("no such model");
   const std::string& path = models.list[which].second;
-  auto file = graph::ReadGpt2File(path);
+  auto file = gpt2::ReadGpt2File(path);
   if (!file.ok()) return state.SkipWithError(std::string(file.status().message()).c_str());
-  const graph::Gpt2HParams& hp = file->hparams;
+  const gpt2::Gpt2HParams& hp = file->hparams;
   const double kv = 2.0 * hp.n_layer * hp.n_ctx * hp.n_embd * 4;
   // Activations: the decode step's feature map (a few vectors of n_embd, 4 n_embd and n_vocab).
   const double act = 4.0 * (8.0 * hp.n_embd + 4.0 * hp.n_embd + 2.0 * hp.n_vocab);

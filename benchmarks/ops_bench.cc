@@ -1,5 +1,5 @@
 // Op device-kernel benchmarks (`npuflow bench ops`): the f32 MatMul kernel (op.MatMul, the
-// cache-blocked GEMM of graph/matmul_kernel.h) against a naive i-j-k triple loop run in the same
+// cache-blocked GEMM of graph/kernels/matmul.h) against a naive i-j-k triple loop run in the same
 // process.
 //
 //   matmul_768x768_gflops, matmul_768x3072_gflops
@@ -30,9 +30,9 @@
 #include <benchmark/benchmark.h>
 
 #include "base/large_buffer.h"
-#include "graph/kernel_abi.h"
-#include "graph/matmul_kernel.h"
-#include "graph/op_registry.h"
+#include "graph/kernels/kernel_abi.h"
+#include "graph/kernels/matmul.h"
+#include "graph/ops/op_registry.h"
 #include "npu_sim/chip_spec.h"
 #include "npu_sim/device_memory.h"
 #include "npu_sim/runtime.h"

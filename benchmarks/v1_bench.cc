@@ -34,8 +34,8 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "graph/op_registry.h"
-#include "graph/synthetic.h"
+#include "graph/ops/op_registry.h"
+#include "synthetic/graphs.h"
 #include "lowering/compiler.h"
 #include "npu_sim/runtime.h"
 #include "scheduler/davinci_model.h"
@@ -97,13 +97,13 @@ StatusOr<std::unique_ptr<Loaded>> Load(StatusOr<std::unique_ptr<graph::ComputeGr
 }
 
 StatusOr<std::unique_ptr<Loaded>> LoadChain() {
-  return Load(graph::MakeChainGraph(kChainOps, 16), {}, 1, 1);
+  return Load(synthetic::MakeChainGraph(kChainOps, 16), {}, 1, 1);
 }
 
 StatusOr<std::unique_ptr<Loaded>> LoadDag(int streams) {
   graph::CompileOptions options;
   options.stream_mode = graph::CompileOptions::StreamMode::kSingle;
-  return Load(graph::MakeRandomDag({.nodes = kDagOps, .inputs = 4, .max_fan_in = 2, .locality = 16, .seed = 7}),
+  return Load(synthetic::MakeRandomDag({.nodes = kDagOps, .inputs = 4, .max_fan_in = 2, .locality = 16, .seed = 7}),
               options, streams, streams);
 }
 

@@ -21,7 +21,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "graph/compute_graph.h"
+#include "graph/ir/compute_graph.h"
 #include "npu_sim/runtime.h"
 #include "weights/convert.h"
 #include "weights/weight_loader.h"

@@ -1,5 +1,5 @@
 // assign-engines: every node's engine (_engine) from its op definition.
-#include "graph/op_registry.h"
+#include "graph/ops/op_registry.h"
 #include "lowering/pass.h"
 
 namespace npuflow::lowering {

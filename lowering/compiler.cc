@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "graph/op_registry.h"
-#include "graph/text_format.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ir/text_format.h"
 #include "npu_sim/chip_spec.h"
 
 namespace npuflow::lowering {

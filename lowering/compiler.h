@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "graph/compiled_model.h"
+#include "graph/model_file/compiled_model.h"
 #include "lowering/pass.h"
 
 namespace npuflow::lowering {

@@ -4,8 +4,8 @@
 // write state), nodes with control inputs and results above kMaxFoldedBytes are left alone.
 #include <fmt/format.h>
 
-#include "graph/op_registry.h"
-#include "graph/tensor_access.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ir/tensor_access.h"
 #include "lowering/graph_index.h"
 #include "lowering/pass.h"
 

@@ -1,7 +1,7 @@
 // dead-code-elimination: keeps what NetOutput needs, what updates a Variable in place (the
 // update is the point of such a node), and every Data node (the model's inputs stay its
 // signature); removes the rest.
-#include "graph/op_registry.h"
+#include "graph/ops/op_registry.h"
 #include "lowering/graph_index.h"
 #include "lowering/pass.h"
 

@@ -10,8 +10,8 @@
 #include <map>
 #include <unordered_map>
 
-#include "graph/kernel_abi.h"
-#include "graph/op_registry.h"
+#include "graph/kernels/kernel_abi.h"
+#include "graph/ops/op_registry.h"
 #include "lowering/graph_index.h"
 #include "lowering/memory_plan.h"
 #include "lowering/pass.h"

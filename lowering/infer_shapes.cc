@@ -1,5 +1,5 @@
 // infer-shapes: every node's output descriptors from its inputs', in topological order.
-#include "graph/op_registry.h"
+#include "graph/ops/op_registry.h"
 #include "lowering/graph_index.h"
 #include "lowering/pass.h"
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "base/status.h"
-#include "graph/compiled_model.h"
+#include "graph/model_file/compiled_model.h"
 
 namespace npuflow::lowering {
 

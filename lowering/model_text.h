@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "graph/compiled_model.h"
+#include "graph/model_file/compiled_model.h"
 
 namespace npuflow::lowering {
 

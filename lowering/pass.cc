@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "graph/text_format.h"
+#include "graph/ir/text_format.h"
 #include "lowering/model_text.h"
 
 namespace npuflow::lowering {

@@ -22,8 +22,8 @@
 
 #include "base/registry.h"
 #include "base/status.h"
-#include "graph/compiled_model.h"
-#include "graph/compute_graph.h"
+#include "graph/model_file/compiled_model.h"
+#include "graph/ir/compute_graph.h"
 #include "npu_sim/chip_spec.h"
 
 namespace npuflow::lowering {

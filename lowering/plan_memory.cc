@@ -24,7 +24,7 @@
 #include <map>
 #include <set>
 
-#include "graph/op_registry.h"
+#include "graph/ops/op_registry.h"
 #include "lowering/graph_index.h"
 #include "lowering/memory_plan.h"
 #include "lowering/pass.h"

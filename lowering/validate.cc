@@ -3,7 +3,7 @@
 
 #include <set>
 
-#include "graph/op_registry.h"
+#include "graph/ops/op_registry.h"
 #include "lowering/pass.h"
 
 namespace npuflow::lowering {

@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include "base/logging.h"
-#include "graph/op_registry.h"
-#include "graph/tensor_access.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ir/tensor_access.h"
 
 namespace npuflow::scheduler {
 namespace {

@@ -47,7 +47,7 @@
 
 #include "base/aes_gcm.h"
 #include "base/status.h"
-#include "graph/compiled_model.h"
+#include "graph/model_file/compiled_model.h"
 #include "npu_sim/runtime.h"
 #include "weights/external_weight_manager.h"
 

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "graph/tensor_access.h"
+#include "graph/ir/tensor_access.h"
 #include "scheduler/model_manager.h"
 
 namespace npuflow::scheduler {

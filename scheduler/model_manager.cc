@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/logging.h"
-#include "graph/model_file.h"
+#include "graph/model_file/model_file.h"
 
 namespace npuflow::scheduler {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "graph/text_format.h"
+#include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
 #include "weights/convert.h"
 #include "weights/weight_dir.h"

@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "graph/compute_graph.h"
+#include "graph/ir/compute_graph.h"
 #include "scheduler/model_actor.h"
 #include "scheduler/model_manager.h"
 #include "weights/convert.h"

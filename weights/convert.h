@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "graph/compute_graph.h"
+#include "graph/ir/compute_graph.h"
 
 namespace npuflow::weights {
 

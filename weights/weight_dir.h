@@ -6,7 +6,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "graph/compute_graph.h"
+#include "graph/ir/compute_graph.h"
 
 namespace npuflow::weights {
 

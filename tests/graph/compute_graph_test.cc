@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "graph/compute_graph.h"
-#include "graph/text_format.h"
+#include "graph/ir/compute_graph.h"
+#include "graph/ir/text_format.h"
 
 namespace npuflow::graph {
 namespace {

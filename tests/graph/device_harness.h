@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "graph/kernel_abi.h"
-#include "graph/op_registry.h"
-#include "graph/tensor_access.h"
+#include "graph/kernels/kernel_abi.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ir/tensor_access.h"
 #include "npu_sim/runtime.h"
 
 namespace npuflow::graph::testing {

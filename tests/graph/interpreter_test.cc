@@ -7,10 +7,10 @@
 
 #include "tests/graph/tensors.h"
 
-#include "graph/interpreter.h"
-#include "graph/op_registry.h"
-#include "graph/tensor_access.h"
-#include "graph/text_format.h"
+#include "graph/ops/interpreter.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ir/tensor_access.h"
+#include "graph/ir/text_format.h"
 
 namespace npuflow::graph {
 namespace {

@@ -10,8 +10,8 @@
 #include <openssl/evp.h>
 
 #include "base/aes_gcm.h"
-#include "graph/model_file.h"
-#include "graph/text_format.h"
+#include "graph/model_file/model_file.h"
+#include "graph/ir/text_format.h"
 #include "proto/model.pb.h"
 
 namespace npuflow::graph {

@@ -1,4 +1,4 @@
-// The neural-network ops (graph/ops_nn.cc, graph/kernels_nn.cc): hand-computed reference values,
+// The neural-network ops (graph/ops/nn.cc, graph/kernels/nn.cc): hand-computed reference values,
 // the device kernels against the reference on random inputs of several shapes and block_dims
 // (1, 3, 7 and the tiling's own; every block_dim must give the same bytes), f16/bf16 storage,
 // shape-inference and run-time errors, tiling, and KvCacheWrite in place.
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/half.h"
-#include "graph/op_registry.h"
+#include "graph/ir/half.h"
+#include "graph/ops/op_registry.h"
 #include "tests/graph/device_harness.h"
 
 namespace npuflow::graph {

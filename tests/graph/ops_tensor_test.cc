@@ -15,8 +15,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "graph/half.h"
-#include "graph/op_registry.h"
+#include "graph/ir/half.h"
+#include "graph/ops/op_registry.h"
 #include "tests/graph/device_harness.h"
 
 namespace npuflow::graph {

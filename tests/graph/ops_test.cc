@@ -8,8 +8,8 @@
 
 #include "tests/graph/tensors.h"
 
-#include "graph/half.h"
-#include "graph/op_registry.h"
+#include "graph/ir/half.h"
+#include "graph/ops/op_registry.h"
 
 namespace npuflow::graph {
 namespace {

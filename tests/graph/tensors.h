@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "graph/compute_graph.h"
-#include "graph/tensor_access.h"
+#include "graph/ir/compute_graph.h"
+#include "graph/ir/tensor_access.h"
 
 namespace npuflow::graph {
 

@@ -7,12 +7,12 @@
 #include <cstring>
 #include <random>
 
-#include "graph/interpreter.h"
-#include "graph/model_file.h"
-#include "graph/op_registry.h"
-#include "graph/synthetic.h"
-#include "graph/tensor_access.h"
-#include "graph/text_format.h"
+#include "graph/ops/interpreter.h"
+#include "graph/model_file/model_file.h"
+#include "graph/ops/op_registry.h"
+#include "synthetic/graphs.h"
+#include "graph/ir/tensor_access.h"
+#include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
 #include "npu_sim/runtime.h"
 
@@ -132,7 +132,7 @@ TEST(Execute, RandomDagsMatchTheInterpreter) {
   graph::RegisterBuiltinOps();
   for (std::uint64_t seed = 1; seed <= 12; ++seed) {
     for (auto mode : {CompileOptions::StreamMode::kSingle, CompileOptions::StreamMode::kMulti}) {
-      auto g = graph::MakeRandomDag({.nodes = 40, .inputs = 2, .max_fan_in = 2, .locality = 5, .seed = seed});
+      auto g = synthetic::MakeRandomDag({.nodes = 40, .inputs = 2, .max_fan_in = 2, .locality = 5, .seed = seed});
       ASSERT_TRUE(g.ok());
       CompileOptions options;
       options.stream_mode = mode;

@@ -2,9 +2,9 @@
 // and multi-stream modes; and the verifier catching a plan that is wrong.
 #include <gtest/gtest.h>
 
-#include "graph/op_registry.h"
-#include "graph/synthetic.h"
-#include "graph/text_format.h"
+#include "graph/ops/op_registry.h"
+#include "synthetic/graphs.h"
+#include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
 #include "lowering/memory_plan.h"
 
@@ -30,8 +30,8 @@ TEST(MemoryPlan, RandomDagsNeverShareBytesBetweenOverlappingLifetimes) {
   int compiled = 0;
   for (const Case& c : cases) {
     for (std::uint64_t seed = 1; seed <= 25; ++seed) {
-      graph::RandomDagOptions dag{.nodes = c.nodes, .inputs = 2, .max_fan_in = c.max_fan_in, .locality = 6, .seed = seed};
-      auto g = graph::MakeRandomDag(dag);
+      synthetic::RandomDagOptions dag{.nodes = c.nodes, .inputs = 2, .max_fan_in = c.max_fan_in, .locality = 6, .seed = seed};
+      auto g = synthetic::MakeRandomDag(dag);
       ASSERT_TRUE(g.ok()) << g.status();
       CompileOptions options;
       options.stream_mode = c.mode;
@@ -55,7 +55,7 @@ TEST(MemoryPlan, RandomDagsNeverShareBytesBetweenOverlappingLifetimes) {
 
 TEST(MemoryPlan, VerifierCatchesSharedBytesOnParallelStreams) {
   graph::RegisterBuiltinOps();
-  auto g = graph::MakeRandomDag({.nodes = 30, .inputs = 1, .max_fan_in = 2, .locality = 4, .seed = 7});
+  auto g = synthetic::MakeRandomDag({.nodes = 30, .inputs = 1, .max_fan_in = 2, .locality = 4, .seed = 7});
   ASSERT_TRUE(g.ok());
   auto model = CompileV1(std::move(*g), {});
   ASSERT_TRUE(model.ok()) << model.status();
@@ -90,7 +90,7 @@ TEST(MemoryPlan, VerifierCatchesSharedBytesOnParallelStreams) {
 TEST(MemoryPlan, LongChainsVerifyInLinearTime) {
   // 20,000 tensors alternate between two offsets: pairwise checking would be 10^8 comparisons.
   graph::RegisterBuiltinOps();
-  auto g = graph::MakeChainGraph(20'000);
+  auto g = synthetic::MakeChainGraph(20'000);
   ASSERT_TRUE(g.ok());
   auto model = CompileV1(std::move(*g), {});
   ASSERT_TRUE(model.ok()) << model.status();
@@ -131,7 +131,7 @@ TEST(MemoryPlan, InPlaceWritesWaitForReadersOnOtherStreams) {
 
 TEST(MemoryPlan, VerifierCatchesAMissingEvent) {
   graph::RegisterBuiltinOps();
-  auto g = graph::MakeRandomDag({.nodes = 40, .inputs = 1, .max_fan_in = 2, .locality = 4, .seed = 3});
+  auto g = synthetic::MakeRandomDag({.nodes = 40, .inputs = 1, .max_fan_in = 2, .locality = 4, .seed = 3});
   ASSERT_TRUE(g.ok());
   auto model = CompileV1(std::move(*g), {});
   ASSERT_TRUE(model.ok()) << model.status();

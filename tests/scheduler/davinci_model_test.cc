@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/tensor_access.h"
+#include "graph/ir/tensor_access.h"
 #include "lowering/compiler.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"

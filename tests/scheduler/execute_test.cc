@@ -21,11 +21,11 @@
 
 #include <fmt/format.h>
 
-#include "graph/interpreter.h"
-#include "graph/model_file.h"
-#include "graph/synthetic.h"
-#include "graph/tensor_access.h"
-#include "graph/text_format.h"
+#include "graph/ops/interpreter.h"
+#include "graph/model_file/model_file.h"
+#include "synthetic/graphs.h"
+#include "graph/ir/tensor_access.h"
+#include "graph/ir/text_format.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
@@ -320,7 +320,7 @@ class SchedulerExecute : public test::ModelManagerTest {
 TEST_F(SchedulerExecute, ChainSingleAndMultiStream) {
   for (const char* single : {"true", "false"}) {
     ExpectMatchesInterpreter({.name = fmt::format("chain, enableSingleStream={}", single),
-                              .make = [] { return graph::MakeChainGraph(12, 256); },
+                              .make = [] { return synthetic::MakeChainGraph(12, 256); },
                               .options = {{"ge.enableSingleStream", single}}});
   }
 }
@@ -348,7 +348,7 @@ TEST_F(SchedulerExecute, RandomDags) {
     ExpectMatchesInterpreter(
         {.name = fmt::format("random dag seed {}", seed),
          .make = [seed] {
-           return graph::MakeRandomDag({.nodes = 30, .inputs = 2, .max_fan_in = 2, .locality = 5, .seed = seed});
+           return synthetic::MakeRandomDag({.nodes = 30, .inputs = 2, .max_fan_in = 2, .locality = 5, .seed = seed});
          },
          .options = {{"ge.enableSingleStream", seed == 4 ? "true" : "false"},
                      {"ge.streamMaxParallelNum", std::to_string(1 + seed % 4)}}});

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "base/aes_gcm.h"
-#include "graph/interpreter.h"
-#include "graph/model_file.h"
+#include "graph/ops/interpreter.h"
+#include "graph/model_file/model_file.h"
 #include "scheduler_testing.h"
 #include "weights/convert.h"
 #include "weights/weight_dir.h"

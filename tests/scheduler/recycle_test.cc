@@ -24,8 +24,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "graph/tensor_access.h"
-#include "graph/text_format.h"
+#include "graph/ir/tensor_access.h"
+#include "graph/ir/text_format.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"

@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "graph/tensor_access.h"
-#include "graph/text_format.h"
+#include "graph/ir/tensor_access.h"
+#include "graph/ir/text_format.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_actor.h"
 #include "scheduler/model_manager.h"

@@ -21,9 +21,9 @@
 
 #include <fmt/format.h>
 
-#include "graph/op_registry.h"
-#include "graph/tensor_access.h"
-#include "graph/text_format.h"
+#include "graph/ops/op_registry.h"
+#include "graph/ir/tensor_access.h"
+#include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_actor.h"

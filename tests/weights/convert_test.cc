@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/sha256.h"
-#include "graph/compiled_model.h"
-#include "graph/op_registry.h"
+#include "graph/model_file/compiled_model.h"
+#include "graph/ops/op_registry.h"
 #include "lowering/compiler.h"
 #include "lowering/memory_plan.h"
 #include "tests/graph/tensors.h"

@@ -1,0 +1,46 @@
+#include "graph/kernels/kernel_abi.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace npuflow::graph {
+
+StatusOr<OpKernelView> OpKernelView::Open(const npu_sim::KernelContext& ctx) {
+  OpKernelView v;
+  v.ctx_ = &ctx;
+  if (ctx.arg_count() < 2) return Status::ParamInvalid("op kernel: {} arguments, expected at least 2", ctx.arg_count());
+  // The header first, then as many tensors as it names.
+  const npu_sim::DevicePtr at = ctx.ptr(ctx.arg_count() - 1);
+  constexpr std::size_t kHeader = offsetof(KernelParams, tensors);
+  npu_sim::DeviceMemory::Mapping m;
+  NPUFLOW_ASSIGN_OR_RETURN(m, ctx.memory().Map(at, kHeader));
+  std::memcpy(static_cast<void*>(&v.params_), m.data(), kHeader);
+  const KernelParams& p = v.params_;
+  if (p.num_inputs + p.num_outputs > static_cast<std::uint32_t>(kMaxKernelTensors))
+    return Status::DataCorrupted("op kernel params: {} tensors, at most {}", p.num_inputs + p.num_outputs,
+                                 kMaxKernelTensors);
+  NPUFLOW_ASSIGN_OR_RETURN(m, ctx.memory().Map(at, KernelParamsBytes(p)));
+  std::memcpy(static_cast<void*>(&v.params_), m.data(), KernelParamsBytes(p));
+  if (ctx.arg_count() != p.num_inputs + p.num_outputs + 2)
+    return Status::ParamInvalid("op kernel: {} arguments, params say {} inputs and {} outputs (+ workspace, params)",
+                                ctx.arg_count(), p.num_inputs, p.num_outputs);
+  for (std::uint32_t i = 0; i < p.num_inputs + p.num_outputs; ++i) {
+    const KernelTensor& t = p.tensors[i];
+    if (t.rank > static_cast<std::uint32_t>(kMaxKernelRank) || t.dtype > static_cast<std::uint32_t>(DataType::kBool))
+      return Status::DataCorrupted("op kernel params: tensor {} has rank {} / dtype {}", i, t.rank, t.dtype);
+    for (std::uint32_t d = 0; d < t.rank; ++d)
+      if (t.dims[d] < 0) return Status::DataCorrupted("op kernel params: tensor {} dim {} is {}", i, d, t.dims[d]);
+  }
+  return v;
+}
+
+npu_sim::VTime BlockCost(const npu_sim::ChipSpec& chip, double bytes, double flops) {
+  const double by_bw = bytes / (chip.hbm_bandwidth_gbps / std::max(chip.aicore_count, 1));
+  const double by_flops = flops / std::max(chip.aicore_gflops, 1e-9);
+  return 20 + static_cast<npu_sim::VTime>(std::max(by_bw, by_flops));
+}
+
+std::string DeviceKernelName(std::string_view op_type) { return "op." + std::string(op_type); }
+
+}  // namespace npuflow::graph

@@ -1,0 +1,130 @@
+// The contract between compiled tasks and op device kernels (npu_sim kernels named "op.<Type>").
+//
+// A kernel task's arguments are device words, in this order:
+//   [input 0 .. input n-1, output 0 .. output m-1, workspace (0: none), params]
+// `params` points at a KernelParams in device memory: the tensors' dtypes and shapes and the op's
+// own scalars. gen-tasks writes one per kernel into the model's tiling-data segment at compile
+// time; the tiling sink writes it on the device (AICPU tiling task) when shapes or tiling depend
+// on values only known at run time. A kernel never learns shapes any other way.
+//
+// Block split: block `block_idx` of `block_dim` does its share of the work (BlockRange), so any
+// block_dim >= 1 gives the same result; block_dim and tiling_key come from the op's host tiling.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "graph/ir/types.h"
+#include "npu_sim/chip_spec.h"
+#include "npu_sim/kernel.h"
+
+namespace npuflow::graph {
+
+inline constexpr int kMaxKernelRank = 8;
+inline constexpr int kMaxKernelTensors = 16;  // inputs + outputs of one kernel
+inline constexpr int kKernelInts = 8;
+inline constexpr int kKernelFloats = 4;
+
+struct KernelTensor {
+  std::uint32_t dtype = 0;  // a DataType
+  std::uint32_t rank = 0;
+  std::int64_t dims[kMaxKernelRank] = {};
+
+  DataType data_type() const { return static_cast<DataType>(dtype); }
+  std::int64_t num_elements() const {
+    std::int64_t n = 1;
+    for (std::uint32_t i = 0; i < rank; ++i) n *= dims[i];
+    return n;
+  }
+  std::uint64_t bytes() const { return static_cast<std::uint64_t>(num_elements()) * DataTypeSize(data_type()); }
+  // dims[i] counted from the back for negative i (-1: the last).
+  std::int64_t dim(int i) const { return dims[i < 0 ? static_cast<int>(rank) + i : i]; }
+};
+
+// In device memory only the used prefix is stored: everything before `tensors`, then
+// num_inputs + num_outputs tensors (KernelParamsBytes).
+struct KernelParams {
+  std::uint32_t num_inputs = 0;
+  std::uint32_t num_outputs = 0;
+  std::int64_t ints[kKernelInts] = {};      // op-specific (axis, transpose flags, ...): see each op
+  float floats[kKernelFloats] = {};         // op-specific (epsilon, scale, ...)
+  KernelTensor tensors[kMaxKernelTensors];  // inputs, then outputs
+
+  const KernelTensor& input(std::uint32_t i) const { return tensors[i]; }
+  const KernelTensor& output(std::uint32_t i) const { return tensors[num_inputs + i]; }
+};
+static_assert(std::is_trivially_copyable_v<KernelParams>);
+
+// The bytes of `p` a kernel reads: the header and its used tensors.
+inline std::size_t KernelParamsBytes(const KernelParams& p) {
+  const std::size_t used = std::min<std::size_t>(p.num_inputs + p.num_outputs, kMaxKernelTensors);
+  return offsetof(KernelParams, tensors) + used * sizeof(KernelTensor);
+}
+
+// [begin, end) of `n` work items that block `idx` of `dim` owns; contiguous, balanced.
+inline std::pair<std::int64_t, std::int64_t> BlockRange(std::int64_t n, std::uint32_t idx, std::uint32_t dim) {
+  const std::int64_t per = n / dim, extra = n % dim;
+  const std::int64_t i = idx;
+  const std::int64_t begin = i * per + std::min(i, extra);
+  return {begin, begin + per + (i < extra ? 1 : 0)};
+}
+
+// What an op device kernel sees: the params, and bounds-checked views of its tensors. Mappings
+// stay valid while the view lives.
+class OpKernelView {
+ public:
+  // Reads the params (the last argument) and checks the argument count against them.
+  static StatusOr<OpKernelView> Open(const npu_sim::KernelContext& ctx);
+
+  const KernelParams& params() const { return params_; }
+  std::uint32_t block_idx() const { return ctx_->block_idx(); }
+  std::uint32_t block_dim() const { return ctx_->block_dim(); }
+  std::uint64_t tiling_key() const { return ctx_->tiling_key(); }
+
+  // The whole of input / output i as T (T must match the tensor's element size).
+  template <typename T>
+  StatusOr<std::span<T>> Input(std::uint32_t i) { return Map<T>(i, params_.input(i)); }
+  template <typename T>
+  StatusOr<std::span<T>> Output(std::uint32_t i) { return Map<T>(params_.num_inputs + i, params_.output(i)); }
+  // Raw device word of an argument (to tell whether an output aliases an input).
+  std::uint64_t arg(std::uint32_t i) const { return ctx_->scalar(i); }
+  std::uint64_t input_addr(std::uint32_t i) const { return ctx_->scalar(i); }
+  std::uint64_t output_addr(std::uint32_t i) const { return ctx_->scalar(params_.num_inputs + i); }
+
+ private:
+  template <typename T>
+  StatusOr<std::span<T>> Map(std::uint32_t arg, const KernelTensor& t) {
+    if (sizeof(T) != DataTypeSize(t.data_type()))
+      return Status::Internal("kernel argument {}: element size {} does not match {}", arg, sizeof(T),
+                              DataTypeName(t.data_type()));
+    const std::uint64_t n = static_cast<std::uint64_t>(t.num_elements());
+    if (n == 0) return std::span<T>();
+    if (num_maps_ == maps_.size())
+      return Status::Internal("kernel argument {}: more than {} mappings in one kernel view", arg, maps_.size());
+    NPUFLOW_ASSIGN_OR_RETURN(auto span, ctx_->Buffer<T>(arg, n, maps_[num_maps_]));
+    ++num_maps_;
+    return span;
+  }
+
+  const npu_sim::KernelContext* ctx_ = nullptr;
+  KernelParams params_;
+  // Held in place (a view is opened for every block: no allocation there).
+  std::array<npu_sim::DeviceMemory::Mapping, 2 * kMaxKernelTensors> maps_;
+  std::size_t num_maps_ = 0;
+};
+
+// Virtual duration of one block that moves `bytes` to and from HBM and does `flops` on one core
+// (roofline: the slower of the two, plus a fixed start cost).
+npu_sim::VTime BlockCost(const npu_sim::ChipSpec& chip, double bytes, double flops);
+
+// The device kernel name of an op type: "op.<Type>".
+std::string DeviceKernelName(std::string_view op_type);
+
+}  // namespace npuflow::graph

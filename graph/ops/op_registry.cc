@@ -1,0 +1,111 @@
+#include "graph/ops/op_registry.h"
+
+#include "graph/kernels/device_kernels.h"
+#include "graph/ops/op_library.h"
+#include "npu_sim/builtin_kernels.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace npuflow::graph {
+
+std::string_view OpEngineName(OpEngine engine) {
+  switch (engine) {
+    case OpEngine::kAICore: return "AICore";
+    case OpEngine::kAICpu: return "AICPU";
+    case OpEngine::kHostLocal: return "host";
+  }
+  return "unknown";
+}
+
+void RegisterBuiltinOps() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    OpRegistry& r = OpRegistry::Global();
+    RegisterElementwiseOps(r);
+    RegisterTensorOps(r);
+    RegisterNnOps(r);
+    npu_sim::RegisterBuiltinKernels();
+    RegisterElementwiseKernels();
+    RegisterTensorKernels();
+    RegisterNnKernels();
+  });
+}
+
+OpRegistry& OpRegistry::Global() {
+  static OpRegistry registry;
+  return registry;
+}
+
+StatusOr<const OpDef*> OpRegistry::Find(std::string_view type) const {
+  if (const OpDef* def = defs_.Find(type)) return def;
+  return Status::NotFound("unknown op type '{}'", type);
+}
+
+Status InferOutputs(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                    std::vector<TensorDesc>& outputs) {
+  const int n = static_cast<int>(inputs.size());
+  if (n < def.min_inputs || (def.max_inputs >= 0 && n > def.max_inputs)) {
+    if (def.max_inputs < 0)
+      return Status::ParamInvalid("node '{}' ({}): {} inputs, expected at least {}", op.name(), def.type, n,
+                                  def.min_inputs);
+    if (def.min_inputs == def.max_inputs)
+      return Status::ParamInvalid("node '{}' ({}): {} inputs, expected {}", op.name(), def.type, n, def.min_inputs);
+    return Status::ParamInvalid("node '{}' ({}): {} inputs, expected {} to {}", op.name(), def.type, n, def.min_inputs,
+                                def.max_inputs);
+  }
+  for (const std::string& attr : def.required_attrs)
+    if (!op.HasAttr(attr))
+      return Status::ParamInvalid("node '{}' ({}): missing attribute '{}'", op.name(), def.type, attr);
+  if (def.infer == nullptr) return Status::Internal("op {} has no shape inference", def.type);
+  outputs.clear();
+  return def.infer(op, inputs, outputs);
+}
+
+StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b, std::string_view node) {
+  const std::size_t rank = std::max(a.rank(), b.rank());
+  std::vector<Dim> out(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    // Align from the right.
+    const Dim* da = i + a.rank() >= rank ? &a.dim(i + a.rank() - rank) : nullptr;
+    const Dim* db = i + b.rank() >= rank ? &b.dim(i + b.rank() - rank) : nullptr;
+    if (!da) { out[i] = *db; continue; }
+    if (!db) { out[i] = *da; continue; }
+    if (*da == *db) { out[i] = *da; continue; }
+    if (da->is_static() && da->size == 1) { out[i] = *db; continue; }
+    if (db->is_static() && db->size == 1) { out[i] = *da; continue; }
+    if (!da->is_static() && db->is_static()) { out[i] = *db; continue; }
+    if (da->is_static() && !db->is_static()) { out[i] = *da; continue; }
+    return Status::ParamInvalid("node '{}': shapes {} and {} do not broadcast", node, a.ToString(), b.ToString());
+  }
+  return Shape(std::move(out));
+}
+
+StatusOr<KernelParams> EncodeKernelParams(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                                          const std::vector<TensorDesc>& outputs) {
+  KernelParams p;
+  if (inputs.size() + outputs.size() > static_cast<std::size_t>(kMaxKernelTensors))
+    return Status::ParamInvalid("node '{}' ({}): {} inputs and outputs, a device kernel takes at most {}", op.name(),
+                                op.type(), inputs.size() + outputs.size(), kMaxKernelTensors);
+  p.num_inputs = static_cast<std::uint32_t>(inputs.size());
+  p.num_outputs = static_cast<std::uint32_t>(outputs.size());
+  std::size_t k = 0;
+  for (const auto* list : {&inputs, &outputs}) {
+    for (const TensorDesc& d : *list) {
+      if (!d.shape.is_static())
+        return Status::ParamInvalid("node '{}' ({}): kernel params need static shapes, got {}", op.name(), op.type(),
+                                    d.ToString());
+      if (d.shape.rank() > static_cast<std::size_t>(kMaxKernelRank))
+        return Status::ParamInvalid("node '{}' ({}): rank {} above the device kernel limit {}", op.name(), op.type(),
+                                    d.shape.rank(), kMaxKernelRank);
+      KernelTensor& t = p.tensors[k++];
+      t.dtype = static_cast<std::uint32_t>(d.dtype);
+      t.rank = static_cast<std::uint32_t>(d.shape.rank());
+      for (std::size_t i = 0; i < d.shape.rank(); ++i) t.dims[i] = d.shape.dim(i).size;
+    }
+  }
+  if (def.params != nullptr) NPUFLOW_RETURN_IF_ERROR(def.params(op, inputs, p));
+  return p;
+}
+
+}  // namespace npuflow::graph

@@ -1,0 +1,112 @@
+// The op library's registry: what each op type declares.
+//
+// An op declares its inputs, shape inference (static, and symbolic for dynamic dims), its engine,
+// a host tiling function (block_dim, tiling_key, workspace), which inputs' *values* its tiling
+// depends on, whether it can tile on AICPU, a reference CPU kernel (the oracle every runtime is
+// compared against), and the npu_sim device kernel that runs it on the simulated device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/registry.h"
+#include "base/status.h"
+#include "graph/ir/compute_graph.h"
+#include "graph/kernels/kernel_abi.h"
+#include "graph/ir/types.h"
+
+namespace npuflow::graph {
+
+enum class OpEngine : std::uint8_t { kAICore, kAICpu, kHostLocal };
+std::string_view OpEngineName(OpEngine engine);
+
+struct TilingInfo {
+  std::uint32_t block_dim = 1;
+  std::uint64_t tiling_key = 0;
+  std::uint64_t workspace_bytes = 0;
+};
+
+struct OpDef {
+  std::string type;
+  int min_inputs = 0;
+  int max_inputs = 0;  // -1: any number
+  std::vector<std::string> required_attrs;
+  OpEngine engine = OpEngine::kAICore;
+
+  // Output descriptors from input descriptors. Errors name the node (op.name()) and the shapes.
+  using InferFn = Status (*)(const OpDesc& op, const std::vector<TensorDesc>& inputs, std::vector<TensorDesc>& outputs);
+  InferFn infer = nullptr;
+
+  // The reference CPU kernel: outputs (already sized by `infer` for the inputs' shapes) from
+  // inputs. f16 and bf16 are storage types: arithmetic accumulates in f32.
+  using ReferenceFn = Status (*)(const OpDesc& op, const std::vector<const Tensor*>& inputs,
+                                 std::vector<Tensor>& outputs);
+  ReferenceFn reference = nullptr;
+
+  // Host tiling for static input shapes; `depend_values` holds the values of the
+  // tiling-depend inputs (in `tiling_depend_inputs` order), empty when they are not known.
+  using TilingFn = StatusOr<TilingInfo> (*)(const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                                            const std::vector<const Tensor*>& depend_values, int core_count);
+  TilingFn tiling = nullptr;
+  std::vector<int> tiling_depend_inputs;
+  bool tiling_on_aicpu = false;
+
+  // Fills the op-specific scalars of the device kernel's KernelParams (ints / floats; see
+  // graph/kernels/kernel_abi.h). Tensors are filled by EncodeKernelParams. Null: the op has none.
+  using ParamsFn = Status (*)(const OpDesc& op, const std::vector<TensorDesc>& inputs, KernelParams& params);
+  ParamsFn params = nullptr;
+
+  // The npu_sim kernel that runs this op on the device (DeviceKernelName(type), registered in
+  // npu_sim's KernelRegistry); empty for host-local ops.
+  std::string device_kernel;
+
+  // Output i may be written in place over input inplace[i] (-1: never). The memory planner gives
+  // both the same bytes when the input has no other consumer; the device kernel then skips the
+  // copy (Reshape is then a view).
+  std::vector<int> inplace;
+  // The op writes its in-place input rather than only viewing it: over a Variable that is an
+  // update, which dead-code elimination keeps, the memory plan makes in the Variable's own bytes
+  // and the interpreter persists (KvCacheWrite).
+  bool updates_inplace_input = false;
+  // A collective communication (HCCL-like) op. A model holding one is never unloaded to free
+  // device resources for another (seed 002, 3.5.1): that would break the communication group.
+  bool communication = false;
+};
+
+// Process-wide, filled at start-up by RegisterBuiltinOps; lookups are thread-safe afterwards.
+// Registering a type again replaces it (the last registration wins).
+class OpRegistry {
+ public:
+  static OpRegistry& Global();
+  void Register(OpDef def) { defs_.Register(std::move(def)); }
+  // An unknown type is a NotFound naming it.
+  StatusOr<const OpDef*> Find(std::string_view type) const;
+  std::vector<std::string> Types() const { return defs_.Names(); }
+
+ private:
+  NamedRegistry<OpDef, &OpDef::type> defs_;
+};
+
+// Registers the ops npuflow ships (idempotent).
+void RegisterBuiltinOps();
+
+// Runs `def.infer` after checking the input count and required attributes; every error names the
+// node.
+Status InferOutputs(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                    std::vector<TensorDesc>& outputs);
+
+// NumPy broadcasting of two shapes, with symbolic dims: equal dims (same size or same symbol)
+// stay, a static 1 yields to the other, a symbol against a static size n > 1 becomes n (checked at
+// run time). Anything else is a ParamInvalid naming the node and both shapes.
+StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b, std::string_view node);
+
+// The KernelParams of a static-shape launch: tensors from the descriptors, then the op's own
+// ParamsFn (if any) for ints/floats. A dynamic shape, a rank above kMaxKernelRank or more than
+// kMaxKernelTensors tensors is a ParamInvalid naming the node.
+StatusOr<KernelParams> EncodeKernelParams(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                                          const std::vector<TensorDesc>& outputs);
+
+}  // namespace npuflow::graph

@@ -1,0 +1,26 @@
+// The GPT-2 decode step as a ComputeGraph, built from the op library: the importer of a ggml file.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "graph/ir/compute_graph.h"
+#include "models/gpt2/ggml_file.h"
+
+namespace npuflow::gpt2 {
+
+struct Gpt2GraphOptions {
+  std::string name = "gpt2";
+};
+// The decode step as a ComputeGraph: one token at position n_past, static shapes.
+//   inputs  token i32[1], pos i32[1] (n_past), len i32[1] (n_past + 1)
+//   output  logits f32[1, n_vocab]
+// Weights are FileConstants whose location, offset and length point into the ggml file itself
+// (absolute path); the KV cache is one Variable pair per layer, f32 [n_head, n_ctx, head_dim],
+// written with KvCacheWrite and read by Attention (n_layer * n_ctx * n_embd floats each for K and
+// V, as ggml sizes memory_k / memory_v).
+StatusOr<std::unique_ptr<graph::ComputeGraph>> BuildGpt2DecodeGraph(const Gpt2File& file,
+                                                             const Gpt2GraphOptions& options = {});
+
+}  // namespace npuflow::gpt2

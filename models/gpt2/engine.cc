@@ -1,0 +1,173 @@
+#include "models/gpt2/engine.h"
+#include "models/gpt2/decode_graph.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "graph/ops/op_registry.h"
+#include "scheduler/model_manager.h"
+
+namespace npuflow::gpt2 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+graph::Tensor I32Scalar(std::int32_t v) {
+  graph::Tensor t;
+  t.desc = graph::TensorDesc{graph::DataType::kInt32, graph::Shape{1}};
+  t.data.resize(sizeof(v));
+  std::memcpy(t.data.data(), &v, sizeof(v));
+  return t;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(const std::string& model_path, const EngineOptions& options) {
+  NPUFLOW_ASSIGN_OR_RETURN(Gpt2File file, ReadGpt2File(model_path));
+  return Create(std::move(file), options);
+}
+
+StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(Gpt2File file, const EngineOptions& options) {
+  if (options.streams < 1 || options.streams > 64)
+    return Status::ParamInvalid("streams {}: expected 1..64", options.streams);
+  if (scheduler::ModelManager::Get() == nullptr)
+    return Status::Failed("Gpt2Engine: ModelManager::Initialize has not been called");
+  graph::RegisterBuiltinOps();
+  std::unique_ptr<Gpt2Engine> engine(new Gpt2Engine());
+  engine->file_ = std::move(file);
+  const std::string& model_path = engine->file_.path;
+  NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> g, BuildGpt2DecodeGraph(engine->file_));
+  NPUFLOW_ASSIGN_OR_RETURN(engine->session_, scheduler::Session::Create(options.session_options));
+  scheduler::Session& s = *engine->session_;
+  NPUFLOW_RETURN_IF_ERROR(s.AddGraph(1, std::move(g)));
+  NPUFLOW_RETURN_IF_ERROR(s.BuildGraph(1).WithContext(model_path));
+  engine->graph_ids_.push_back(1);
+  for (int i = 1; i < options.streams; ++i) {
+    const auto id = static_cast<std::uint32_t>(i + 1);
+    NPUFLOW_RETURN_IF_ERROR(s.ForkGraph(1, id));
+    engine->graph_ids_.push_back(id);
+  }
+  // Loading starts the weight streaming; the loads do not wait for it.
+  engine->load_started_ = Clock::now();
+  for (std::uint32_t id : engine->graph_ids_) NPUFLOW_RETURN_IF_ERROR(s.LoadGraph(id).WithContext(model_path));
+  return engine;
+}
+
+Gpt2Engine::~Gpt2Engine() {
+  if (session_) (void)session_->Finalize();
+}
+
+Status Gpt2Engine::WaitForWeights() {
+  for (std::uint32_t id : graph_ids_) {
+    NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<scheduler::DavinciModel> m, session_->GetLoadedModel(id));
+    NPUFLOW_RETURN_IF_ERROR(m->WaitForWeights());
+  }
+  return Status::Ok();
+}
+
+Status Gpt2Engine::Step(int stream, int token, int n_past, std::vector<float>& logits) {
+  const Gpt2HParams& hp = file_.hparams;
+  if (stream < 0 || stream >= streams())
+    return Status::ParamInvalid("stream {}: the engine has streams 0..{}", stream, streams() - 1);
+  if (token < 0 || token >= hp.n_vocab)
+    return Status::ParamInvalid("token id {} is outside the vocabulary (0..{})", token, hp.n_vocab - 1);
+  if (n_past < 0 || n_past >= hp.n_ctx)
+    return Status::ParamInvalid("position {} is outside the context (0..{})", n_past, hp.n_ctx - 1);
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<graph::Tensor> out,
+                           session_->RunGraph(graph_id(stream), {I32Scalar(token), I32Scalar(n_past), I32Scalar(n_past + 1)}));
+  if (out.size() != 1 || out[0].data.size() != static_cast<std::size_t>(hp.n_vocab) * sizeof(float))
+    return Status::Failed("the decode step returned {} outputs, expected logits f32[1, {}]", out.size(), hp.n_vocab);
+  logits.resize(static_cast<std::size_t>(hp.n_vocab));
+  std::memcpy(logits.data(), out[0].data.data(), out[0].data.size());
+  return Status::Ok();
+}
+
+StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> prompt, int n_predict,
+                                          const SamplingOptions& sampling, const TokenCallback& on_token) {
+  if (prompt.empty()) return Status::ParamInvalid("the prompt is empty: give at least one token");
+  if (n_predict < 0) return Status::ParamInvalid("n_predict {}: expected >= 0", n_predict);
+  const int n_ctx = file_.hparams.n_ctx;
+  if (static_cast<int>(prompt.size()) > n_ctx)
+    return Status::ParamInvalid("the prompt has {} tokens; the model's context holds {}", prompt.size(), n_ctx);
+  NPUFLOW_RETURN_IF_ERROR(sampling.Validate());
+  Sampler sampler(sampling);
+  npu_sim::Runtime& rt = scheduler::ModelManager::Get()->runtime();
+
+  Generation g;
+  g.prompt.assign(prompt.begin(), prompt.end());
+  std::vector<float> logits;
+  const auto t0 = Clock::now();
+  g.started = t0;
+  const npu_sim::VTime v0 = rt.HostClock();
+  Clock::time_point t_first;
+  npu_sim::VTime v_first = v0;
+  int n_past = 0;
+  int token = prompt[0];
+  std::size_t next_prompt = 1;
+  while (true) {
+    NPUFLOW_RETURN_IF_ERROR(Step(stream, token, n_past, logits).WithContext(fmt::format("stream {} step {}", stream, n_past)));
+    ++n_past;
+    ++g.steps;
+    if (next_prompt < prompt.size()) {
+      token = prompt[next_prompt++];
+      continue;
+    }
+    if (n_predict == 0) break;
+    NPUFLOW_ASSIGN_OR_RETURN(token, sampler.Sample(logits));
+    g.ids.push_back(token);
+    if (g.ids.size() == 1) {
+      t_first = Clock::now();
+      v_first = rt.HostClock();
+      g.first_token_ms = MsSince(t0);
+      g.first_token_at = t_first;
+      g.virtual_first_token_at = static_cast<std::int64_t>(v_first);
+    }
+    if (on_token && !on_token(stream, token)) break;
+    if (static_cast<int>(g.ids.size()) >= n_predict || n_past >= n_ctx) break;
+  }
+  g.finished = Clock::now();
+  g.wall_ms = MsSince(t0);
+  const npu_sim::VTime v_end = rt.HostClock();
+  g.virtual_finished = static_cast<std::int64_t>(v_end);
+  g.virtual_ms = static_cast<double>(v_end - v0) / 1e6;
+  if (!g.ids.empty()) {
+    g.decode_wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_first).count();
+    g.decode_virtual_ms = static_cast<double>(v_end - v_first) / 1e6;
+  }
+  return g;
+}
+
+StatusOr<std::vector<Generation>> Gpt2Engine::GenerateConcurrently(const std::vector<std::vector<int>>& prompts,
+                                                                   int n_predict,
+                                                                   const std::vector<SamplingOptions>& samplings,
+                                                                   const TokenCallback& on_token) {
+  if (prompts.empty()) return Status::ParamInvalid("no prompts given");
+  if (static_cast<int>(prompts.size()) > streams())
+    return Status::ParamInvalid("{} prompts but the engine has {} streams", prompts.size(), streams());
+  if (samplings.size() != 1 && samplings.size() != prompts.size())
+    return Status::ParamInvalid("{} sampling settings for {} prompts: give one, or one per prompt", samplings.size(),
+                                prompts.size());
+  std::vector<StatusOr<Generation>> results(prompts.size(), Status::Failed("not run"));
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] {
+      results[i] = Generate(static_cast<int>(i), prompts[i], n_predict, samplings.size() == 1 ? samplings[0] : samplings[i],
+                            on_token);
+    });
+  for (std::thread& t : threads) t.join();
+  std::vector<Generation> out;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) return results[i].status().WithContext(fmt::format("generation {}", i));
+    out.push_back(std::move(*results[i]));
+  }
+  return out;
+}
+
+}  // namespace npuflow::gpt2

@@ -1,0 +1,99 @@
+// Gpt2Engine: a GPT-2 ggml model file compiled once and loaded on K streams of one device, for
+// K generations at a time.
+//
+//   scheduler::ModelManager::Initialize({...});
+//   auto engine = Gpt2Engine::Create("gpt2.bin", {.streams = 4}).value();
+//   auto gens = engine->GenerateConcurrently(prompts, 32, sampling).value();
+//
+// How it runs: the file is read and checked (models/gpt2/ggml_file.h), the decode step built as a graph
+// whose weights are FileConstants pointing into the file, compiled by the v1 compiler in a
+// Session, and loaded as K models (the origin and K - 1 forks of it). The session's
+// ExternalWeightManager gives all of them one device copy of the weights, streamed in by the
+// WeightLoaderActor; each model has its own KV cache (its Variables) and activations. A
+// generation feeds the prompt token by token through the decode step, then samples; each step is
+// one RunGraph (NnExecute: one model execute message to the device).
+//
+// Thread-safe across streams: generations on different streams run concurrently; one stream runs
+// one generation at a time (its KV cache is the state).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "models/gpt2/sampling.h"
+#include "models/gpt2/ggml_file.h"
+#include "scheduler/session.h"
+
+namespace npuflow::gpt2 {
+
+struct EngineOptions {
+  int streams = 1;                     // concurrent generations, 1..64
+  scheduler::Options session_options;  // extra Session options (ge.exec.deviceId, ...)
+};
+
+struct Generation {
+  using Clock = std::chrono::steady_clock;
+  std::vector<int> prompt;
+  std::vector<int> ids;           // the generated tokens
+  double first_token_ms = 0;      // wall, from the start to the first generated token
+  double wall_ms = 0;             // the whole generation, prompt included
+  double decode_wall_ms = 0;      // the steps after the first generated token
+  double virtual_ms = 0;          // the same span on this thread's virtual host clock
+  double decode_virtual_ms = 0;
+  int steps = 0;                  // decode steps run (prompt tokens + generated - 1)
+  // When it happened (for figures over several streams): wall, and virtual (host clock, ns).
+  Clock::time_point started, first_token_at, finished;
+  std::int64_t virtual_first_token_at = 0, virtual_finished = 0;
+};
+
+// Called after each generated token (stream, token); return false to stop early.
+using TokenCallback = std::function<bool(int stream, int token)>;
+
+class Gpt2Engine {
+ public:
+  // Requires scheduler::ModelManager::Initialize.
+  static StatusOr<std::unique_ptr<Gpt2Engine>> Create(const std::string& model_path, const EngineOptions& options);
+  // The same from a file already read (ReadGpt2File): the header is not read again.
+  static StatusOr<std::unique_ptr<Gpt2Engine>> Create(Gpt2File file, const EngineOptions& options);
+  ~Gpt2Engine();
+
+  const Gpt2File& file() const { return file_; }
+  int streams() const { return static_cast<int>(graph_ids_.size()); }
+  scheduler::Session& session() { return *session_; }
+  std::uint32_t graph_id(int stream) const { return graph_ids_[static_cast<std::size_t>(stream)]; }
+
+  // Blocks until every weight region has landed on the device (or failed).
+  Status WaitForWeights();
+  // When the first model load started (the weights start streaming in then).
+  std::chrono::steady_clock::time_point load_started() const { return load_started_; }
+
+  // One decode step on `stream`: `token` at position n_past (0 <= n_past < n_ctx); the logits
+  // (n_vocab floats) go to `logits`. Updates the stream's KV cache at n_past.
+  Status Step(int stream, int token, int n_past, std::vector<float>& logits);
+
+  // Feeds `prompt` (non-empty, ids < n_vocab) and generates up to n_predict tokens (stopping at the
+  // context's end; none for n_predict 0) on `stream`.
+  StatusOr<Generation> Generate(int stream, std::span<const int> prompt, int n_predict, const SamplingOptions& sampling,
+                                const TokenCallback& on_token = {});
+
+  // One generation per prompt, prompt i on stream i, all at once (one host thread each).
+  // samplings: one per prompt, or one for all.
+  StatusOr<std::vector<Generation>> GenerateConcurrently(const std::vector<std::vector<int>>& prompts, int n_predict,
+                                                         const std::vector<SamplingOptions>& samplings,
+                                                         const TokenCallback& on_token = {});
+
+ private:
+  Gpt2Engine() = default;
+  Gpt2File file_;
+  std::unique_ptr<scheduler::Session> session_;
+  std::vector<std::uint32_t> graph_ids_;
+  std::chrono::steady_clock::time_point load_started_;
+};
+
+}  // namespace npuflow::gpt2

@@ -1,0 +1,258 @@
+// GPT-2 end to end on the v1 runtime: npuflow's logits against a plain C++ forward pass, greedy
+// ids, concurrent streams, one device copy of the weights, and weight streaming seen in the trace.
+#include "models/gpt2/engine.h"
+#include "synthetic/gpt2_file.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "graph/ops/op_registry.h"
+#include "scheduler/model_manager.h"
+#include "tests/models/gpt2_reference.h"
+
+namespace npuflow::gpt2 {
+
+using namespace scheduler;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class Gpt2EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    graph::RegisterBuiltinOps();
+    dir_ = fs::temp_directory_path() / ("npuflow_gpt2_engine_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    (void)ModelManager::Finalize();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void Init(bool trace = false) {
+    ASSERT_TRUE(ModelManager::Initialize({.chips = {"910B"}, .trace = trace}).ok());
+  }
+  std::string Make(const std::string& name, synthetic::MakeGpt2Options o) {
+    const std::string path = (dir_ / name).string();
+    Status s = synthetic::WriteGpt2File(path, o);
+    EXPECT_TRUE(s.ok()) << s;
+    return path;
+  }
+  fs::path dir_;
+};
+
+// max |a - b| over the logits, relative to the reference's largest magnitude.
+double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, scale = 1e-6;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  return err / scale;
+}
+
+int Argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// A 16-token greedy run: every step's logits within `tol` of the reference, the same ids.
+void ExpectMatchesReference(Gpt2Engine& engine, const std::string& path, double tol) {
+  auto file = gpt2::ReadGpt2File(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto ref = gpt2_testing::Gpt2Reference::Load(*file);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const std::vector<int> prompt = {11, 257, 42};
+  std::vector<float> logits;
+  std::vector<int> ids_npu, ids_ref;
+  int token = prompt[0];
+  for (int pos = 0; pos < 16 + 2; ++pos) {
+    Status st = engine.Step(0, token, pos, logits);
+    ASSERT_TRUE(st.ok()) << st;
+    const std::vector<float> want = ref->Step(token, pos);
+    const double err = RelativeError(logits, want);
+    EXPECT_LE(err, tol) << "step " << pos;
+    if (pos + 1 < static_cast<int>(prompt.size())) {
+      token = prompt[static_cast<std::size_t>(pos + 1)];
+      continue;
+    }
+    ids_npu.push_back(Argmax(logits));
+    ids_ref.push_back(Argmax(want));
+    token = ids_ref.back();  // both continue from the reference's choice
+  }
+  EXPECT_EQ(ids_npu, ids_ref);
+  // And Generate gives the same greedy ids (on a fresh stream state: positions restart at 0).
+  auto g = engine.Generate(0, prompt, 16, gpt2::SamplingOptions{.greedy = true});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->ids, ids_ref);
+}
+
+TEST_F(Gpt2EngineTest, F32LogitsMatchThePlainForwardPass) {
+  Init();
+  const std::string path = Make("f32.bin", {.layers = 2, .embd = 64, .heads = 4, .ctx = 32, .vocab = 300, .seed = 3});
+  auto engine = Gpt2Engine::Create(path, {});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ExpectMatchesReference(**engine, path, 1e-4);
+}
+
+TEST_F(Gpt2EngineTest, F16LogitsMatchThePlainForwardPass) {
+  Init();
+  const std::string path =
+      Make("f16.bin", {.layers = 3, .embd = 96, .heads = 6, .ctx = 32, .vocab = 320, .f16 = true, .seed = 4});
+  auto engine = Gpt2Engine::Create(path, {});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ExpectMatchesReference(**engine, path, 2e-3);
+}
+
+TEST_F(Gpt2EngineTest, SeparateLmHeadIsUsed) {
+  Init();
+  const std::string path =
+      Make("head.bin", {.layers = 1, .embd = 32, .heads = 2, .ctx = 32, .vocab = 260, .seed = 5, .lm_head = true});
+  auto engine = Gpt2Engine::Create(path, {});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ExpectMatchesReference(**engine, path, 1e-4);
+}
+
+TEST_F(Gpt2EngineTest, ConcurrentStreamsGiveEachStreamsOwnIdsAndShareTheWeights) {
+  Init();
+  const std::string path = Make("k4.bin", {.layers = 2, .embd = 64, .heads = 4, .ctx = 48, .vocab = 300, .seed = 6});
+  const std::vector<std::vector<int>> prompts = {{1, 2, 3}, {200, 7}, {42}, {99, 98, 97, 96, 95}};
+  const std::vector<gpt2::SamplingOptions> samplings = {gpt2::SamplingOptions{.greedy = true},
+                                                  gpt2::SamplingOptions{.top_k = 5, .top_p = 0.9f, .temp = 0.8f, .seed = 1},
+                                                  gpt2::SamplingOptions{.greedy = true},
+                                                  gpt2::SamplingOptions{.top_k = 40, .top_p = 1.f, .temp = 1.f, .seed = 9}};
+  // Alone: one stream, one generation after the other.
+  std::vector<std::vector<int>> alone;
+  std::uint64_t one_stream_memory = 0;
+  {
+    auto engine = Gpt2Engine::Create(path, {.streams = 1});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ASSERT_TRUE((*engine)->WaitForWeights().ok());
+    one_stream_memory = ModelManager::Get()->runtime().Stats(0)->memory.in_use;
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      auto g = (*engine)->Generate(0, prompts[i], 12, samplings[i]);
+      ASSERT_TRUE(g.ok()) << g.status();
+      alone.push_back(g->ids);
+    }
+  }
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    auto engine = Gpt2Engine::Create(path, {.streams = 4});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto gens = (*engine)->GenerateConcurrently(prompts, 12, samplings);
+    ASSERT_TRUE(gens.ok()) << gens.status();
+    for (std::size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ((*gens)[i].ids, alone[i]) << "stream " << i;
+    // Memory: three more models add their KV caches and activations, not the weights again.
+    const std::uint64_t four = ModelManager::Get()->runtime().Stats(0)->memory.in_use;
+    auto file = gpt2::ReadGpt2File(path);
+    ASSERT_TRUE(file.ok());
+    const std::uint64_t weights = file->weight_bytes();
+    const std::uint64_t kv = 2ull * file->hparams.n_layer * file->hparams.n_ctx * file->hparams.n_embd * 4;
+    ASSERT_GT(four, one_stream_memory);
+    const std::uint64_t growth = four - one_stream_memory;
+    EXPECT_GE(growth, 3 * kv);
+    EXPECT_LT(growth, 3 * kv + weights) << "a second copy of the weights";
+    auto m0 = (*engine)->session().GetLoadedModel((*engine)->graph_id(0));
+    auto m3 = (*engine)->session().GetLoadedModel((*engine)->graph_id(3));
+    ASSERT_TRUE(m0.ok() && m3.ok());
+    ASSERT_EQ((*m0)->external_weights().size(), (*m3)->external_weights().size());
+    for (std::size_t i = 0; i < (*m0)->external_weights().size(); ++i) {
+      EXPECT_EQ((*m0)->external_weights()[i].address, (*m3)->external_weights()[i].address);
+      EXPECT_FALSE((*m3)->external_weights()[i].copied_here);
+    }
+  }
+}
+
+TEST_F(Gpt2EngineTest, BadInputsAreErrorsNotCrashes) {
+  Init();
+  const std::string path = Make("bad.bin", {.layers = 1, .embd = 32, .heads = 2, .ctx = 8, .vocab = 260, .seed = 7});
+  auto engine = Gpt2Engine::Create(path, {.streams = 2});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<float> logits;
+  EXPECT_EQ((*engine)->Step(0, 260, 0, logits).code(), StatusCode::kParamInvalid);
+  EXPECT_EQ((*engine)->Step(0, -1, 0, logits).code(), StatusCode::kParamInvalid);
+  EXPECT_EQ((*engine)->Step(0, 1, 8, logits).code(), StatusCode::kParamInvalid);
+  EXPECT_EQ((*engine)->Step(2, 1, 0, logits).code(), StatusCode::kParamInvalid);
+  EXPECT_FALSE((*engine)->Generate(0, std::vector<int>{}, 4, {}).ok());
+  EXPECT_FALSE((*engine)->Generate(0, std::vector<int>(9, 1), 4, {}).ok());  // longer than n_ctx
+  EXPECT_FALSE((*engine)->Generate(0, std::vector<int>{1}, 4, gpt2::SamplingOptions{.top_k = 0}).ok());
+  // Generation stops at the end of the context.
+  auto g = (*engine)->Generate(1, std::vector<int>{1, 2, 3}, 100, gpt2::SamplingOptions{.greedy = true});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->ids.size(), 6u);  // positions 0..7: 3 prompt tokens, the last step at position 7
+  EXPECT_EQ(Gpt2Engine::Create((dir_ / "missing.bin").string(), {}).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(Gpt2Engine::Create(path, {.streams = 0}).ok());
+}
+
+// The trace: the first kernel of layer 0 starts (virtual time) before the last weight chunk has
+// landed, so compute overlaps the weights still streaming in.
+class Gpt2StreamingTest : public Gpt2EngineTest, public ::testing::WithParamInterface<bool> {};
+
+// With the tensors in make-gpt2's order (embeddings first) and in ggml's converter order (sorted by
+// name: the embeddings last): the loader goes by the model's first use, not the file's order.
+TEST_P(Gpt2StreamingTest, LayerZeroComputesWhileLaterWeightsStreamIn) {
+  Init(/*trace=*/true);
+  // ~40 MB of f32 weights over 8 layers: the later layers land well after layer 0's.
+  const std::string path = Make("stream.bin", {.layers = 8, .embd = 384, .heads = 6, .ctx = 16, .vocab = 512, .seed = 8,
+                                               .name_order = GetParam()});
+  auto engine = Gpt2Engine::Create(path, {});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<float> logits;
+  ASSERT_TRUE((*engine)->Step(0, 1, 0, logits).ok());
+  const std::string trace_path = (dir_ / "trace.json").string();
+  ASSERT_TRUE(ModelManager::Get()->runtime().WriteTrace(trace_path).ok());
+  std::ifstream in(trace_path);
+  nlohmann::json trace = nlohmann::json::parse(in);
+  const auto& events = trace.is_array() ? trace : trace["traceEvents"];
+  double last_chunk_end = -1, first_h0_kernel = -1;
+  for (const auto& e : events) {
+    if (!e.contains("ts") || !e.contains("name")) continue;
+    const std::string name = e["name"];
+    const double ts = e["ts"].get<double>(), dur = e.contains("dur") ? e["dur"].get<double>() : 0;
+    if (name == "weight chunk") last_chunk_end = std::max(last_chunk_end, ts + dur);
+    // Kernel events are named after their node: layer 0's are "h0/...".
+    if (name.rfind("h0/", 0) == 0 && (first_h0_kernel < 0 || ts < first_h0_kernel)) first_h0_kernel = ts;
+  }
+  ASSERT_GE(last_chunk_end, 0) << "no copy events in the trace";
+  ASSERT_GE(first_h0_kernel, 0) << "no layer-0 kernel in the trace";
+  EXPECT_LT(first_h0_kernel, last_chunk_end);
+}
+
+INSTANTIATE_TEST_SUITE_P(FileOrders, Gpt2StreamingTest, ::testing::Bool());
+
+// The weight gates (waits on the regions' latches) run until a step has started with every
+// weight landed; after that step they are NOPs on the device, and the results do not change.
+TEST_F(Gpt2EngineTest, WeightGatesAreElidedOnceEveryWeightHasLanded) {
+  Init(/*trace=*/true);
+  const std::string path = Make("gates.bin", {.layers = 2, .embd = 64, .heads = 2, .ctx = 8, .vocab = 300, .seed = 4});
+  auto engine = Gpt2Engine::Create(path, {});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_TRUE((*engine)->WaitForWeights().ok());
+  auto gates_in_trace = [&]() -> int {
+    const std::string trace_path = (dir_ / "gates.json").string();
+    EXPECT_TRUE(ModelManager::Get()->runtime().WriteTrace(trace_path).ok());
+    std::ifstream in(trace_path);
+    nlohmann::json trace = nlohmann::json::parse(in);
+    const auto& events = trace.is_array() ? trace : trace["traceEvents"];
+    int n = 0;
+    for (const auto& e : events)
+      if (e.contains("name") && e["name"].get<std::string>().rfind("weights ready: ", 0) == 0) ++n;
+    return n;
+  };
+  std::vector<float> first, again;
+  ASSERT_TRUE((*engine)->Step(0, 5, 0, first).ok());
+  const int gates = gates_in_trace();
+  EXPECT_GT(gates, 0);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*engine)->Step(0, 5, 0, again).ok());
+    EXPECT_EQ(again, first);
+  }
+  EXPECT_EQ(gates_in_trace(), gates);
+}
+
+}  // namespace
+}  // namespace npuflow::gpt2
