@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "run an area's benchmarks and print its figures with baselines");
   std::string area;
   npuflow::bench::RunOptions bench_options;
-  bench->add_option("area", area, "what to measure: " + AreaNames())->required();
+  bench->add_option("area", area, "what to measure: " + AreaNames() + ", or all (every area, one JSON object)")->required();
   bench->add_flag("--json", bench_options.json, "print one JSON object {\"figures\": {...}}");
   bench->add_option("--repetitions", bench_options.repetitions, "repetitions per benchmark (median is kept)")
       ->check(CLI::Range(1, 100));

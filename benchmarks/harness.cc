@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <memory>
+#include <set>
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "graph/matmul_kernel.h"
+#include "graph/kernels/matmul.h"
 
 namespace npuflow::bench {
 namespace {
@@ -50,7 +51,9 @@ void PrintFigures(const std::vector<Figure>& figures, bool json, std::ostream& o
     nlohmann::ordered_json j;
     j["figures"] = nlohmann::ordered_json::object();
     for (const Figure& f : figures) {
-      j["figures"][f.name] = {{"value", f.value}, {"unit", f.unit}, {"baseline", f.baseline}, {"ratio", f.ratio()}};
+      j["figures"][f.name] = {{"value", f.value},          {"unit", f.unit},   {"baseline", f.baseline},
+                              {"ratio", f.ratio()},         {"given", f.given}, {"baseline_is", f.baseline_what},
+                              {"area", f.area}};
     }
     out << j.dump(2) << "\n";
     return;
@@ -61,8 +64,8 @@ void PrintFigures(const std::vector<Figure>& figures, bool json, std::ostream& o
                      "ratio", "target", "baseline is");
   out << std::string(w + 100, '-') << "\n";
   for (const Figure& f : figures) {
-    out << fmt::format("{:<{}}  {:>12.4g}  {:<8}  {:>12.4g}  {:>8.3f}  {:<18}  {}\n", f.name, w, f.value, f.unit,
-                       f.baseline, f.ratio(), f.target, f.baseline_what);
+    out << fmt::format("{:<{}}  {:>12.4g}  {:<8}  {:>12.4g}  {:>8.3f}  {:<18}  {}{}\n", f.name, w, f.value, f.unit,
+                       f.baseline, f.ratio(), f.target, f.given ? "(given) " : "", f.baseline_what);
   }
 }
 
@@ -72,49 +75,82 @@ RunOptions current_options;
 
 const RunOptions& CurrentOptions() { return current_options; }
 
-Status RunArea(const std::string& area_name, const RunOptions& options, std::ostream& out) {
-  current_options = options;
-  const Area* area = nullptr;
-  std::string known;
-  for (const Area& a : Areas()) {
-    if (a.name == area_name) area = &a;
-    known += (known.empty() ? "" : ", ") + a.name;
-  }
-  if (area == nullptr) return Status::ParamInvalid("bench: unknown area '{}' (known areas: {})", area_name, known);
+namespace {
+
+Status CheckOptions(const RunOptions& options) {
   if (options.repetitions < 1 || options.repetitions > 100)
     return Status::ParamInvalid("bench: --repetitions must be 1 to 100, got {}", options.repetitions);
   if (!(options.min_time_s > 0 && options.min_time_s <= 60))
     return Status::ParamInvalid("bench: --min-time must be in (0, 60] seconds, got {}", options.min_time_s);
+  return Status::Ok();
+}
 
+void InitializeBenchmarkLibrary(const RunOptions& options) {
   static bool initialized = false;
-  if (!initialized) {
-    std::vector<std::string> args = {"npuflow-bench",
-                                     fmt::format("--benchmark_repetitions={}", options.repetitions),
-                                     fmt::format("--benchmark_min_time={}", options.min_time_s),
-                                     "--benchmark_enable_random_interleaving=true"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    int argc = static_cast<int>(argv.size());
-    benchmark::Initialize(&argc, argv.data());
-    initialized = true;
-  }
-  benchmark::ClearRegisteredBenchmarks();
-  area->register_benchmarks();
-  CollectingReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  if (!reporter.errors.empty()) return Status::Failed("bench {}: {}", area_name, reporter.errors.front());
+  if (initialized) return;
+  std::vector<std::string> args = {"npuflow-bench", fmt::format("--benchmark_repetitions={}", options.repetitions),
+                                   fmt::format("--benchmark_min_time={}", options.min_time_s),
+                                   "--benchmark_enable_random_interleaving=true"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  benchmark::Initialize(&argc, argv.data());
+  initialized = true;
+}
 
+Results MediansOf(const CollectingReporter& reporter) {
   Results results;
-  for (auto& [name, s] : reporter.samples) {
+  for (const auto& [name, s] : reporter.samples) {
     Measurement m;
     m.real_ns = Median(s.real_ns);
-    for (auto& [counter, values] : s.counters) m.counters[counter] = Median(values);
+    for (const auto& [counter, values] : s.counters) m.counters[counter] = Median(values);
     if (auto it = m.counters.find("items_per_second"); it != m.counters.end()) m.rate = it->second;
     results[name] = m;
   }
-  if (!options.json) out << fmt::format("npuflow bench {}: {} (median of {} repetitions)\n", area->name, area->summary,
-                                        options.repetitions);
-  PrintFigures(area->figures(results), options.json, out);
+  return results;
+}
+
+}  // namespace
+
+StatusOr<std::vector<Figure>> MeasureArea(const Area& area, const RunOptions& options) {
+  NPUFLOW_RETURN_IF_ERROR(CheckOptions(options));
+  current_options = options;
+  InitializeBenchmarkLibrary(options);
+  benchmark::ClearRegisteredBenchmarks();
+  area.register_benchmarks();
+  CollectingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  if (!reporter.errors.empty()) return Status::Failed("bench {}: {}", area.name, reporter.errors.front());
+  std::vector<Figure> figures = area.figures(MediansOf(reporter));
+  for (Figure& f : figures) f.area = area.name;
+  return figures;
+}
+
+Status RunArea(const std::string& area_name, const RunOptions& options, std::ostream& out) {
+  NPUFLOW_RETURN_IF_ERROR(CheckOptions(options));
+  std::vector<const Area*> selected;
+  std::string known;
+  for (const Area& a : Areas()) {
+    if (a.name == area_name || area_name == "all") selected.push_back(&a);
+    known += (known.empty() ? "" : ", ") + a.name;
+  }
+  if (selected.empty())
+    return Status::ParamInvalid("bench: unknown area '{}' (known areas: {}, or all)", area_name, known);
+  std::vector<Figure> all;
+  std::set<std::string> names;
+  for (const Area* area : selected) {
+    NPUFLOW_ASSIGN_OR_RETURN(std::vector<Figure> figures, MeasureArea(*area, options));
+    for (const Figure& f : figures)
+      if (!names.insert(f.name).second) return Status::Internal("bench: figure '{}' appears twice", f.name);
+    if (!options.json) {
+      out << fmt::format("npuflow bench {}: {} (median of {} repetitions)\n", area->name, area->summary,
+                         options.repetitions);
+      PrintFigures(figures, false, out);
+      out << "\n";
+    }
+    all.insert(all.end(), figures.begin(), figures.end());
+  }
+  if (options.json) PrintFigures(all, true, out);
   return Status::Ok();
 }
 

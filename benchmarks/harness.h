@@ -23,12 +23,17 @@ struct Measurement {
 using Results = std::map<std::string, Measurement>;  // by benchmark name
 
 struct Figure {
-  std::string name;
+  std::string name;  // unique across areas (bench all puts every area's figures in one object)
   double value = 0;
   std::string unit;
   double baseline = 0;
   std::string baseline_what;  // what the baseline is, for the table
   std::string target;         // what the figure must reach, for the table ("ratio <= 1.25")
+  // The baseline was not measured in this run: a number from elsewhere (an issue's floor, a peer
+  // measured on another day). `baseline_what` names it and its source; docs/benchmarks.md dates it.
+  // Printed as "(given)" in the table and "given": true in the JSON.
+  bool given = false;
+  std::string area;  // filled by MeasureArea
   double ratio() const { return baseline != 0 ? value / baseline : 0; }
 };
 
@@ -52,10 +57,14 @@ struct RunOptions {
 // The options of the RunArea call in progress (for areas that take inputs).
 const RunOptions& CurrentOptions();
 
-// Runs one area and prints its table (or, with json, one object
-// {"figures": {NAME: {"value", "unit", "baseline", "ratio"}}}). An unknown area is a
-// ParamInvalid naming it and the known ones.
+// Runs one area, or every area for "all", and prints its table (or, with json, one object
+// {"figures": {NAME: {"value", "unit", "baseline", "ratio", "given", "baseline_is", "area"}}}: with
+// "all", the figures of every area in that one object). An unknown area is a ParamInvalid naming it
+// and the known ones.
 Status RunArea(const std::string& area, const RunOptions& options, std::ostream& out);
+
+// Runs one area's benchmarks and returns its figures (each tagged with the area's name).
+StatusOr<std::vector<Figure>> MeasureArea(const Area& area, const RunOptions& options);
 
 void PrintFigures(const std::vector<Figure>& figures, bool json, std::ostream& out);
 
@@ -65,7 +74,7 @@ double Counter(const Results& results, const std::string& bench, const std::stri
 double MedianOf(std::vector<double> samples);
 
 // The plain read a memory-bound kernel is measured against: `bytes` of f32 summed in 32 lanes,
-// prefetched non-temporally ahead as the GEMV prefetches its weights (graph/matmul_kernel.h), so
+// prefetched non-temporally ahead as the GEMV prefetches its weights (graph/kernels/matmul.h), so
 // the baseline streams as fast as one thread can. Returns the sum (for DoNotOptimize).
 float SumStream(const void* data, std::size_t bytes);
 

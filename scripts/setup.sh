@@ -12,6 +12,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev                        # logging
   libcli11-dev nlohmann-json3-dev                 # command line, JSON
   libgtest-dev libgmock-dev libbenchmark-dev      # tests and benchmarks
+  libcaf-dev libopenblas-dev                      # peers the benchmarks measure in the same run (not the product)
 )
 
 missing=()
