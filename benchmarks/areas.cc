@@ -18,8 +18,10 @@ const std::vector<Area>& Areas() {
        &RegisterNpuBenchmarks, &NpuFigures},
       {"compile", "v1 compile time (all passes) of 100k-node chains and 10k-node random DAGs vs linear scaling",
        &RegisterCompileBenchmarks, &CompileFigures},
-      {"ops", "op device kernels: f32 MatMul (768x768x768, 768x768x3072) vs a naive triple loop", &RegisterOpsBenchmarks,
-       &OpsFigures},
+      {"ops",
+       "op device kernels: f32 MatMul at GPT-2 prefill shapes (M = 128) vs OpenBLAS sgemm on 1 and 2 threads; "
+       "GEMV vs a plain read",
+       &RegisterOpsBenchmarks, &OpsFigures},
       {"v1", "v1 task sink: host interactions and time per inference vs host-scheduled tasks (200-op chain); "
              "throughput with 1, 2, 4, 8 execution streams (200-op DAG)",
        &RegisterV1Benchmarks, &V1Figures},

@@ -1,18 +1,21 @@
-// Op device-kernel benchmarks (`npuflow bench ops`): the f32 MatMul kernel (op.MatMul, the
-// cache-blocked GEMM of graph/kernels/matmul.h) against a naive i-j-k triple loop run in the same
-// process.
+// Op device-kernel benchmarks (`npuflow bench ops`): the f32 MatMul device kernel (op.MatMul, the
+// packed GEMM of graph/kernels/matmul.h) against OpenBLAS's cblas_sgemm on the same shapes and
+// the same bytes, in the same process; the GEMV against a plain read.
 //
-//   matmul_768x768_gflops, matmul_768x3072_gflops
-//     The device kernel's KernelFn called directly on this one thread for every block of the op's
-//     own 910B tiling (block_idx 0 .. block_dim - 1, its tiling_key), over plain npu_sim
-//     DeviceMemory: no runtime, no threads, so it compares like with like against the naive loop,
-//     which is single-threaded too. M = K = 768, N = 768 or 3072.
-//     The naive loop runs over the first kNaiveRows rows of A only (each row of an i-j-k loop
-//     walks all of B the same way, so its rate does not depend on M) to keep the run short. Each
-//     round runs one kernel pass and one naive pass back to back; the figures are the medians.
-//   matmul_768x3072_runtime_gflops
+//   matmul_MxKxN_1t_gflops, matmul_MxKxN_2t_gflops
+//     GPT-2's prefill projections at M = 128 (K x N: 768 x 768 and 3072 x 3072, the issue's
+//     squares, and the real 768 -> 2304, 768 -> 3072, 3072 -> 768), in GPT-2's layout: A [M, K]
+//     row-major, the weights B stored [N, K] (transpose_b, the Linear layout), C [M, N]; OpenBLAS
+//     gets cblas_sgemm(RowMajor, NoTrans, Trans) over the same device buffers. Ours is the
+//     device kernel's KernelFn called for every block of the op's own 910B tiling over plain
+//     npu_sim DeviceMemory, no runtime: 1t runs the blocks on this thread, 2t shares them
+//     between 2 threads (a oneTBB arena of 2 over the blocks), as npu_sim's AICore workers do.
+//     OpenBLAS runs with openblas_set_num_threads(1) or (2). Each round runs ours once and
+//     OpenBLAS once, back to back, in alternating order; the figures are the medians of the rounds.
+//     Before the first round both results are compared (a relative 1e-4, or the area fails).
+//   matmul_MxKxN_runtime_gflops
 //     The same launch through npu_sim::Runtime (LaunchKernel + SynchronizeStream, 2 worker
-//     threads), against the direct single-thread kernel above.
+//     threads), against OpenBLAS on 2 threads, paired the same way (the two squares only).
 //   gemv_f32_gbps, gemv_f16_gbps
 //     graph::Gemv (the M = 1 path a decode step spends its time in) over a 192 MiB weight matrix
 //     stored [N][768] (the Linear layout), one thread, in GB/s of weights read, against a plain
@@ -20,7 +23,9 @@
 #include "benchmarks/ops_bench.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -28,6 +33,10 @@
 #include <vector>
 
 #include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <fmt/format.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
 
 #include "base/large_buffer.h"
 #include "graph/kernels/kernel_abi.h"
@@ -45,8 +54,17 @@ using graph::KernelParams;
 using graph::Shape;
 using graph::TensorDesc;
 
-constexpr std::int64_t kM = 768, kK = 768;
-constexpr std::int64_t kNaiveRows = 4;
+struct GemmShape {
+  std::int64_t m, k, n;
+  bool runtime;  // also measured through npu_sim::Runtime
+  std::string Name() const { return fmt::format("{}x{}x{}", m, k, n); }
+};
+constexpr std::array<GemmShape, 5> kShapes = {{{128, 768, 768, true},
+                                               {128, 3072, 3072, true},
+                                               {128, 768, 2304, false},
+                                               {128, 768, 3072, false},
+                                               {128, 3072, 768, false}}};
+constexpr int kThreadCounts[] = {1, 2};
 
 std::vector<float> RandomFloats(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -56,28 +74,32 @@ std::vector<float> RandomFloats(std::size_t n, unsigned seed) {
   return v;
 }
 
-double Flops(std::int64_t m, std::int64_t n, std::int64_t k) {
-  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+double Flops(const GemmShape& s) {
+  return 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
 }
 
-// One MatMul [kM, kK] x [kK, n] ready to launch: host inputs, the op's tiling and params.
+// One MatMul a [M, K] x b [N, K]^T ready to launch: host inputs, the op's tiling and params.
 struct MatMulSetup {
-  std::int64_t n = 0;
+  GemmShape shape;
   std::vector<float> a, b;
   const graph::OpDef* def = nullptr;
   graph::TilingInfo tiling;
   KernelParams params;
   Status status;
 
-  explicit MatMulSetup(std::int64_t n_cols) : n(n_cols), a(RandomFloats(kM * kK, 1)), b(RandomFloats(kK * n_cols, 2)) {
+  explicit MatMulSetup(const GemmShape& s)
+      : shape(s), a(RandomFloats(static_cast<std::size_t>(s.m * s.k), 1)),
+        b(RandomFloats(static_cast<std::size_t>(s.n * s.k), 2)) {
     status = Init();
   }
   Status Init() {
     graph::RegisterBuiltinOps();
     NPUFLOW_ASSIGN_OR_RETURN(def, graph::OpRegistry::Global().Find("MatMul"));
     NPUFLOW_ASSIGN_OR_RETURN(npu_sim::ChipSpec chip, npu_sim::LoadChipSpec("910B"));
-    const graph::OpDesc op("mm", "MatMul");
-    const std::vector<TensorDesc> in = {{DataType::kFloat32, Shape{kM, kK}}, {DataType::kFloat32, Shape{kK, n}}};
+    graph::OpDesc op("mm", "MatMul");
+    op.SetAttr("transpose_b", true);
+    const std::vector<TensorDesc> in = {{DataType::kFloat32, Shape{shape.m, shape.k}},
+                                        {DataType::kFloat32, Shape{shape.n, shape.k}}};
     std::vector<TensorDesc> out;
     NPUFLOW_RETURN_IF_ERROR(graph::InferOutputs(*def, op, in, out));
     NPUFLOW_ASSIGN_OR_RETURN(tiling, def->tiling(op, in, {}, chip.aicore_count));
@@ -86,91 +108,154 @@ struct MatMulSetup {
   }
 };
 
-// The kernel over plain device memory, every block on the calling thread.
+// C = A B^T by OpenBLAS on its current thread count, in the kernel's layout.
+void OpenBlasGemm(const GemmShape& s, const float* a, const float* b, float* c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(s.m), static_cast<blasint>(s.n),
+              static_cast<blasint>(s.k), 1.f, a, static_cast<blasint>(s.k), b, static_cast<blasint>(s.k), 0.f, c,
+              static_cast<blasint>(s.n));
+}
+
+// The largest |x - y| relative to the largest |y|.
+double RelativeError(const float* x, const float* y, std::size_t n) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(y[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// The kernel over plain device memory: A, B, C and the params in DeviceMemory, plus a second C
+// that OpenBLAS writes (it reads the same A and B bytes).
 struct DirectMatMul {
   MatMulSetup setup;
   npu_sim::DeviceMemory memory{0, std::uint64_t{1} << 32};
   std::vector<std::uint64_t> args;
+  float *a = nullptr, *b = nullptr, *c = nullptr, *c_blas = nullptr;
   const npu_sim::KernelDef* kernel = nullptr;
+  oneapi::tbb::task_arena arena{2};
   Status status;
 
-  explicit DirectMatMul(std::int64_t n) : setup(n) { status = setup.status.ok() ? Init() : setup.status; }
+  explicit DirectMatMul(const GemmShape& s) : setup(s) { status = setup.status.ok() ? Init() : setup.status; }
   Status Init() {
     NPUFLOW_ASSIGN_OR_RETURN(kernel, npu_sim::KernelRegistry::Global().Find(setup.def->device_kernel));
-    auto put = [&](const void* data, std::uint64_t bytes) -> Status {
+    auto put = [&](const void* data, std::uint64_t bytes) -> StatusOr<float*> {
       NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p, memory.Allocate(bytes, npu_sim::Placement::kHbm, "ops bench"));
-      if (data) {
-        NPUFLOW_ASSIGN_OR_RETURN(auto m, memory.Map(p, bytes));
-        std::memcpy(m.data(), data, bytes);
-      }
+      NPUFLOW_ASSIGN_OR_RETURN(auto m, memory.Map(p, bytes));
+      if (data) std::memcpy(m.data(), data, bytes);
       args.push_back(p.value);
-      return Status::Ok();
+      return reinterpret_cast<float*>(m.data());
     };
-    NPUFLOW_RETURN_IF_ERROR(put(setup.a.data(), setup.a.size() * sizeof(float)));
-    NPUFLOW_RETURN_IF_ERROR(put(setup.b.data(), setup.b.size() * sizeof(float)));
-    NPUFLOW_RETURN_IF_ERROR(put(nullptr, static_cast<std::uint64_t>(kM * setup.n) * sizeof(float)));
+    const GemmShape& s = setup.shape;
+    NPUFLOW_ASSIGN_OR_RETURN(a, put(setup.a.data(), setup.a.size() * sizeof(float)));
+    NPUFLOW_ASSIGN_OR_RETURN(b, put(setup.b.data(), setup.b.size() * sizeof(float)));
+    NPUFLOW_ASSIGN_OR_RETURN(c, put(nullptr, static_cast<std::uint64_t>(s.m * s.n) * sizeof(float)));
     args.push_back(0);  // no workspace
-    return put(&setup.params, graph::KernelParamsBytes(setup.params));
+    NPUFLOW_RETURN_IF_ERROR(put(&setup.params, graph::KernelParamsBytes(setup.params)).status());
+    blas_c.resize(static_cast<std::size_t>(s.m * s.n));
+    c_blas = blas_c.data();
+    return Check();
   }
-  Status Run() {
-    for (std::uint32_t block = 0; block < setup.tiling.block_dim; ++block) {
-      npu_sim::KernelContext ctx(&memory, args, block, setup.tiling.block_dim, setup.tiling.tiling_key);
-      NPUFLOW_RETURN_IF_ERROR(kernel->run(ctx));
-    }
+  // Ours and OpenBLAS agree (both sum in f32, in different orders).
+  Status Check() {
+    NPUFLOW_RETURN_IF_ERROR(Run(1));
+    openblas_set_num_threads(1);
+    OpenBlasGemm(setup.shape, a, b, c_blas);
+    const double err = RelativeError(c, c_blas, blas_c.size());
+    if (!(err < 1e-4))
+      return Status::Failed("ops bench: MatMul {} differs from OpenBLAS by {} (relative)", setup.shape.Name(), err);
     return Status::Ok();
   }
+  Status RunBlock(std::uint32_t block) {
+    npu_sim::KernelContext ctx(&memory, args, block, setup.tiling.block_dim, setup.tiling.tiling_key);
+    return kernel->run(ctx);
+  }
+  Status Run(int threads) {
+    const std::uint32_t blocks = setup.tiling.block_dim;
+    if (threads == 1) {
+      for (std::uint32_t block = 0; block < blocks; ++block) NPUFLOW_RETURN_IF_ERROR(RunBlock(block));
+      return Status::Ok();
+    }
+    std::vector<Status> results(blocks);
+    arena.execute([&] {
+      oneapi::tbb::parallel_for(std::uint32_t{0}, blocks, [&](std::uint32_t block) { results[block] = RunBlock(block); });
+    });
+    for (const Status& s : results) NPUFLOW_RETURN_IF_ERROR(s);
+    return Status::Ok();
+  }
+  void RunOpenBlas() { OpenBlasGemm(setup.shape, a, b, c_blas); }
+
+  std::vector<float> blas_c;
 };
 
-// The i-j-k loop over the first `rows` rows of C.
-void NaiveMatMul(const float* a, const float* b, float* c, std::int64_t rows, std::int64_t n, std::int64_t k) {
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < n; ++j) {
-      float acc = 0;
-      for (std::int64_t kk = 0; kk < k; ++kk) acc += a[i * k + kk] * b[kk * n + j];
-      c[i * n + j] = acc;
-    }
-}
-
 // Built on first use and kept for the process, so repetitions reuse the buffers.
-DirectMatMul& Direct(std::int64_t n) {
-  static DirectMatMul square(kK), wide(3072);
-  return n == kK ? square : wide;
+DirectMatMul& Direct(std::size_t shape) {
+  static std::vector<std::unique_ptr<DirectMatMul>> fixtures(kShapes.size());
+  if (!fixtures[shape]) fixtures[shape] = std::make_unique<DirectMatMul>(kShapes[shape]);
+  return *fixtures[shape];
 }
 
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double>(to - from).count(); }
 
-// Each round runs the kernel once and the naive loop once, back to back, so the machine's noise
-// hits a pair alike; the counters are the medians over the rounds.
-void BM_MatMulPairedWithNaive(benchmark::State& state, std::int64_t n) {
-  DirectMatMul& direct = Direct(n);
-  if (!direct.status.ok()) return state.SkipWithError(direct.status.ToString().c_str());
-  std::vector<float> c(static_cast<std::size_t>(kNaiveRows * n));
-  std::vector<double> kernel, naive;
-  using Clock = std::chrono::steady_clock;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
-    if (Status s = direct.Run(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
-    const auto t1 = Clock::now();
-    NaiveMatMul(direct.setup.a.data(), direct.setup.b.data(), c.data(), kNaiveRows, n, kK);
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-    const auto t2 = Clock::now();
-    kernel.push_back(Flops(kM, n, kK) / std::chrono::duration<double>(t1 - t0).count());
-    naive.push_back(Flops(kNaiveRows, n, kK) / std::chrono::duration<double>(t2 - t1).count());
+// Rounds of ours once and OpenBLAS once, back to back, so the machine's noise hits a pair alike;
+// the counters are the medians over the rounds. The order alternates: OpenBLAS's threads spin a
+// while after a call and TBB's briefly, so whichever runs second shares the cores with the
+// other's leftovers as often as the other does.
+class PairedRounds {
+ public:
+  template <typename Ours>
+  Status Run(const GemmShape& shape, Ours&& ours, DirectMatMul& blas) {
+    const bool ours_first = (ours_.size() % 2) == 0;
+    double ours_s = 0, blas_s = 0;
+    for (int turn = 0; turn < 2; ++turn) {
+      const auto t0 = Clock::now();
+      if ((turn == 0) == ours_first) {
+        NPUFLOW_RETURN_IF_ERROR(ours());
+        ours_s = Seconds(t0, Clock::now());
+      } else {
+        blas.RunOpenBlas();
+        benchmark::DoNotOptimize(blas.c_blas);
+        benchmark::ClobberMemory();
+        blas_s = Seconds(t0, Clock::now());
+      }
+    }
+    ours_.push_back(Flops(shape) / ours_s);
+    blas_.push_back(Flops(shape) / blas_s);
+    return Status::Ok();
   }
-  state.counters["kernel_flop_per_second"] = MedianOf(kernel);
-  state.counters["naive_flop_per_second"] = MedianOf(naive);
+  void Report(benchmark::State& state) const {
+    state.counters["ours_flop_per_second"] = MedianOf(ours_);
+    state.counters["openblas_flop_per_second"] = MedianOf(blas_);
+  }
+
+ private:
+  std::vector<double> ours_, blas_;
+};
+
+// Ours (every block of the kernel, direct) against OpenBLAS, on the same thread count.
+void BM_MatMulPairedWithOpenBlas(benchmark::State& state, std::size_t shape, int threads) {
+  DirectMatMul& direct = Direct(shape);
+  if (!direct.status.ok()) return state.SkipWithError(direct.status.ToString().c_str());
+  openblas_set_num_threads(threads);
+  PairedRounds rounds;
+  for (auto _ : state) {
+    if (Status s = rounds.Run(kShapes[shape], [&] { return direct.Run(threads); }, direct); !s.ok())
+      return state.SkipWithError(s.ToString().c_str());
+  }
+  rounds.Report(state);
   state.counters["block_dim"] = direct.setup.tiling.block_dim;
 }
 
-// Through the runtime: one launch and synchronize per iteration, blocks on the worker threads.
+// Through the runtime: one launch and synchronize per round, blocks on its 2 worker threads.
 struct RuntimeMatMul {
-  MatMulSetup setup{3072};
+  MatMulSetup setup;
   std::unique_ptr<npu_sim::Runtime> rt;
   npu_sim::Stream stream;
   std::vector<std::uint64_t> args;
   Status status;
 
-  RuntimeMatMul() { status = setup.status.ok() ? Init() : setup.status; }
+  explicit RuntimeMatMul(const GemmShape& s) : setup(s) { status = setup.status.ok() ? Init() : setup.status; }
   Status Init() {
     NPUFLOW_ASSIGN_OR_RETURN(rt, npu_sim::Runtime::Create({.chips = {"910B"}, .workers = 2}));
     NPUFLOW_ASSIGN_OR_RETURN(stream, rt->CreateStream(0));
@@ -180,9 +265,10 @@ struct RuntimeMatMul {
       args.push_back(p.value);
       return Status::Ok();
     };
+    const GemmShape& s = setup.shape;
     NPUFLOW_RETURN_IF_ERROR(put(setup.a.data(), setup.a.size() * sizeof(float)));
     NPUFLOW_RETURN_IF_ERROR(put(setup.b.data(), setup.b.size() * sizeof(float)));
-    NPUFLOW_RETURN_IF_ERROR(put(nullptr, static_cast<std::uint64_t>(kM * setup.n) * sizeof(float)));
+    NPUFLOW_RETURN_IF_ERROR(put(nullptr, static_cast<std::uint64_t>(s.m * s.n) * sizeof(float)));
     args.push_back(0);
     return put(&setup.params, graph::KernelParamsBytes(setup.params));
   }
@@ -193,21 +279,29 @@ struct RuntimeMatMul {
   }
 };
 
-void BM_MatMulRuntime(benchmark::State& state) {
-  static RuntimeMatMul fixture;  // kept for the process: repetitions reuse it
+void BM_MatMulRuntimePairedWithOpenBlas(benchmark::State& state, std::size_t shape) {
+  static std::vector<std::unique_ptr<RuntimeMatMul>> fixtures(kShapes.size());  // kept for the process
+  if (!fixtures[shape]) fixtures[shape] = std::make_unique<RuntimeMatMul>(kShapes[shape]);
+  RuntimeMatMul& fixture = *fixtures[shape];
   if (!fixture.status.ok()) return state.SkipWithError(fixture.status.ToString().c_str());
+  DirectMatMul& direct = Direct(shape);  // OpenBLAS's buffers
+  if (!direct.status.ok()) return state.SkipWithError(direct.status.ToString().c_str());
+  openblas_set_num_threads(2);
+  PairedRounds rounds;
   for (auto _ : state) {
-    if (Status s = fixture.Run(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
+    if (Status s = rounds.Run(kShapes[shape], [&] { return fixture.Run(); }, direct); !s.ok())
+      return state.SkipWithError(s.ToString().c_str());
   }
-  state.SetItemsProcessed(static_cast<std::int64_t>(static_cast<double>(state.iterations()) * Flops(kM, 3072, kK)));
+  rounds.Report(state);
 }
 
-// The GEMV over a [N][kK] weight matrix of `dtype` filling kGemvBytes, paired with a plain read.
+// The GEMV over a [N][kGemvK] weight matrix of `dtype` filling kGemvBytes, paired with a plain read.
 constexpr std::size_t kGemvBytes = std::size_t{192} << 20;
+constexpr std::int64_t kGemvK = 768;
 
 void BM_GemvPairedWithRead(benchmark::State& state, DataType dtype) {
   const std::size_t elem = dtype == DataType::kFloat32 ? 4 : 2;
-  const std::int64_t n = static_cast<std::int64_t>(kGemvBytes / elem / kK);
+  const std::int64_t n = static_cast<std::int64_t>(kGemvBytes / elem / kGemvK);
   LargeBuffer w = AllocateLargeBuffer(kGemvBytes);
   if (!w) return state.SkipWithError("cannot map the weight buffer");
   // Small values in every element, so the pages are resident and the sums stay finite.
@@ -219,14 +313,14 @@ void BM_GemvPairedWithRead(benchmark::State& state, DataType dtype) {
     auto* h = reinterpret_cast<std::uint16_t*>(w.get());
     for (std::size_t i = 0; i < kGemvBytes / 2; ++i) h[i] = graph::FloatToHalf(static_cast<float>(rng() % 256) * (1.f / 1024));
   }
-  const std::vector<float> a = RandomFloats(kK, 3);
+  const std::vector<float> a = RandomFloats(kGemvK, 3);
   std::vector<float> c(static_cast<std::size_t>(n));
-  const graph::GemmMatrix b{.data = w.get(), .dtype = dtype, .ld = kK, .transposed = true};
+  const graph::GemmMatrix b{.data = w.get(), .dtype = dtype, .ld = kGemvK, .transposed = true};
   std::vector<double> gemv, read;
   using Clock = std::chrono::steady_clock;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    graph::Gemv(a.data(), b, nullptr, c.data(), kK, 0, n);
+    graph::Gemv(a.data(), b, nullptr, c.data(), kGemvK, 0, n);
     benchmark::DoNotOptimize(c.data());
     const auto t1 = Clock::now();
     benchmark::DoNotOptimize(SumStream(w.get(), kGemvBytes));
@@ -248,12 +342,19 @@ double Gflops(const Results& r, const std::string& bench, const std::string& cou
 }  // namespace
 
 void RegisterOpsBenchmarks() {
-  for (std::int64_t n : {kK, std::int64_t{3072}}) {
-    benchmark::RegisterBenchmark(("BM_MatMulPairedWithNaive_" + std::to_string(n)).c_str(), BM_MatMulPairedWithNaive, n)
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+  for (std::size_t i = 0; i < kShapes.size(); ++i) {
+    for (int threads : kThreadCounts) {
+      benchmark::RegisterBenchmark(fmt::format("BM_MatMulPairedWithOpenBlas_{}_{}t", kShapes[i].Name(), threads).c_str(),
+                                   BM_MatMulPairedWithOpenBlas, i, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+    if (kShapes[i].runtime)
+      benchmark::RegisterBenchmark(fmt::format("BM_MatMulRuntimePairedWithOpenBlas_{}", kShapes[i].Name()).c_str(),
+                                   BM_MatMulRuntimePairedWithOpenBlas, i)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
   }
-  benchmark::RegisterBenchmark("BM_MatMulRuntime", BM_MatMulRuntime)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_GemvPairedWithRead_f32", BM_GemvPairedWithRead, DataType::kFloat32)
       ->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_GemvPairedWithRead_f16", BM_GemvPairedWithRead, DataType::kFloat16)
@@ -261,22 +362,27 @@ void RegisterOpsBenchmarks() {
 }
 
 std::vector<Figure> OpsFigures(const Results& r) {
-  auto kernel = [&](const char* bench) { return Gflops(r, bench, "kernel_flop_per_second"); };
-  auto naive = [&](const char* bench) { return Gflops(r, bench, "naive_flop_per_second"); };
-  return {
-      {"matmul_768x768_gflops", kernel("BM_MatMulPairedWithNaive_768"), "GFLOP/s",
-       naive("BM_MatMulPairedWithNaive_768"), "naive i-j-k loop, one thread, paired rounds", "ratio >= 20"},
-      {"matmul_768x3072_gflops", kernel("BM_MatMulPairedWithNaive_3072"), "GFLOP/s",
-       naive("BM_MatMulPairedWithNaive_3072"), "naive i-j-k loop, one thread, paired rounds", "ratio >= 20"},
-      {"matmul_768x3072_runtime_gflops", Gflops(r, "BM_MatMulRuntime", "items_per_second"), "GFLOP/s",
-       kernel("BM_MatMulPairedWithNaive_3072"), "the kernel on one thread (above)", "ratio >= 1"},
-      {"gemv_f32_gbps", Gflops(r, "BM_GemvPairedWithRead_f32", "gemv_bytes_per_second"), "GB/s",
-       Gflops(r, "BM_GemvPairedWithRead_f32", "read_bytes_per_second"), "a plain read of the same bytes, paired rounds",
-       "ratio -> 1"},
-      {"gemv_f16_gbps", Gflops(r, "BM_GemvPairedWithRead_f16", "gemv_bytes_per_second"), "GB/s",
-       Gflops(r, "BM_GemvPairedWithRead_f16", "read_bytes_per_second"), "a plain read of the same bytes, paired rounds",
-       "ratio -> 1"},
+  std::vector<Figure> figures;
+  auto add = [&](const std::string& figure, const std::string& bench, const std::string& baseline_what) {
+    figures.push_back({figure, Gflops(r, bench, "ours_flop_per_second"), "GFLOP/s",
+                       Gflops(r, bench, "openblas_flop_per_second"), baseline_what, "ratio >= 0.7"});
   };
+  for (const GemmShape& s : kShapes) {
+    for (int threads : kThreadCounts)
+      add(fmt::format("matmul_{}_{}t_gflops", s.Name(), threads),
+          fmt::format("BM_MatMulPairedWithOpenBlas_{}_{}t", s.Name(), threads),
+          fmt::format("OpenBLAS sgemm, {} thread{}, paired rounds", threads, threads > 1 ? "s" : ""));
+    if (s.runtime)
+      add(fmt::format("matmul_{}_runtime_gflops", s.Name()), fmt::format("BM_MatMulRuntimePairedWithOpenBlas_{}", s.Name()),
+          "OpenBLAS sgemm, 2 threads, paired rounds");
+  }
+  figures.push_back({"gemv_f32_gbps", Gflops(r, "BM_GemvPairedWithRead_f32", "gemv_bytes_per_second"), "GB/s",
+                     Gflops(r, "BM_GemvPairedWithRead_f32", "read_bytes_per_second"),
+                     "a plain read of the same bytes, paired rounds", "ratio -> 1"});
+  figures.push_back({"gemv_f16_gbps", Gflops(r, "BM_GemvPairedWithRead_f16", "gemv_bytes_per_second"), "GB/s",
+                     Gflops(r, "BM_GemvPairedWithRead_f16", "read_bytes_per_second"),
+                     "a plain read of the same bytes, paired rounds", "ratio -> 1"});
+  return figures;
 }
 
 }  // namespace npuflow::bench

@@ -174,6 +174,8 @@ TEST(MatMul, DeviceMatchesReferenceOnRandomShapes) {
                                          {37, 129, 300, false, false, false},
                                          {121, 257, 65, true, false, false},
                                          {130, 300, 270, false, true, true},
+                                         {133, 65, 129, false, true, false},
+                                         {140, 257, 260, true, false, true},
                                          {9, 33, 17, true, true, false},
                                          {3, 0, 4, false, false, true}}) {
     SCOPED_TRACE(::testing::Message() << c.m << "x" << c.k << "x" << c.n << " ta " << c.ta << " tb " << c.tb);
