@@ -14,7 +14,9 @@ const std::vector<Area>& Areas() {
   static const std::vector<Area> areas = {
       {"actors", "actor hop, fan-in and tap-hook cost vs raw oneTBB flow-graph nodes", &RegisterActorBenchmarks,
        &ActorFigures},
-      {"npu", "simulated device: NOPs and tiny kernels through one stream, 1 GiB H2D in 10 MiB chunks",
+      {"npu", "simulated device, one stream: NOPs (run inline in the stream's task loop) vs a plain loop; tiny "
+              "kernels (each a full round trip stream -> AICore cluster -> unit -> back, 4 actor messages) vs raw "
+              "flow-graph nodes doing the same 4 hops with the same handoff; 1 GiB H2D in 10 MiB chunks vs memcpy",
        &RegisterNpuBenchmarks, &NpuFigures},
       {"compile", "v1 compile time (all passes) of 100k-node chains and 10k-node random DAGs vs linear scaling",
        &RegisterCompileBenchmarks, &CompileFigures},
@@ -25,12 +27,12 @@ const std::vector<Area>& Areas() {
       {"v1", "v1 task sink: host interactions and time per inference vs host-scheduled tasks (200-op chain); "
              "throughput with 1, 2, 4, 8 execution streams (200-op DAG)",
        &RegisterV1Benchmarks, &V1Figures},
-      {"weights", "external weights: 500 MB Const -> FileConstant (mode 1, mode 2) vs sha256sum; loading a 500 MB "
-                  "combined file vs cat; peak host staging memory",
+      {"weights", "external weights: 500 MB Const -> FileConstant (mode 1, mode 2) vs the same SHA-256 by OpenSSL on "
+                  "one thread; loading a 500 MB combined file vs cat; peak host staging memory",
        &RegisterWeightsBenchmarks, &WeightsFigures},
       {"gpt2", "GPT-2 117M shape (or --model F), f32 and f16: tokens/s with 1 and 2 threads vs the memory-bandwidth "
-               "roofline; load GB/s vs cat; peak RSS vs what the model needs; time to first token with weight "
-               "streaming vs loading first",
+               "roofline read around each run (and, given, the reference engine); load GB/s vs cat; peak RSS vs "
+               "what the model needs; time to first token with weight streaming vs loading first",
        &RegisterGpt2Benchmarks, &Gpt2Figures},
   };
   return areas;

@@ -1,15 +1,22 @@
 // Simulated-device benchmarks, each against a baseline run in the same process:
-//   NOPs through one stream       vs a plain loop over the same task vector
-//   tiny kernels through a stream vs raw flow-graph round trips of 4 hops (stream -> cluster ->
-//                                 core -> cluster -> stream is what a kernel costs in messages)
-//   H2D of 1 GiB in 10 MiB chunks vs plain memcpy of the same chunks
+//   NOPs through one stream       vs a plain loop over the same task vector. A NOP runs inline in
+//                                 the stream's task loop (that is the design: no message), so this
+//                                 is the loop's cost per task.
+//   tiny kernels through a stream vs raw flow-graph nodes doing the same 4 hops with the same
+//                                 thread handoff (HandoffRing). A kernel is a full round trip:
+//                                 stream -> AICore cluster -> unit -> cluster -> stream.
+//   H2D of 1 GiB in 10 MiB chunks vs plain memcpy of the same chunks on as many threads as the
+//                                 runtime's workers (which run the DMA channels side by side)
+// The fixed floors of the npu_sim issue (#3) are printed as given figures.
 #include "benchmarks/npu_bench.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -17,6 +24,8 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include "actors/cell.h"
+#include "base/large_buffer.h"
 #include "npu_sim/builtin_kernels.h"
 #include "npu_sim/runtime.h"
 
@@ -31,9 +40,10 @@ constexpr std::size_t kNops = 200'000;
 constexpr std::size_t kKernels = 20'000;
 constexpr std::uint64_t kCopyBytes = 1ull << 30;
 constexpr std::uint64_t kChunk = 10ull << 20;  // 10 MiB, the weight loader's chunk
+constexpr int kWorkers = 2;
 
 std::unique_ptr<Runtime> NewRuntime() {
-  auto rt = Runtime::Create({.chips = {"910B"}, .workers = 2});
+  auto rt = Runtime::Create({.chips = {"910B"}, .workers = kWorkers});
   return rt.ok() ? std::move(rt).value() : nullptr;
 }
 
@@ -90,40 +100,84 @@ void BM_NpuTinyKernels(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kKernels));
 }
 
-// Raw oneTBB: round trips of 4 hops between serial function_nodes, in an arena like the
-// runtime's (2 workers, host thread outside).
-void BM_RawFourHopRoundTrips(benchmark::State& state) {
-  tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism, 3);
-  tbb::task_arena arena(2, 0);
-  std::atomic<int> done{0};
-  std::unique_ptr<tbb::flow::graph> g;
-  std::vector<std::unique_ptr<tbb::flow::function_node<long, tbb::flow::continue_msg>>> nodes(4);
-  const long hops = static_cast<long>(kKernels) * 4;
-  arena.execute([&] {
-    g = std::make_unique<tbb::flow::graph>();
-    for (int i = 0; i < 4; ++i) {
-      nodes[i] = std::make_unique<tbb::flow::function_node<long, tbb::flow::continue_msg>>(
-          *g, tbb::flow::serial, [&, i](long left) {
-            if (left == 0) {
-              done.store(1, std::memory_order_release);
-              done.notify_all();
-            } else {
-              nodes[(i + 1) % 4]->try_put(left - 1);
-            }
-            return tbb::flow::continue_msg();
-          });
-    }
-  });
-  for (auto _ : state) {
-    done.store(0);
-    nodes[0]->try_put(hops);
-    while (done.load(std::memory_order_acquire) == 0) done.wait(0);
+// The raw side of a kernel round trip: the same four hops (stream -> AICore cluster -> unit ->
+// cluster -> stream) between four serial function_nodes, scheduled as actors::System schedules
+// them. A message to an idle actor is handed off: the receiver's drain runs next on the sending
+// thread, and after kMaxHandoffs drains in a row the chain continues as a spawned task through the
+// next node's try_put (actors/cell.h, CellBase::RunDrains). Each hop here is one indirect call to
+// the next node's body on the same thread, the chain cut and spawned at the same count, in an
+// arena like the runtime's (2 workers, the host thread outside). A plain try_put from inside a
+// body would spawn every hop instead, where the idle worker steals it and the hop crosses cores:
+// that measures oneTBB's spawn, not what the runtime does. The difference from the simulator is
+// what a kernel costs beyond its four hops: mailboxes, envelopes, the KernelJob, virtual time.
+class HandoffRing {
+ public:
+  static constexpr int kNodes = 4;
+
+  HandoffRing() : parallelism_(tbb::global_control::max_allowed_parallelism, kWorkers + 1), arena_(kWorkers, 0) {
+    arena_.execute([&] {
+      graph_ = std::make_unique<tbb::flow::graph>();
+      for (int i = 0; i < kNodes; ++i) {
+        nodes_[i] = std::make_unique<tbb::flow::function_node<long, tbb::flow::continue_msg>>(
+            *graph_, tbb::flow::serial, [this, i](long left) {
+              Drain(i, left);
+              return tbb::flow::continue_msg();
+            });
+      }
+    });
   }
-  arena.execute([&] {
-    g->wait_for_all();
-    nodes.clear();
-    g.reset();
-  });
+  ~HandoffRing() {
+    arena_.execute([&] {
+      graph_->wait_for_all();
+      for (auto& n : nodes_) n.reset();
+      graph_.reset();
+    });
+  }
+
+  // `hops` hops from node 0, from the host thread; returns when the last one has run.
+  void Run(long hops) {
+    done_.store(0, std::memory_order_relaxed);
+    nodes_[0]->try_put(hops);
+    while (done_.load(std::memory_order_acquire) == 0) done_.wait(0, std::memory_order_acquire);
+  }
+
+ private:
+  using Body = void (*)(HandoffRing&, long);
+
+  // One node's handler: the message is the number of hops left; it sends one fewer to the next.
+  static void Hop(HandoffRing& ring, long left) { ring.left_ = left - 1; }
+
+  void Drain(int node, long left) {
+    for (int drains = 0;;) {
+      if (left == 0) {
+        done_.store(1, std::memory_order_release);
+        done_.notify_all();
+        return;
+      }
+      Body body = bodies_[node];
+      benchmark::DoNotOptimize(body);
+      body(*this, left);
+      left = left_;
+      node = (node + 1) % kNodes;
+      if (++drains >= actors::detail::CellBase::kMaxHandoffs) {
+        nodes_[node]->try_put(left);
+        return;
+      }
+    }
+  }
+
+  tbb::global_control parallelism_;
+  tbb::task_arena arena_;
+  std::unique_ptr<tbb::flow::graph> graph_;
+  std::array<std::unique_ptr<tbb::flow::function_node<long, tbb::flow::continue_msg>>, kNodes> nodes_;
+  std::array<Body, kNodes> bodies_ = {&Hop, &Hop, &Hop, &Hop};
+  long left_ = 0;  // written and read only by the thread that runs the current chain
+  std::atomic<int> done_{0};
+};
+
+void BM_RawFourHopHandoffs(benchmark::State& state) {
+  HandoffRing ring;
+  for (auto _ : state) ring.Run(static_cast<long>(kKernels) * HandoffRing::kNodes);
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kKernels));
 }
 
@@ -131,7 +185,9 @@ void BM_RawFourHopRoundTrips(benchmark::State& state) {
 struct CopyFixture {
   std::unique_ptr<Runtime> rt = NewRuntime();
   std::vector<std::byte> host = std::vector<std::byte>(kCopyBytes, std::byte{7});
-  std::vector<std::byte> host_dst = std::vector<std::byte>(kCopyBytes, std::byte{0});
+  // The plain copy's destination is allocated as device memory is (a LargeBuffer: huge pages
+  // where the kernel gives them), so both copies write to the same kind of pages.
+  LargeBuffer host_dst = AllocateLargeBuffer(kCopyBytes);
   DevicePtr dev;
   npu_sim::Stream stream;
   bool ok = false;
@@ -139,7 +195,8 @@ struct CopyFixture {
     if (!rt) return;
     auto p = rt->Malloc(0, kCopyBytes, npu_sim::Placement::kHbm, "h2d benchmark");
     auto s = rt->CreateStream(0);
-    ok = p.ok() && s.ok();
+    ok = p.ok() && s.ok() && host_dst != nullptr;
+    if (host_dst) std::memset(host_dst.get(), 0, kCopyBytes);
     if (ok) {
       dev = *p;
       stream = *s;
@@ -161,14 +218,22 @@ Status H2DPass(CopyFixture& f) {
   return f.rt->SynchronizeStream(f.stream);
 }
 
+// The 910B's DMA engine spreads the chunks over its 4 channel actors, which the runtime's
+// kWorkers workers run side by side: the plain copy uses as many threads, each taking every
+// kWorkers-th chunk, so both sides copy with the same parallelism.
 void MemcpyPass(CopyFixture& f) {
-  for (std::uint64_t off = 0; off < kCopyBytes; off += kChunk) {
-    const std::uint64_t n = std::min(kChunk, kCopyBytes - off);
-    std::memcpy(f.host_dst.data() + off, f.host.data() + off, n);
-  }
+  auto copy_share = [&f](int t) {
+    for (std::uint64_t off = kChunk * static_cast<std::uint64_t>(t); off < kCopyBytes; off += kChunk * kWorkers) {
+      const std::uint64_t n = std::min(kChunk, kCopyBytes - off);
+      std::memcpy(f.host_dst.get() + off, f.host.data() + off, n);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < kWorkers; ++t) pool.emplace_back(copy_share, t);
+  copy_share(0);
+  for (std::thread& t : pool) t.join();
   benchmark::ClobberMemory();
 }
-
 
 void BM_H2DPairedWithMemcpy(benchmark::State& state) {
   CopyFixture& f = CopyFixture::Get();
@@ -197,7 +262,7 @@ void RegisterNpuBenchmarks() {
            {"BM_NpuNopStream", BM_NpuNopStream},
            {"BM_RawTaskLoop", BM_RawTaskLoop},
            {"BM_NpuTinyKernels", BM_NpuTinyKernels},
-           {"BM_RawFourHopRoundTrips", BM_RawFourHopRoundTrips},
+           {"BM_RawFourHopHandoffs", BM_RawFourHopHandoffs},
            {"BM_H2DPairedWithMemcpy", BM_H2DPairedWithMemcpy}}) {
     benchmark::RegisterBenchmark(name, fn)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
@@ -210,12 +275,15 @@ std::vector<Figure> NpuFigures(const Results& r) {
   const double memcpy_bw = Counter(r, "BM_H2DPairedWithMemcpy", "memcpy_bytes_per_second") / 1e9;
   return {
       {"nop_tasks_per_s", nops, "task/s", Counter(r, "BM_RawTaskLoop", "items_per_second"),
-       "plain loop over the same tasks", "value >= 2e7"},
-      {"nop_tasks_vs_target", nops, "task/s", 20e6, "the issue's floor, 20 M/s", "ratio >= 1"},
-      {"tiny_kernels_per_s", kernels, "kernel/s", Counter(r, "BM_RawFourHopRoundTrips", "items_per_second"),
-       "raw function_node 4-hop round trips", "value >= 5e5"},
-      {"tiny_kernels_vs_target", kernels, "kernel/s", 500e3, "the issue's floor, 500 k/s", "ratio >= 1"},
-      {"h2d_1gib_10mib_chunks", h2d, "GB/s", memcpy_bw, "plain memcpy, same chunks, paired rounds", "ratio >= 0.8"},
+       "plain loop over the same tasks (a NOP runs inline in the stream's task loop)", "value >= 2e7"},
+      {"nop_tasks_vs_target", nops, "task/s", 20e6, "the npu_sim issue's floor, 20 M/s", "ratio >= 1", true},
+      {"tiny_kernels_per_s", kernels, "kernel/s", Counter(r, "BM_RawFourHopHandoffs", "items_per_second"),
+       "raw flow-graph nodes, the same 4 hops (stream -> cluster -> unit -> cluster -> stream), same handoff",
+       "value >= 5e5"},
+      {"tiny_kernels_vs_target", kernels, "kernel/s", 500e3, "the npu_sim issue's floor, 500 k/s", "ratio >= 1", true},
+      {"h2d_1gib_10mib_chunks", h2d, "GB/s", memcpy_bw,
+       "plain memcpy, same chunks, into a LargeBuffer like device memory, on as many threads as the "
+       "runtime's workers (2), paired rounds", "ratio >= 0.8"},
   };
 }
 
