@@ -12,7 +12,7 @@ namespace npuflow::bench {
 
 const std::vector<Area>& Areas() {
   static const std::vector<Area> areas = {
-      {"actors", "actor hop, fan-in and tap-hook cost vs raw oneTBB flow-graph nodes", &RegisterActorBenchmarks,
+      {"actors", "actor hop, fan-in, ring, fan-out/fan-in and tap-hook cost vs raw oneTBB nodes and CAF", &RegisterActorBenchmarks,
        &ActorFigures},
       {"npu", "simulated device: NOPs and tiny kernels through one stream, 1 GiB H2D in 10 MiB chunks",
        &RegisterNpuBenchmarks, &NpuFigures},
