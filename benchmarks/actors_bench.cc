@@ -1,8 +1,11 @@
 // Actor runtime benchmarks: the hop (one-way, ping-pong between two actors), fan-in (2 producer
-// threads -> 1 actor) and the cost of the delivery-tap hook, each against a baseline run in the
-// same process:
+// threads -> 1 actor), a ring with one token per actor, a fan-out/fan-in of real work, and the
+// cost of the delivery-tap hook, each against peers run in the same process on 2 workers:
 //   - raw: two serial tbb::flow::function_nodes ping-ponging via try_put (or 2 threads putting
-//     into one), in an arena set up exactly like actors::System's;
+//     into one), in an arena set up exactly like actors::System's; for the hop also the raw side
+//     with the same one-thread handoff (a 1-worker arena; lightweight nodes with task bypass);
+//   - CAF: the C++ Actor Framework 0.17 (Debian's libcaf-dev), event-based actors with
+//     caf::behavior and its work-stealing scheduler on 2 threads, same messages and counts;
 //   - flow-node mailbox: the same actors, Envelope, Context and handler path as the runtime,
 //     but buffered by the flow-graph node itself instead of the runtime's Boost.Lockfree lanes.
 //     This is the mailbox design the runtime did not keep; it stays here so the choice can be
@@ -10,9 +13,13 @@
 #include "benchmarks/actors_bench.h"
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <variant>
+#include <vector>
+
+#include <caf/all.hpp>
 
 #include <benchmark/benchmark.h>
 #include <oneapi/tbb/flow_graph.h>
@@ -89,6 +96,43 @@ void RawHop(benchmark::State& state, int workers) {
 }
 void BM_RawHop(benchmark::State& state) { RawHop(state, kWorkers); }
 void BM_RawHopOneWorker(benchmark::State& state) { RawHop(state, 1); }
+
+// Raw with the runtime's handoff advantage: lightweight serial nodes. A lightweight node runs
+// its body in the thread that puts to it when it is free, so b's body runs inside a's, and a's
+// next message (queued while a was busy) comes back as the bypass task oneTBB runs next on the
+// same thread: a ping-pong on one core with no task spawned per hop, which is what the
+// runtime's handoff does. The first put is made from a worker (arena.enqueue) so the host
+// thread never runs a body, as with the actors.
+void BM_RawHopBypass(benchmark::State& state) {
+  RawArena env;
+  Latch latch;
+  using Node = flow::function_node<long, flow::continue_msg, flow::queueing_lightweight>;
+  std::unique_ptr<flow::graph> g;
+  std::unique_ptr<Node> a, b;
+  env.arena.execute([&] {
+    g = std::make_unique<flow::graph>();
+    a = std::make_unique<Node>(*g, flow::serial, [&](long left) {
+      if (left == 0) latch.Open(); else b->try_put(left - 1);
+      return flow::continue_msg();
+    });
+    b = std::make_unique<Node>(*g, flow::serial, [&](long left) {
+      if (left == 0) latch.Open(); else a->try_put(left - 1);
+      return flow::continue_msg();
+    });
+  });
+  for (auto _ : state) {
+    latch.Reset();
+    env.arena.enqueue([&] { a->try_put(kHops); });
+    latch.Wait();
+  }
+  env.arena.execute([&] {
+    g->wait_for_all();
+    a.reset();
+    b.reset();
+    g.reset();
+  });
+  state.SetItemsProcessed(state.iterations() * kHops);
+}
 
 void BM_RawFanIn(benchmark::State& state) {
   RawArena env;
@@ -318,6 +362,337 @@ void BM_FlowNodeMailboxFanIn(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 2 * kPerProducer);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Workloads where a handoff cannot help: many messages in flight, so both workers always have
+// work and keeping one thread on one chain of sends saves nothing.
+//
+// Ring: kRingSize actors in a circle, one token per actor, each token passed on
+// kRingHopsPerToken times; a token at 0 arrives at the finish line. Throughput in hops/s.
+constexpr int kRingSize = 64;
+constexpr long kRingHopsPerToken = 4'000;
+// Fan-out/fan-in: a coordinator deals kItems work messages round-robin to kFanWorkers workers;
+// each computes Work() and sends the result back; the coordinator counts them. Items/s.
+constexpr int kFanWorkers = 4;
+constexpr long kItems = 20'000;
+constexpr int kWorkRounds = 400;  // ~1-2 us of Work() per item
+
+// The same work for every runtime: a dependent xorshift-multiply chain the compiler cannot fold.
+[[gnu::noinline]] long Work(long x) {
+  std::uint64_t h = static_cast<std::uint64_t>(x) | 1;
+  for (int i = 0; i < kWorkRounds; ++i) {
+    h ^= h << 13;
+    h ^= h >> 7;
+    h ^= h << 17;
+    h *= 0x9E3779B97F4A7C15ull;
+  }
+  return static_cast<long>(h & 0xffff);
+}
+
+// Where ring tokens arrive: the last of `tokens` opens the latch.
+struct FinishLine {
+  std::atomic<int> left{0};
+  Latch latch;
+  void Reset(int tokens) {
+    left.store(tokens, std::memory_order_relaxed);
+    latch.Reset();
+  }
+  void Arrive() {
+    if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) latch.Open();
+  }
+};
+
+// The coordinator's tally: counts results, opens the latch at the last one.
+struct Tally {
+  long expected = kItems;
+  long got = 0;
+  long sum = 0;
+  Latch* latch;
+  void Add(long v) {
+    sum += v;
+    if (++got == expected) {
+      got = 0;
+      benchmark::DoNotOptimize(sum);
+      latch->Open();
+    }
+  }
+};
+
+// --- raw oneTBB: serial function_nodes, try_put between them (a task per message).
+void BM_RawRing(benchmark::State& state) {
+  RawArena env;
+  FinishLine finish;
+  using Node = flow::function_node<long, flow::continue_msg, flow::queueing>;
+  std::unique_ptr<flow::graph> g;
+  std::vector<std::unique_ptr<Node>> ring(kRingSize);
+  env.arena.execute([&] {
+    g = std::make_unique<flow::graph>();
+    for (int i = 0; i < kRingSize; ++i) {
+      ring[i] = std::make_unique<Node>(*g, flow::serial, [&, i](long left) {
+        if (left == 0) finish.Arrive(); else ring[(i + 1) % kRingSize]->try_put(left - 1);
+        return flow::continue_msg();
+      });
+    }
+  });
+  for (auto _ : state) {
+    finish.Reset(kRingSize);
+    for (auto& node : ring) node->try_put(kRingHopsPerToken);
+    finish.latch.Wait();
+  }
+  env.arena.execute([&] {
+    g->wait_for_all();
+    ring.clear();
+    g.reset();
+  });
+  state.SetItemsProcessed(state.iterations() * kRingSize * kRingHopsPerToken);
+}
+
+void BM_RawFanOutFanIn(benchmark::State& state) {
+  RawArena env;
+  Latch latch;
+  Tally tally{.latch = &latch};
+  using Node = flow::function_node<long, flow::continue_msg, flow::queueing>;
+  std::unique_ptr<flow::graph> g;
+  std::unique_ptr<Node> start, collect;
+  std::vector<std::unique_ptr<Node>> workers(kFanWorkers);
+  env.arena.execute([&] {
+    g = std::make_unique<flow::graph>();
+    collect = std::make_unique<Node>(*g, flow::serial, [&](long v) {
+      tally.Add(v);
+      return flow::continue_msg();
+    });
+    for (auto& w : workers) {
+      w = std::make_unique<Node>(*g, flow::serial, [&](long x) {
+        collect->try_put(Work(x));
+        return flow::continue_msg();
+      });
+    }
+    start = std::make_unique<Node>(*g, flow::serial, [&](long items) {
+      for (long i = 0; i < items; ++i) workers[i % kFanWorkers]->try_put(i);
+      return flow::continue_msg();
+    });
+  });
+  for (auto _ : state) {
+    latch.Reset();
+    start->try_put(kItems);
+    latch.Wait();
+  }
+  env.arena.execute([&] {
+    g->wait_for_all();
+    start.reset();
+    workers.clear();
+    collect.reset();
+    g.reset();
+  });
+  state.SetItemsProcessed(state.iterations() * kItems);
+}
+
+// --- npuflow actors.
+struct Token {
+  static constexpr std::string_view kKind = "Token";
+  long left;
+};
+class RingMember {
+ public:
+  using Message = std::variant<Token>;
+  RingMember(const actors::Address<Message>* next, FinishLine* finish) : next_(next), finish_(finish) {}
+  void Receive(Message& msg, Context<Message>&) {
+    const long left = std::get<Token>(msg).left;
+    if (left == 0) finish_->Arrive(); else next_->Send(Token{left - 1});
+  }
+
+ private:
+  const actors::Address<Message>* next_;
+  FinishLine* finish_;
+};
+
+void BM_ActorRing(benchmark::State& state) {
+  actors::System system({.workers = kWorkers});
+  FinishLine finish;
+  std::vector<actors::Address<RingMember::Message>> ring(kRingSize);
+  for (int i = 0; i < kRingSize; ++i) ring[i] = system.Spawn<RingMember>("ring", &ring[(i + 1) % kRingSize], &finish);
+  for (auto _ : state) {
+    finish.Reset(kRingSize);
+    for (auto& member : ring) member.Send(Token{kRingHopsPerToken});
+    finish.latch.Wait();
+  }
+  state.SetItemsProcessed(state.iterations() * kRingSize * kRingHopsPerToken);
+}
+
+struct Start {
+  static constexpr std::string_view kKind = "Start";
+  long items;
+};
+struct Item {
+  static constexpr std::string_view kKind = "Item";
+  long value;
+};
+struct Result {
+  static constexpr std::string_view kKind = "Result";
+  long value;
+};
+class Coordinator {
+ public:
+  using Message = std::variant<Start, Result>;
+  Coordinator(const std::vector<actors::Address<std::variant<Item>>>* workers, Latch* latch)
+      : workers_(workers), tally_{.latch = latch} {}
+  void Receive(Message& msg, Context<Message>&) {
+    if (auto* result = std::get_if<Result>(&msg)) return tally_.Add(result->value);
+    const long items = std::get<Start>(msg).items;
+    for (long i = 0; i < items; ++i) (*workers_)[i % kFanWorkers].Send(Item{i});
+  }
+
+ private:
+  const std::vector<actors::Address<std::variant<Item>>>* workers_;
+  Tally tally_;
+};
+class FanWorker {
+ public:
+  using Message = std::variant<Item>;
+  explicit FanWorker(const actors::Address<Coordinator::Message>* coordinator) : coordinator_(coordinator) {}
+  void Receive(Message& msg, Context<Message>&) { coordinator_->Send(Result{Work(std::get<Item>(msg).value)}); }
+
+ private:
+  const actors::Address<Coordinator::Message>* coordinator_;
+};
+
+void BM_ActorFanOutFanIn(benchmark::State& state) {
+  actors::System system({.workers = kWorkers});
+  Latch latch;
+  std::vector<actors::Address<FanWorker::Message>> workers(kFanWorkers);
+  actors::Address<Coordinator::Message> coordinator = system.Spawn<Coordinator>("coordinator", &workers, &latch);
+  for (auto& w : workers) w = system.Spawn<FanWorker>("worker", &coordinator);
+  for (auto _ : state) {
+    latch.Reset();
+    coordinator.Send(Start{kItems});
+    latch.Wait();
+  }
+  state.SetItemsProcessed(state.iterations() * kItems);
+}
+
+// --- CAF 0.17: event-based actors (caf::behavior), its work-stealing scheduler on kWorkers
+// threads. Host threads use anon_send and block on the same Latch as above; payloads are the
+// same longs (the fan-in's tick is an atom, the runtime's an empty struct).
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+
+struct CafSystem {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> system;
+  std::vector<caf::actor> spawned;  // terminated at the end, so the system can shut down
+  CafSystem() {
+    cfg.set("scheduler.max-threads", kWorkers);
+    system = std::make_unique<caf::actor_system>(cfg);
+  }
+  ~CafSystem() {
+    for (auto& a : spawned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    spawned.clear();
+    system.reset();
+  }
+  template <typename F, typename... Args>
+  caf::actor Spawn(F fn, Args... args) {
+    spawned.push_back(system->spawn(fn, args...));
+    return spawned.back();
+  }
+};
+
+caf::behavior CafPlayer(caf::event_based_actor* self, const caf::actor* peer, Latch* latch) {
+  return {[=](long left) {
+    if (left == 0) latch->Open(); else self->send(*peer, left - 1);
+  }};
+}
+
+void BM_CafHop(benchmark::State& state) {
+  CafSystem caf;
+  Latch latch;
+  caf::actor peer_of_a, peer_of_b;
+  caf::actor a = caf.Spawn(CafPlayer, &peer_of_a, &latch);
+  caf::actor b = caf.Spawn(CafPlayer, &peer_of_b, &latch);
+  peer_of_a = b;
+  peer_of_b = a;
+  for (auto _ : state) {
+    latch.Reset();
+    caf::anon_send(a, long{kHops});
+    latch.Wait();
+  }
+  peer_of_a = peer_of_b = nullptr;
+  state.SetItemsProcessed(state.iterations() * kHops);
+}
+
+caf::behavior CafCounter(caf::event_based_actor*, long target, Latch* latch) {
+  auto count = std::make_shared<long>(0);
+  return {[=](tick_atom) {
+    if (++*count == target) {
+      *count = 0;
+      latch->Open();
+    }
+  }};
+}
+
+void BM_CafFanIn(benchmark::State& state) {
+  CafSystem caf;
+  Latch latch;
+  caf::actor sink = caf.Spawn(CafCounter, 2 * kPerProducer, &latch);
+  for (auto _ : state) {
+    latch.Reset();
+    std::thread p1([&] { for (long i = 0; i < kPerProducer; ++i) caf::anon_send(sink, tick_atom::value); });
+    std::thread p2([&] { for (long i = 0; i < kPerProducer; ++i) caf::anon_send(sink, tick_atom::value); });
+    p1.join();
+    p2.join();
+    latch.Wait();
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * kPerProducer);
+}
+
+caf::behavior CafRingMember(caf::event_based_actor* self, const caf::actor* next, FinishLine* finish) {
+  return {[=](long left) {
+    if (left == 0) finish->Arrive(); else self->send(*next, left - 1);
+  }};
+}
+
+void BM_CafRing(benchmark::State& state) {
+  CafSystem caf;
+  FinishLine finish;
+  std::vector<caf::actor> ring(kRingSize);
+  for (int i = 0; i < kRingSize; ++i) ring[i] = caf.Spawn(CafRingMember, &ring[(i + 1) % kRingSize], &finish);
+  for (auto _ : state) {
+    finish.Reset(kRingSize);
+    for (auto& member : ring) caf::anon_send(member, long{kRingHopsPerToken});
+    finish.latch.Wait();
+  }
+  ring.clear();
+  state.SetItemsProcessed(state.iterations() * kRingSize * kRingHopsPerToken);
+}
+
+caf::behavior CafFanWorker(caf::event_based_actor* self, const caf::actor* coordinator) {
+  return {[=](long x) { self->send(*coordinator, Work(x)); }};
+}
+
+caf::behavior CafCoordinator(caf::event_based_actor* self, const std::vector<caf::actor>* workers, Latch* latch) {
+  auto tally = std::make_shared<Tally>(Tally{.latch = latch});
+  return {
+      [=](start_atom, long items) {
+        for (long i = 0; i < items; ++i) self->send((*workers)[i % kFanWorkers], i);
+      },
+      [=](long v) { tally->Add(v); },
+  };
+}
+
+void BM_CafFanOutFanIn(benchmark::State& state) {
+  CafSystem caf;
+  Latch latch;
+  std::vector<caf::actor> workers(kFanWorkers);
+  caf::actor coordinator = caf.Spawn(CafCoordinator, &workers, &latch);
+  for (auto& w : workers) w = caf.Spawn(CafFanWorker, &coordinator);
+  for (auto _ : state) {
+    latch.Reset();
+    caf::anon_send(coordinator, start_atom::value, long{kItems});
+    latch.Wait();
+  }
+  workers.clear();
+  coordinator = nullptr;
+  state.SetItemsProcessed(state.iterations() * kItems);
+}
+
 double NsPer(const Results& r, const std::string& name) {
   auto it = r.find(name);
   return it == r.end() || it->second.rate <= 0 ? 0 : 1e9 / it->second.rate;
@@ -333,12 +708,21 @@ void RegisterActorBenchmarks() {
   for (auto [name, fn] : std::initializer_list<std::pair<const char*, void (*)(benchmark::State&)>>{
            {"BM_RawHop", BM_RawHop},
            {"BM_RawHopOneWorker", BM_RawHopOneWorker},
+           {"BM_RawHopBypass", BM_RawHopBypass},
+           {"BM_CafHop", BM_CafHop},
            {"BM_ActorHop", BM_ActorHop},
            {"BM_ActorHopWithoutTapHook", BM_ActorHopWithoutTapHook},
            {"BM_FlowNodeMailboxHop", BM_FlowNodeMailboxHop},
            {"BM_RawFanIn", BM_RawFanIn},
+           {"BM_CafFanIn", BM_CafFanIn},
            {"BM_ActorFanIn", BM_ActorFanIn},
-           {"BM_FlowNodeMailboxFanIn", BM_FlowNodeMailboxFanIn}}) {
+           {"BM_FlowNodeMailboxFanIn", BM_FlowNodeMailboxFanIn},
+           {"BM_RawRing", BM_RawRing},
+           {"BM_CafRing", BM_CafRing},
+           {"BM_ActorRing", BM_ActorRing},
+           {"BM_RawFanOutFanIn", BM_RawFanOutFanIn},
+           {"BM_CafFanOutFanIn", BM_CafFanOutFanIn},
+           {"BM_ActorFanOutFanIn", BM_ActorFanOutFanIn}}) {
     benchmark::RegisterBenchmark(name, fn)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
 }
@@ -347,16 +731,28 @@ std::vector<Figure> ActorFigures(const Results& r) {
   const double raw_hop = NsPer(r, "BM_RawHop");
   const double hop = NsPer(r, "BM_ActorHop");
   const double flow_hop = NsPer(r, "BM_FlowNodeMailboxHop");
-  constexpr double kCafPingPongNs = 350;  // the C++ Actor Framework on this machine, as given
+  const std::string ring = "ring of " + std::to_string(kRingSize) + " actors, a token each";
+  const std::string fan = std::to_string(kItems) + " items over " + std::to_string(kFanWorkers) + " workers";
   return {
       {"actor_hop", hop, "ns", raw_hop, "raw function_node ping-pong hop", "ratio <= 1.25"},
       {"actor_hop_vs_raw_best", hop, "ns", NsPer(r, "BM_RawHopOneWorker"),
        "raw ping-pong in a 1-worker arena (no stealing)", "ratio <= 1.25"},
-      {"actor_hop_vs_caf", hop, "ns", kCafPingPongNs, "CAF ping-pong hop (given, 350 ns)", "ratio <= 0.333"},
+      {"actor_hop_vs_raw_bypass", hop, "ns", NsPer(r, "BM_RawHopBypass"),
+       "raw ping-pong, lightweight nodes (task bypass, one thread)", "ratio <= 1"},
+      {"actor_hop_vs_caf", hop, "ns", NsPer(r, "BM_CafHop"), "CAF 0.17 ping-pong hop, 2 threads", "ratio <= 1"},
       {"tap_hook_overhead", hop, "ns", NsPer(r, "BM_ActorHopWithoutTapHook"), "hop built without the tap hook",
        "ratio < 1.02"},
       {"fan_in", Rate(r, "BM_ActorFanIn"), "msg/s", Rate(r, "BM_RawFanIn"), "raw serial function_node, 2 producers",
        "ratio >= 1"},
+      {"fan_in_vs_caf", Rate(r, "BM_ActorFanIn"), "msg/s", Rate(r, "BM_CafFanIn"), "CAF 0.17 actor, 2 producers",
+       "ratio >= 1"},
+      {"ring_vs_caf", Rate(r, "BM_ActorRing"), "msg/s", Rate(r, "BM_CafRing"), "CAF 0.17 " + ring, "ratio >= 1"},
+      {"ring_vs_raw", Rate(r, "BM_ActorRing"), "msg/s", Rate(r, "BM_RawRing"), "raw function_node " + ring,
+       "ratio >= 1"},
+      {"fanout_fanin_vs_caf", Rate(r, "BM_ActorFanOutFanIn"), "items/s", Rate(r, "BM_CafFanOutFanIn"),
+       "CAF 0.17, " + fan, "ratio >= 1"},
+      {"fanout_fanin_vs_raw", Rate(r, "BM_ActorFanOutFanIn"), "items/s", Rate(r, "BM_RawFanOutFanIn"),
+       "raw function_nodes, " + fan, "ratio >= 1"},
       {"mailbox_flow_node_hop", flow_hop, "ns", raw_hop, "raw function_node ping-pong hop", "comparison"},
       {"mailbox_flow_node_fan_in", Rate(r, "BM_FlowNodeMailboxFanIn"), "msg/s", Rate(r, "BM_RawFanIn"),
        "raw serial function_node, 2 producers", "comparison"},

@@ -12,7 +12,7 @@ namespace npuflow::bench {
 
 const std::vector<Area>& Areas() {
   static const std::vector<Area> areas = {
-      {"actors", "actor hop, fan-in and tap-hook cost vs raw oneTBB flow-graph nodes", &RegisterActorBenchmarks,
+      {"actors", "actor hop, fan-in, ring, fan-out/fan-in and tap-hook cost vs raw oneTBB nodes and CAF", &RegisterActorBenchmarks,
        &ActorFigures},
       {"npu", "simulated device, one stream: NOPs (run inline in the stream's task loop) vs a plain loop; tiny "
               "kernels (each a full round trip stream -> AICore cluster -> unit -> back, 4 actor messages) vs raw "

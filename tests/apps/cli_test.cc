@@ -56,9 +56,11 @@ TEST(Cli, BenchJsonIsOneObjectOfFiguresWithBaselines) {
   auto j = nlohmann::json::parse(r.output, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(j.is_discarded()) << r.output;
   ASSERT_TRUE(j.contains("figures"));
-  for (const char* name : {"actor_hop", "actor_hop_vs_caf", "tap_hook_overhead", "fan_in"}) {
+  for (const char* name : {"actor_hop", "actor_hop_vs_caf", "actor_hop_vs_raw_bypass", "tap_hook_overhead", "fan_in",
+                           "fan_in_vs_caf", "ring_vs_caf", "fanout_fanin_vs_caf"}) {
     ASSERT_TRUE(j["figures"].contains(name)) << name;
     const auto& f = j["figures"][name];
+    EXPECT_FALSE(f.value("given", true)) << name << ": its baseline must be measured in the same run";
     for (const char* field : {"value", "unit", "baseline", "ratio"}) EXPECT_TRUE(f.contains(field)) << name << "." << field;
     EXPECT_GT(f["value"].get<double>(), 0) << name;
     EXPECT_GT(f["baseline"].get<double>(), 0) << name;
