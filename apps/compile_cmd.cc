@@ -170,11 +170,20 @@ std::string DescribeWeight(const weights::ExternalWeightDesc& w) {
   return fmt::format("{}  size {}  offset {}  id {}", w.path, w.size, w.offset, w.id.empty() ? "-" : w.id);
 }
 
-}  // namespace
-
-Status RunCompile(const CompileArgs& args, std::ostream& out) {
-  graph::RegisterBuiltinOps();
+// What RunCompile derives from its arguments before it reads the model.
+struct CompileSetup {
   graph::CompileOptions options;
+  lowering::DumpRequest dump;
+  weights::ValueBins value_bins;
+  std::optional<AesKey> key;
+  bool writes_weights = false;  // --external_weight 1 or 2
+  bool temporary_dir = false;   // ... into a temporary weight directory
+  std::string weight_dir;       // absolute, without a trailing '/'; empty unless writes_weights
+};
+
+// --stream-mode, --max-parallel, --dump-after and --dump-format.
+Status ParsePipelineArgs(const CompileArgs& args, std::ostream& out, CompileSetup& setup) {
+  graph::CompileOptions& options = setup.options;
   options.chip = args.chip;
   if (args.stream_mode == "single") {
     options.stream_mode = graph::CompileOptions::StreamMode::kSingle;
@@ -184,123 +193,147 @@ Status RunCompile(const CompileArgs& args, std::ostream& out) {
     return Status::ParamInvalid("--stream-mode '{}': expected single or multi", args.stream_mode);
   }
   options.max_parallel = args.max_parallel;
-  lowering::DumpRequest dump;
+  lowering::DumpRequest& dump = setup.dump;
   dump.after = args.dump_after;
   if (args.dump_format == "pbtxt") {
     dump.format = lowering::DumpFormat::kText;
   } else if (args.dump_format != "summary") {
     return Status::ParamInvalid("--dump-format '{}': expected summary or pbtxt", args.dump_format);
   }
-  dump.sink = [&](std::string_view pass, const std::string& text) {
+  dump.sink = [&out](std::string_view pass, const std::string& text) {
     out << "# after " << pass << "\n" << text << "\n";
   };
+  return Status::Ok();
+}
 
-  // External weights and encryption.
+// External weights and encryption: --external_weight, --value_bins, --encrypt-key and the weight directory.
+Status ParseWeightArgs(const CompileArgs& args, CompileSetup& setup) {
   NPUFLOW_ASSIGN_OR_RETURN(weights::ExternalWeightMode mode,
                            weights::ParseExternalWeightMode(args.external_weight, "--external_weight"));
-  weights::ValueBins value_bins;
   if (!args.value_bins.empty()) {
     auto bins = weights::ParseValueBins(args.value_bins);
     if (!bins.ok()) return bins.status().WithContext("--value_bins");
-    value_bins = std::move(*bins);
+    setup.value_bins = std::move(*bins);
   }
-  std::optional<AesKey> key;
   if (!args.encrypt_key.empty()) {
     auto parsed = ParseAesKey(args.encrypt_key);
     if (!parsed.ok()) return parsed.status().WithContext("--encrypt-key");
-    key = *parsed;
+    setup.key = *parsed;
   }
-  const bool writes_weights =
+  setup.writes_weights =
       mode == weights::ExternalWeightMode::kPerWeight || mode == weights::ExternalWeightMode::kCombined;
-  const bool temporary_dir = args.external_weight_dir.empty();
-  std::string weight_dir;
-  if (writes_weights) {
+  setup.temporary_dir = args.external_weight_dir.empty();
+  if (setup.writes_weights) {
+    std::string& weight_dir = setup.weight_dir;
     weight_dir = fs::absolute(weights::ResolveWeightDir(args.external_weight_dir, 0)).lexically_normal().string();
     while (weight_dir.size() > 1 && weight_dir.back() == '/') weight_dir.pop_back();
-    if (key && !temporary_dir && SameFile(weight_dir, ModelWeightDir(args.output)))
+    if (setup.key && !setup.temporary_dir && SameFile(weight_dir, ModelWeightDir(args.output)))
       return Status::ParamInvalid(
           "--encrypt-key: --external_weight_dir '{}' is the model's weight directory, where the encrypted copies of "
           "the weights go (they would replace the plain files); choose another directory",
           args.external_weight_dir);
   }
+  graph::CompileOptions& options = setup.options;
   options.external_weight = args.external_weight;
-  options.external_weight_dir = weight_dir;
+  options.external_weight_dir = setup.weight_dir;
   options.model_name = fs::path(args.output).stem().string();
   options.value_bins = args.value_bins;
-  NPUFLOW_RETURN_IF_ERROR(lowering::CheckCompileOptions(options, args.dump_after));
+  return Status::Ok();
+}
 
-  const auto start = std::chrono::steady_clock::now();
-  // A ggml GPT-2 file (recognized by its magic) is imported as its decode step, its weights
-  // FileConstants pointing into the file; anything else is the text graph format.
-  std::unique_ptr<graph::ComputeGraph> graph;
-  if (gpt2::IsGgmlFile(args.model)) {
-    NPUFLOW_ASSIGN_OR_RETURN(gpt2::Gpt2File gpt2, gpt2::ReadGpt2File(args.model));
-    NPUFLOW_ASSIGN_OR_RETURN(graph, gpt2::BuildGpt2DecodeGraph(gpt2, {.name = options.model_name}));
-  } else {
-    NPUFLOW_ASSIGN_OR_RETURN(graph, graph::ReadGraphTextFile(args.model));
+// A ggml GPT-2 file (recognized by its magic) is imported as its decode step, its weights
+// FileConstants pointing into the file; anything else is the text graph format.
+StatusOr<std::unique_ptr<graph::ComputeGraph>> ReadModelGraph(const std::string& path, const std::string& name) {
+  if (gpt2::IsGgmlFile(path)) {
+    NPUFLOW_ASSIGN_OR_RETURN(gpt2::Gpt2File gpt2, gpt2::ReadGpt2File(path));
+    return gpt2::BuildGpt2DecodeGraph(gpt2, {.name = name});
   }
-  const std::size_t nodes = graph->node_count();
-  std::optional<graph::CompiledModel> model;
-  Status built = [&]() -> Status {
-    auto compiled = lowering::CompileV1(std::move(graph), options, dump);
-    if (!compiled.ok()) return compiled.status().WithContext(args.model);
-    model = std::move(*compiled);
-    if (args.verify) NPUFLOW_RETURN_IF_ERROR(lowering::VerifyMemoryPlan(*model).WithContext("memory plan check"));
-    // The output's directory is made if it is not there (atc does the same).
-    if (const fs::path parent = fs::path(args.output).parent_path(); !parent.empty()) {
-      std::error_code ec;
-      fs::create_directories(parent, ec);
-      if (ec) return Status::Failed("--output '{}': cannot create its directory: {}", args.output, ec.message());
-    }
-    // The weight files: out of a temporary directory next to the model; encrypted with a key.
-    if (model->graph != nullptr) {
-      std::unordered_map<const graph::Node*, std::string> before;
-      for (graph::Node* n : FileConstants(*model->graph)) before.emplace(n, Location(*n));
-      NPUFLOW_RETURN_IF_ERROR(weights::RelocateWeightFiles(*model->graph, args.output));
-      if (key) {
-        std::set<const graph::Node*> moved;
-        for (graph::Node* n : FileConstants(*model->graph))
-          if (auto it = before.find(n); it != before.end() && it->second != Location(*n)) moved.insert(n);
-        NPUFLOW_RETURN_IF_ERROR(weights::ResolveFileConstantLocations(*model->graph, value_bins));
-        NPUFLOW_RETURN_IF_ERROR(EncryptWeightFiles(*model->graph, args.output, moved, *key));
-      }
-    }
-    if (writes_weights && temporary_dir) NPUFLOW_RETURN_IF_ERROR(CleanTemporaryWeightDir(weight_dir, out));
-    return graph::WriteModelFile(*model, args.output, key ? &*key : nullptr);
-  }();
-  if (!built.ok()) {
-    // Nothing refers to what a failed compile left in its temporary directory.
+  return graph::ReadGraphTextFile(path);
+}
+
+// The weight files: out of a temporary directory next to the model; encrypted with a key.
+Status PlaceWeightFiles(const CompileArgs& args, const CompileSetup& setup, graph::CompiledModel& model) {
+  if (model.graph == nullptr) return Status::Ok();
+  std::unordered_map<const graph::Node*, std::string> before;
+  for (graph::Node* n : FileConstants(*model.graph)) before.emplace(n, Location(*n));
+  NPUFLOW_RETURN_IF_ERROR(weights::RelocateWeightFiles(*model.graph, args.output));
+  if (!setup.key) return Status::Ok();
+  std::set<const graph::Node*> moved;
+  for (graph::Node* n : FileConstants(*model.graph))
+    if (auto it = before.find(n); it != before.end() && it->second != Location(*n)) moved.insert(n);
+  NPUFLOW_RETURN_IF_ERROR(weights::ResolveFileConstantLocations(*model.graph, setup.value_bins));
+  return EncryptWeightFiles(*model.graph, args.output, moved, *setup.key);
+}
+
+// Compiles `graph`, checks the plan when asked, places the weight files and writes the model file.
+Status CompileAndWrite(const CompileArgs& args, const CompileSetup& setup, std::unique_ptr<graph::ComputeGraph> graph,
+                       std::optional<graph::CompiledModel>& model, std::ostream& out) {
+  auto compiled = lowering::CompileV1(std::move(graph), setup.options, setup.dump);
+  if (!compiled.ok()) return compiled.status().WithContext(args.model);
+  model = std::move(*compiled);
+  if (args.verify) NPUFLOW_RETURN_IF_ERROR(lowering::VerifyMemoryPlan(*model).WithContext("memory plan check"));
+  // The output's directory is made if it is not there (atc does the same).
+  if (const fs::path parent = fs::path(args.output).parent_path(); !parent.empty()) {
     std::error_code ec;
-    if (writes_weights && temporary_dir && weights::IsTemporaryWeightDir(weight_dir) && fs::exists(weight_dir, ec))
-      (void)weights::RemoveTemporaryWeightDir(weight_dir);
-    return built;
+    fs::create_directories(parent, ec);
+    if (ec) return Status::Failed("--output '{}': cannot create its directory: {}", args.output, ec.message());
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  NPUFLOW_RETURN_IF_ERROR(PlaceWeightFiles(args, setup, *model));
+  if (setup.writes_weights && setup.temporary_dir)
+    NPUFLOW_RETURN_IF_ERROR(CleanTemporaryWeightDir(setup.weight_dir, out));
+  return graph::WriteModelFile(*model, args.output, setup.key ? &*setup.key : nullptr);
+}
 
+void PrintCompileSummary(const CompileArgs& args, std::size_t nodes, double ms, const graph::CompiledModel& model,
+                         bool encrypted, std::ostream& out) {
   std::size_t tasks = 0;
-  for (const auto& s : model->streams) tasks += s.tasks.size();
-  const auto& m = model->memory;
+  for (const auto& s : model.streams) tasks += s.tasks.size();
+  const auto& m = model.memory;
   out << fmt::format(
       "compiled {} -> {} in {:.1f} ms: {} nodes ({} after passes), {} streams, {} events, {} tasks; feature map "
       "{} bytes (all tensors: {}), weights {} bytes{}{}\n",
-      args.model, args.output, ms, nodes, model->graph->node_count(), model->streams.size(), model->event_count, tasks,
+      args.model, args.output, ms, nodes, model.graph->node_count(), model.streams.size(), model.event_count, tasks,
       m.bytes(graph::Segment::kFeatureMap) + m.bytes(graph::Segment::kFixedFeatureMap), m.feature_map_tensor_bytes,
       m.bytes(graph::Segment::kWeights), args.verify ? "; memory plan verified" : "",
-      key ? "; encrypted (AES-256-GCM)" : "");
-  if (model->graph != nullptr) {
-    const std::vector<weights::ExternalWeightDesc> external = weights::ListExternalWeights(*model->graph);
-    if (!external.empty()) {
-      std::set<std::string> files;
-      std::uint64_t bytes = 0;
-      for (const auto& w : external) {
-        files.insert(w.path);
-        bytes += w.size;
-      }
-      out << fmt::format("external weights: {} bytes in {} region(s) of {} file(s){}\n", bytes, external.size(),
-                         files.size(), key ? ", encrypted" : "");
-      for (const auto& w : external) out << "  " << DescribeWeight(w) << "\n";
-    }
+      encrypted ? "; encrypted (AES-256-GCM)" : "");
+  if (model.graph == nullptr) return;
+  const std::vector<weights::ExternalWeightDesc> external = weights::ListExternalWeights(*model.graph);
+  if (external.empty()) return;
+  std::set<std::string> files;
+  std::uint64_t bytes = 0;
+  for (const auto& w : external) {
+    files.insert(w.path);
+    bytes += w.size;
   }
+  out << fmt::format("external weights: {} bytes in {} region(s) of {} file(s){}\n", bytes, external.size(),
+                     files.size(), encrypted ? ", encrypted" : "");
+  for (const auto& w : external) out << "  " << DescribeWeight(w) << "\n";
+}
+
+}  // namespace
+
+Status RunCompile(const CompileArgs& args, std::ostream& out) {
+  graph::RegisterBuiltinOps();
+  CompileSetup setup;
+  NPUFLOW_RETURN_IF_ERROR(ParsePipelineArgs(args, out, setup));
+  NPUFLOW_RETURN_IF_ERROR(ParseWeightArgs(args, setup));
+  NPUFLOW_RETURN_IF_ERROR(lowering::CheckCompileOptions(setup.options, args.dump_after));
+
+  const auto start = std::chrono::steady_clock::now();
+  NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> graph,
+                           ReadModelGraph(args.model, setup.options.model_name));
+  const std::size_t nodes = graph->node_count();
+  std::optional<graph::CompiledModel> model;
+  if (Status built = CompileAndWrite(args, setup, std::move(graph), model, out); !built.ok()) {
+    // Nothing refers to what a failed compile left in its temporary directory.
+    std::error_code ec;
+    if (setup.writes_weights && setup.temporary_dir && weights::IsTemporaryWeightDir(setup.weight_dir) &&
+        fs::exists(setup.weight_dir, ec))
+      (void)weights::RemoveTemporaryWeightDir(setup.weight_dir);
+    return built;
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  PrintCompileSummary(args, nodes, ms, *model, setup.key.has_value(), out);
   return Status::Ok();
 }
 

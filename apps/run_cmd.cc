@@ -226,31 +226,34 @@ struct AsyncState {
   std::vector<bool> answered;
 };
 
+// One request through the Run loop, waited for.
+Status WarmUpRunLoop(scheduler::Session& session, const std::vector<Tensor>& inputs) {
+  // Shared with the callback, which may outlive this scope if the push itself failed.
+  struct Warm {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Status> status;
+  };
+  auto warm = std::make_shared<Warm>();
+  NPUFLOW_RETURN_IF_ERROR(session
+                              .RunGraphAsync(kGraphId, inputs,
+                                             [warm](Status s, std::vector<Tensor>) {
+                                               std::lock_guard<std::mutex> lock(warm->mu);
+                                               warm->status = std::move(s);
+                                               warm->cv.notify_all();
+                                             })
+                              .WithContext("warm-up request"));
+  std::unique_lock<std::mutex> lock(warm->mu);
+  warm->cv.wait(lock, [&] { return warm->status.has_value(); });
+  return warm->status->WithContext("warm-up request");
+}
+
 // runloop: one warm-up through the loop, then every request pushed at once.
 StatusOr<Measured> RunRunLoop(scheduler::Session& session, npu_sim::Runtime& rt, int device,
                               const std::vector<Tensor>& inputs, const RunArgs& args) {
   Measured m;
   m.warmup = 1;
-  {
-    // Shared with the callback, which may outlive this scope if the push itself failed.
-    struct Warm {
-      std::mutex mu;
-      std::condition_variable cv;
-      std::optional<Status> status;
-    };
-    auto warm = std::make_shared<Warm>();
-    NPUFLOW_RETURN_IF_ERROR(session
-                                .RunGraphAsync(kGraphId, inputs,
-                                               [warm](Status s, std::vector<Tensor>) {
-                                                 std::lock_guard<std::mutex> lock(warm->mu);
-                                                 warm->status = std::move(s);
-                                                 warm->cv.notify_all();
-                                               })
-                                .WithContext("warm-up request"));
-    std::unique_lock<std::mutex> lock(warm->mu);
-    warm->cv.wait(lock, [&] { return warm->status.has_value(); });
-    NPUFLOW_RETURN_IF_ERROR(warm->status->WithContext("warm-up request"));
-  }
+  NPUFLOW_RETURN_IF_ERROR(WarmUpRunLoop(session, inputs));
 
   const auto n = static_cast<std::size_t>(args.requests);
   auto state = std::make_shared<AsyncState>();

@@ -132,257 +132,348 @@ struct Buffer {
   bool released = false;
 };
 
-}  // namespace
+// The pass's state, and one method per stage; PlanMemoryPass runs them in order.
+class MemoryPlanner {
+ public:
+  MemoryPlanner(const GraphIndex& index, const SyncOrder& order, const npu_sim::ChipSpec& chip,
+                graph::CompiledModel& model)
+      : index_(index),
+        order_(order),
+        chip_(chip),
+        model_(model),
+        n_(index.size()),
+        fm_(std::max(order.stream_count(), 1)),
+        fixed_(std::max(order.stream_count(), 1)),
+        buffer_of_(n_),
+        tensor_of_(n_),
+        zero_tag_(std::max(order.stream_count(), 1), 0) {
+    model_.memory = {};
+    model_.inputs.clear();
+    model_.outputs.clear();
+    model_.weights.clear();
+    model_.variables.clear();
+    model_.memory.tensors.reserve(static_cast<std::size_t>(n_) + 16);
+  }
 
-Status PlanMemoryPass(PassContext& ctx) {
-  NPUFLOW_ASSIGN_OR_RETURN(GraphIndex index, GraphIndex::Build(ctx.graph));
-  NPUFLOW_ASSIGN_OR_RETURN(SyncOrder order, SyncOrder::Build(index));
-  const int n = index.size();
-  const int S = std::max(order.stream_count(), 1);
-  graph::CompiledModel& model = ctx.model;
-  model.memory = {};
-  model.inputs.clear();
-  model.outputs.clear();
-  model.weights.clear();
-  model.variables.clear();
-  Arena fm(S), fixed(S);
-  model.memory.tensors.reserve(static_cast<std::size_t>(n) + 16);
-  std::uint64_t weights_top = 0, file_constant_top = 0, variables_top = 0, input_top = 0, output_top = 0;
-  std::vector<Buffer> buffers;
-  std::vector<std::vector<int>> buffer_of(n);  // [pos][output]
-  std::vector<std::vector<int>> tensor_of(n);  // [pos][output]: index into model.memory.tensors
-  const std::vector<int> zero_tag(S, 0);
+  Status CheckInputDescriptors() const;
+  Status PlaceModelOutputs();
+  Status PlaceModelInputs();
+  Status MarkKeptAddresses();
+  Status PlaceNode(int pos);
+  void WriteSegmentBytes();
 
-  for (int pos = 0; pos < n; ++pos)
-    for (const graph::Endpoint& e : index.node(pos)->inputs())
+ private:
+  Status PlaceOutput(int pos, int i, const graph::OpDef& def, int stream, std::vector<std::string>& mem_attr);
+  StatusOr<MemRef> PlaceConst(const graph::Node& node, const graph::TensorDesc& desc, std::uint64_t raw,
+                              std::uint64_t size);
+  StatusOr<MemRef> PlaceVariable(const graph::Node& node, std::uint64_t raw, std::uint64_t size);
+  StatusOr<int> InplaceSource(int pos, int i, const graph::OpDef& def, std::uint64_t size) const;
+  Status PlaceWorkspace(int pos, const graph::OpDef& def, int stream);
+  void ReleaseReads(int pos, int outs, int stream);
+  void ReleaseIfDone(int buf);
+
+  int Place(int pos, int output, Buffer b) {
+    const graph::Node& node = *index_.node(pos);
+    graph::TensorPlacement t{node.name(), output, b.ref, b.size, pos, pos};
+    model_.memory.tensors.push_back(std::move(t));
+    buffers_.push_back(std::move(b));
+    return static_cast<int>(buffers_.size()) - 1;
+  }
+  void RecordAlias(int pos, int output, int buf) {
+    const graph::Node& node = *index_.node(pos);
+    model_.memory.tensors.push_back({node.name(), output, buffers_[buf].ref, buffers_[buf].size, pos, pos});
+  }
+  int UsesOf(int pos, int output) const { return static_cast<int>(index_.uses(pos, output).size()); }
+
+  const GraphIndex& index_;
+  const SyncOrder& order_;
+  const npu_sim::ChipSpec& chip_;
+  graph::CompiledModel& model_;
+  const int n_;
+  Arena fm_, fixed_;
+  std::uint64_t weights_top_ = 0, file_constant_top_ = 0, variables_top_ = 0, input_top_ = 0, output_top_ = 0;
+  std::vector<Buffer> buffers_;
+  std::vector<std::vector<int>> buffer_of_;  // [pos][output]
+  std::vector<std::vector<int>> tensor_of_;  // [pos][output]: index into model.memory.tensors
+  const std::vector<int> zero_tag_;
+  std::map<std::pair<int, int>, MemRef> output_block_;  // (pos, output) NetOutput reads -> its block
+  std::map<int, MemRef> input_block_;                   // Data pos -> its block
+  std::vector<std::vector<char>> keeps_address_;        // [pos][output]: an AICPU tiling task keeps it
+};
+
+Status MemoryPlanner::CheckInputDescriptors() const {
+  for (int pos = 0; pos < n_; ++pos)
+    for (const graph::Endpoint& e : index_.node(pos)->inputs())
       if (static_cast<std::size_t>(e.index) >= e.node->outputs().size())
         return Status::ParamInvalid("node '{}' reads output {} of '{}', which has {} output descriptor(s): "
                                     "plan-memory runs after infer-shapes",
-                                    index.node(pos)->name(), e.index, e.node->name(), e.node->outputs().size());
+                                    index_.node(pos)->name(), e.index, e.node->name(), e.node->outputs().size());
+  return Status::Ok();
+}
 
-  // The tensors NetOutput reads: the first read of each gets that output's block.
-  std::map<std::pair<int, int>, MemRef> output_block;
-  for (int pos = 0; pos < n; ++pos) {
-    const graph::Node& node = *index.node(pos);
+// The tensors NetOutput reads: the first read of each gets that output's block.
+Status MemoryPlanner::PlaceModelOutputs() {
+  for (int pos = 0; pos < n_; ++pos) {
+    const graph::Node& node = *index_.node(pos);
     if (node.type() != "NetOutput") continue;
     for (const graph::Endpoint& e : node.inputs()) {
-      const int p = index.pos(e.node);
+      const int p = index_.pos(e.node);
       const graph::TensorDesc& desc = e.node->outputs()[e.index];
       auto bytes = desc.bytes();
       if (!bytes)
         return Status::ParamInvalid("model output '{}:{}' has dynamic shape {}: the v1 task sink needs static shapes",
                                     e.node->name(), e.index, desc.ToString());
-      MemRef ref{Segment::kOutput, output_top};
-      output_top += Align(*bytes);
-      model.outputs.push_back({fmt::format("{}:{}", e.node->name(), e.index), desc, ref});
-      output_block.emplace(std::make_pair(p, e.index), ref);
+      MemRef ref{Segment::kOutput, output_top_};
+      output_top_ += Align(*bytes);
+      model_.outputs.push_back({fmt::format("{}:{}", e.node->name(), e.index), desc, ref});
+      output_block_.emplace(std::make_pair(p, e.index), ref);
     }
   }
-  // Model inputs: one block each, in `index` order (Data nodes without one follow, in graph order).
-  std::map<int, MemRef> input_block;
-  {
-    std::vector<std::pair<std::int64_t, int>> data;
-    for (int pos = 0; pos < n; ++pos) {
-      const graph::Node& node = *index.node(pos);
-      if (node.type() != "Data") continue;
-      NPUFLOW_ASSIGN_OR_RETURN(std::int64_t idx, node.op().AttrOr<std::int64_t>("index", 1'000'000'000 + pos));
-      data.push_back({idx, pos});
-    }
-    std::stable_sort(data.begin(), data.end());
-    for (auto [idx, pos] : data) {
-      const graph::Node& node = *index.node(pos);
-      if (node.outputs().empty())
-        return Status::ParamInvalid("node '{}' (Data) has no output descriptor: plan-memory runs after infer-shapes",
-                                    node.name());
-      const graph::TensorDesc& desc = node.outputs()[0];
-      auto bytes = desc.bytes();
-      if (!bytes)
-        return Status::ParamInvalid("model input '{}' has dynamic shape {}: the v1 task sink needs static shapes",
-                                    node.name(), desc.ToString());
-      MemRef ref{Segment::kInput, input_top};
-      input_top += Align(*bytes);
-      model.inputs.push_back({node.name(), desc, ref});
-      input_block.emplace(pos, ref);
-    }
+  return Status::Ok();
+}
+
+// Model inputs: one block each, in `index` order (Data nodes without one follow, in graph order).
+Status MemoryPlanner::PlaceModelInputs() {
+  std::vector<std::pair<std::int64_t, int>> data;
+  for (int pos = 0; pos < n_; ++pos) {
+    const graph::Node& node = *index_.node(pos);
+    if (node.type() != "Data") continue;
+    NPUFLOW_ASSIGN_OR_RETURN(std::int64_t idx, node.op().AttrOr<std::int64_t>("index", 1'000'000'000 + pos));
+    data.push_back({idx, pos});
   }
-  // Tensors whose address an AICPU tiling task keeps: the value inputs of ops that tile on AICPU.
-  std::vector<std::vector<char>> keeps_address(n);
-  for (int pos = 0; pos < n; ++pos) keeps_address[pos].assign(index.node(pos)->outputs().size(), 0);
-  for (int pos = 0; pos < n; ++pos) {
-    const graph::Node& node = *index.node(pos);
+  std::stable_sort(data.begin(), data.end());
+  for (auto [idx, pos] : data) {
+    const graph::Node& node = *index_.node(pos);
+    if (node.outputs().empty())
+      return Status::ParamInvalid("node '{}' (Data) has no output descriptor: plan-memory runs after infer-shapes",
+                                  node.name());
+    const graph::TensorDesc& desc = node.outputs()[0];
+    auto bytes = desc.bytes();
+    if (!bytes)
+      return Status::ParamInvalid("model input '{}' has dynamic shape {}: the v1 task sink needs static shapes",
+                                  node.name(), desc.ToString());
+    MemRef ref{Segment::kInput, input_top_};
+    input_top_ += Align(*bytes);
+    model_.inputs.push_back({node.name(), desc, ref});
+    input_block_.emplace(pos, ref);
+  }
+  return Status::Ok();
+}
+
+// Tensors whose address an AICPU tiling task keeps: the value inputs of ops that tile on AICPU.
+Status MemoryPlanner::MarkKeptAddresses() {
+  keeps_address_.assign(n_, {});
+  for (int pos = 0; pos < n_; ++pos) keeps_address_[pos].assign(index_.node(pos)->outputs().size(), 0);
+  for (int pos = 0; pos < n_; ++pos) {
+    const graph::Node& node = *index_.node(pos);
     NPUFLOW_ASSIGN_OR_RETURN(const graph::OpDef* def, graph::OpRegistry::Global().Find(node.type()));
     if (!def->tiling_on_aicpu) continue;
     for (int k : def->tiling_depend_inputs)
       if (static_cast<std::size_t>(k) < node.inputs().size()) {
         const graph::Endpoint& e = node.inputs()[k];
-        keeps_address[index.pos(e.node)][e.index] = 1;
+        keeps_address_[index_.pos(e.node)][e.index] = 1;
       }
   }
+  return Status::Ok();
+}
 
-  auto place = [&](int pos, int output, Buffer b) -> int {
-    const graph::Node& node = *index.node(pos);
-    graph::TensorPlacement t{node.name(), output, b.ref, b.size, pos, pos};
-    model.memory.tensors.push_back(std::move(t));
-    buffers.push_back(std::move(b));
-    return static_cast<int>(buffers.size()) - 1;
-  };
-  auto record_alias = [&](int pos, int output, int buf) {
-    const graph::Node& node = *index.node(pos);
-    model.memory.tensors.push_back({node.name(), output, buffers[buf].ref, buffers[buf].size, pos, pos});
-  };
-  auto uses_of = [&](int pos, int output) { return static_cast<int>(index.uses(pos, output).size()); };
+// The node's outputs and workspace get their places, then its reads give back bytes.
+Status MemoryPlanner::PlaceNode(int pos) {
+  graph::Node& node = *index_.node(pos);
+  const std::string& type = node.type();
+  // NetOutput's outputs are the model's outputs, placed above.
+  const int outs = type == "NetOutput" ? 0 : static_cast<int>(node.outputs().size());
+  buffer_of_[pos].assign(outs, -1);
+  tensor_of_[pos].assign(outs, -1);
+  std::vector<std::string> mem_attr;
+  NPUFLOW_ASSIGN_OR_RETURN(const graph::OpDef* def, graph::OpRegistry::Global().Find(type));
+  const int stream = order_.stream(pos);
+  if (stream < 0 && def->engine != graph::OpEngine::kHostLocal)
+    return Status::ParamInvalid("node '{}' ({}) has no _stream: plan-memory runs after assign-streams", node.name(),
+                                type);
+  for (int i = 0; i < outs; ++i) NPUFLOW_RETURN_IF_ERROR(PlaceOutput(pos, i, *def, stream, mem_attr));
+  if (stream >= 0 && def->tiling != nullptr) NPUFLOW_RETURN_IF_ERROR(PlaceWorkspace(pos, *def, stream));
+  if (!mem_attr.empty()) node.op().SetAttr("_mem", std::move(mem_attr));
+  ReleaseReads(pos, outs, stream);
+  return Status::Ok();
+}
 
-  for (int pos = 0; pos < n; ++pos) {
-    graph::Node& node = *index.node(pos);
-    const std::string& type = node.type();
-    // NetOutput's outputs are the model's outputs, placed above.
-    const int outs = type == "NetOutput" ? 0 : static_cast<int>(node.outputs().size());
-    buffer_of[pos].assign(outs, -1);
-    tensor_of[pos].assign(outs, -1);
-    std::vector<std::string> mem_attr;
-    NPUFLOW_ASSIGN_OR_RETURN(const graph::OpDef* def, graph::OpRegistry::Global().Find(type));
-    const int stream = order.stream(pos);
-    if (stream < 0 && def->engine != graph::OpEngine::kHostLocal)
-      return Status::ParamInvalid("node '{}' ({}) has no _stream: plan-memory runs after assign-streams", node.name(),
-                                  type);
-
-    for (int i = 0; i < outs; ++i) {
-      const graph::TensorDesc& desc = node.outputs()[i];
-      auto raw = desc.bytes();
-      if (!raw)
-        return Status::ParamInvalid("node '{}' output {} has dynamic shape {}: the v1 task sink needs static shapes",
-                                    node.name(), i, desc.ToString());
-      const std::uint64_t size = Align(*raw);
-      Buffer b;
-      b.size = size;
-      b.remaining = uses_of(pos, i);
-      b.tag = zero_tag;
-      if (type == "Data") {
-        b.ref = input_block.at(pos);
-      } else if (type == "Const") {
-        b.ref = {Segment::kWeights, weights_top};
-        weights_top += size;
-        model.weights.resize(weights_top, 0);
-        NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
-        if (value.data.size() != *raw)
-          return Status::ParamInvalid("node '{}' (Const): value has {} bytes, {} needs {}", node.name(),
-                                      value.data.size(), desc.ToString(), *raw);
-        std::memcpy(model.weights.data() + b.ref.offset, value.data.data(), value.data.size());
-      } else if (type == "FileConstant") {
-        b.ref = {Segment::kFileConstant, file_constant_top};
-        file_constant_top += size;
-      } else if (type == "Variable") {
-        b.ref = {Segment::kVariables, variables_top};
-        variables_top += size;
-        // Initial values only up to the last Variable that has one: variable memory starts zeroed
-        // on the device (a GPT-2 KV cache is tens of MB of zeros nobody needs to store or copy).
-        if (node.op().HasAttr("value")) {
-          NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
-          if (value.data.size() == *raw) {
-            if (model.variables.size() < b.ref.offset + *raw) model.variables.resize(b.ref.offset + *raw, 0);
-            std::memcpy(model.variables.data() + b.ref.offset, value.data.data(), *raw);
-          }
-        }
-      } else if (stream >= 0) {
-        const int alias = static_cast<std::size_t>(i) < def->inplace.size() ? def->inplace[i] : -1;
-        int shared = -1;
-        if (alias >= 0 && static_cast<std::size_t>(alias) < node.inputs().size()) {
-          const graph::Endpoint& in = node.inputs()[alias];
-          const int p = index.pos(in.node);
-          const int ib = buffer_of[p][in.index];
-          Buffer& src = buffers[ib];
-          // Over a Variable: only an op that writes it, reading the Variable itself (an update of
-          // an update is a new tensor, as the interpreter sees it).
-          if (src.ref.segment == Segment::kVariables && def->updates_inplace_input && in.node->type() == "Variable") {
-            if (uses_of(p, in.index) > 1)
-              return Status::ParamInvalid(
-                  "node '{}' updates Variable '{}' in place, which {} other node(s) also read: read the updated value "
-                  "through '{}'",
-                  node.name(), in.node->name(), uses_of(p, in.index) - 1, node.name());
-            shared = ib;
-          } else if (src.arena != nullptr && src.remaining == 1 && src.size >= size &&
-                     src.arena == (keeps_address[pos][i] ? &fixed : &fm) && Covered(src.tag, order.clock(pos)) &&
-                     !output_block.count({p, in.index}) && !output_block.count({pos, i})) {
-            // This node is the input's last reader, every other reader (on any stream) is ordered
-            // before it, and both tensors belong in the same arena.
-            shared = ib;
-          }
-        }
-        if (shared >= 0) {
-          buffers[shared].remaining += b.remaining;
-          buffer_of[pos][i] = shared;
-          tensor_of[pos][i] = static_cast<int>(model.memory.tensors.size());
-          record_alias(pos, i, shared);
-          mem_attr.push_back(fmt::format("{}+{}", graph::SegmentName(buffers[shared].ref.segment),
-                                         buffers[shared].ref.offset));
-          continue;
-        }
-        if (auto it = output_block.find({pos, i}); it != output_block.end()) {
-          b.ref = it->second;
-        } else {
-          b.arena = keeps_address[pos][i] ? &fixed : &fm;
-          b.ref = {b.arena == &fixed ? Segment::kFixedFeatureMap : Segment::kFeatureMap,
-                   b.arena->Allocate(size, order.clock(pos))};
-          model.memory.feature_map_tensor_bytes += size;
-          b.tag[stream] = order.seq(pos);
-        }
-      } else {
-        return Status::Unsupported("node '{}' ({}) runs on the host: the v1 task sink runs only device ops",
-                                   node.name(), type);
-      }
-      mem_attr.push_back(fmt::format("{}+{}", graph::SegmentName(b.ref.segment), b.ref.offset));
-      tensor_of[pos][i] = static_cast<int>(model.memory.tensors.size());
-      buffer_of[pos][i] = place(pos, i, std::move(b));
+Status MemoryPlanner::PlaceOutput(int pos, int i, const graph::OpDef& def, int stream,
+                                  std::vector<std::string>& mem_attr) {
+  const graph::Node& node = *index_.node(pos);
+  const std::string& type = node.type();
+  const graph::TensorDesc& desc = node.outputs()[i];
+  auto raw = desc.bytes();
+  if (!raw)
+    return Status::ParamInvalid("node '{}' output {} has dynamic shape {}: the v1 task sink needs static shapes",
+                                node.name(), i, desc.ToString());
+  const std::uint64_t size = Align(*raw);
+  Buffer b;
+  b.size = size;
+  b.remaining = UsesOf(pos, i);
+  b.tag = zero_tag_;
+  if (type == "Data") {
+    b.ref = input_block_.at(pos);
+  } else if (type == "Const") {
+    NPUFLOW_ASSIGN_OR_RETURN(b.ref, PlaceConst(node, desc, *raw, size));
+  } else if (type == "FileConstant") {
+    b.ref = {Segment::kFileConstant, file_constant_top_};
+    file_constant_top_ += size;
+  } else if (type == "Variable") {
+    NPUFLOW_ASSIGN_OR_RETURN(b.ref, PlaceVariable(node, *raw, size));
+  } else if (stream >= 0) {
+    NPUFLOW_ASSIGN_OR_RETURN(const int shared, InplaceSource(pos, i, def, size));
+    if (shared >= 0) {
+      buffers_[shared].remaining += b.remaining;
+      buffer_of_[pos][i] = shared;
+      tensor_of_[pos][i] = static_cast<int>(model_.memory.tensors.size());
+      RecordAlias(pos, i, shared);
+      mem_attr.push_back(
+          fmt::format("{}+{}", graph::SegmentName(buffers_[shared].ref.segment), buffers_[shared].ref.offset));
+      return Status::Ok();
     }
-
-    if (stream >= 0 && def->tiling != nullptr) {
-      // The kernel's workspace: fixed, alive while the kernel runs.
-      std::vector<graph::TensorDesc> in_descs;
-      for (const graph::Endpoint& e : node.inputs()) in_descs.push_back(e.node->outputs()[e.index]);
-      auto tiled = def->tiling(node.op(), in_descs, {}, ctx.chip.aicore_count);
-      if (!tiled.ok()) return tiled.status().WithContext(fmt::format("tiling node '{}'", node.name()));
-      const graph::TilingInfo& tiling = *tiled;
-      if (tiling.workspace_bytes > 0) {
-        const std::uint64_t size = Align(tiling.workspace_bytes);
-        const std::uint64_t off = fixed.Allocate(size, order.clock(pos));
-        model.memory.feature_map_tensor_bytes += size;
-        model.memory.tensors.push_back(
-            {node.name(), kWorkspaceOutput, MemRef{Segment::kFixedFeatureMap, off}, size, pos, pos});
-        std::vector<int> tag = zero_tag;
-        tag[stream] = order.seq(pos);
-        fixed.Release(off, size, std::move(tag));
-      }
+    if (auto it = output_block_.find({pos, i}); it != output_block_.end()) {
+      b.ref = it->second;
+    } else {
+      b.arena = keeps_address_[pos][i] ? &fixed_ : &fm_;
+      b.ref = {b.arena == &fixed_ ? Segment::kFixedFeatureMap : Segment::kFeatureMap,
+               b.arena->Allocate(size, order_.clock(pos))};
+      model_.memory.feature_map_tensor_bytes += size;
+      b.tag[stream] = order_.seq(pos);
     }
-    if (!mem_attr.empty()) node.op().SetAttr("_mem", std::move(mem_attr));
-
-    // This node's reads: the last reader gives the bytes back.
-    auto release_if_done = [&](int buf) {
-      Buffer& b = buffers[buf];
-      if (b.remaining > 0 || b.arena == nullptr || b.released) return;
-      b.released = true;
-      b.arena->Release(b.ref.offset, b.size, b.tag);
-    };
-    for (const graph::Endpoint& e : node.inputs()) {
-      const int buf = buffer_of[index.pos(e.node)][e.index];
-      Buffer& b = buffers[buf];
-      if (stream >= 0) b.tag[stream] = std::max(b.tag[stream], order.seq(pos));
-      auto& placed = model.memory.tensors[tensor_of[index.pos(e.node)][e.index]];
-      placed.last_use = std::max<std::int64_t>(placed.last_use, pos);
-      --b.remaining;
-      release_if_done(buf);
-    }
-    for (int i = 0; i < outs; ++i)
-      if (uses_of(pos, i) == 0 && buffer_of[pos][i] >= 0) release_if_done(buffer_of[pos][i]);
+  } else {
+    return Status::Unsupported("node '{}' ({}) runs on the host: the v1 task sink runs only device ops", node.name(),
+                               type);
   }
+  mem_attr.push_back(fmt::format("{}+{}", graph::SegmentName(b.ref.segment), b.ref.offset));
+  tensor_of_[pos][i] = static_cast<int>(model_.memory.tensors.size());
+  buffer_of_[pos][i] = Place(pos, i, std::move(b));
+  return Status::Ok();
+}
 
-  auto& seg = model.memory.segment_bytes;
-  seg[static_cast<int>(Segment::kWeights)] = weights_top;
-  seg[static_cast<int>(Segment::kFileConstant)] = file_constant_top;
-  seg[static_cast<int>(Segment::kVariables)] = variables_top;
-  seg[static_cast<int>(Segment::kInput)] = input_top;
-  seg[static_cast<int>(Segment::kOutput)] = output_top;
-  seg[static_cast<int>(Segment::kFeatureMap)] = fm.top();
-  seg[static_cast<int>(Segment::kFixedFeatureMap)] = fixed.top();
+StatusOr<MemRef> MemoryPlanner::PlaceConst(const graph::Node& node, const graph::TensorDesc& desc, std::uint64_t raw,
+                                           std::uint64_t size) {
+  const MemRef ref{Segment::kWeights, weights_top_};
+  weights_top_ += size;
+  model_.weights.resize(weights_top_, 0);
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
+  if (value.data.size() != raw)
+    return Status::ParamInvalid("node '{}' (Const): value has {} bytes, {} needs {}", node.name(), value.data.size(),
+                                desc.ToString(), raw);
+  std::memcpy(model_.weights.data() + ref.offset, value.data.data(), value.data.size());
+  return ref;
+}
+
+StatusOr<MemRef> MemoryPlanner::PlaceVariable(const graph::Node& node, std::uint64_t raw, std::uint64_t size) {
+  const MemRef ref{Segment::kVariables, variables_top_};
+  variables_top_ += size;
+  // Initial values only up to the last Variable that has one: variable memory starts zeroed
+  // on the device (a GPT-2 KV cache is tens of MB of zeros nobody needs to store or copy).
+  if (node.op().HasAttr("value")) {
+    NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
+    if (value.data.size() == raw) {
+      if (model_.variables.size() < ref.offset + raw) model_.variables.resize(ref.offset + raw, 0);
+      std::memcpy(model_.variables.data() + ref.offset, value.data.data(), raw);
+    }
+  }
+  return ref;
+}
+
+// The buffer output `i` of `pos` may write over in place (its op's `inplace` input), or -1.
+StatusOr<int> MemoryPlanner::InplaceSource(int pos, int i, const graph::OpDef& def, std::uint64_t size) const {
+  const graph::Node& node = *index_.node(pos);
+  const int alias = static_cast<std::size_t>(i) < def.inplace.size() ? def.inplace[i] : -1;
+  if (alias < 0 || static_cast<std::size_t>(alias) >= node.inputs().size()) return -1;
+  const graph::Endpoint& in = node.inputs()[alias];
+  const int p = index_.pos(in.node);
+  const int ib = buffer_of_[p][in.index];
+  const Buffer& src = buffers_[ib];
+  // Over a Variable: only an op that writes it, reading the Variable itself (an update of
+  // an update is a new tensor, as the interpreter sees it).
+  if (src.ref.segment == Segment::kVariables && def.updates_inplace_input && in.node->type() == "Variable") {
+    if (UsesOf(p, in.index) > 1)
+      return Status::ParamInvalid(
+          "node '{}' updates Variable '{}' in place, which {} other node(s) also read: read the updated value "
+          "through '{}'",
+          node.name(), in.node->name(), UsesOf(p, in.index) - 1, node.name());
+    return ib;
+  }
+  if (src.arena != nullptr && src.remaining == 1 && src.size >= size &&
+      src.arena == (keeps_address_[pos][i] ? &fixed_ : &fm_) && Covered(src.tag, order_.clock(pos)) &&
+      !output_block_.count({p, in.index}) && !output_block_.count({pos, i})) {
+    // This node is the input's last reader, every other reader (on any stream) is ordered
+    // before it, and both tensors belong in the same arena.
+    return ib;
+  }
+  return -1;
+}
+
+// The kernel's workspace: fixed, alive while the kernel runs.
+Status MemoryPlanner::PlaceWorkspace(int pos, const graph::OpDef& def, int stream) {
+  const graph::Node& node = *index_.node(pos);
+  std::vector<graph::TensorDesc> in_descs;
+  for (const graph::Endpoint& e : node.inputs()) in_descs.push_back(e.node->outputs()[e.index]);
+  auto tiled = def.tiling(node.op(), in_descs, {}, chip_.aicore_count);
+  if (!tiled.ok()) return tiled.status().WithContext(fmt::format("tiling node '{}'", node.name()));
+  const graph::TilingInfo& tiling = *tiled;
+  if (tiling.workspace_bytes > 0) {
+    const std::uint64_t size = Align(tiling.workspace_bytes);
+    const std::uint64_t off = fixed_.Allocate(size, order_.clock(pos));
+    model_.memory.feature_map_tensor_bytes += size;
+    model_.memory.tensors.push_back(
+        {node.name(), kWorkspaceOutput, MemRef{Segment::kFixedFeatureMap, off}, size, pos, pos});
+    std::vector<int> tag = zero_tag_;
+    tag[stream] = order_.seq(pos);
+    fixed_.Release(off, size, std::move(tag));
+  }
+  return Status::Ok();
+}
+
+// This node's reads: the last reader gives the bytes back.
+void MemoryPlanner::ReleaseReads(int pos, int outs, int stream) {
+  for (const graph::Endpoint& e : index_.node(pos)->inputs()) {
+    const int buf = buffer_of_[index_.pos(e.node)][e.index];
+    Buffer& b = buffers_[buf];
+    if (stream >= 0) b.tag[stream] = std::max(b.tag[stream], order_.seq(pos));
+    auto& placed = model_.memory.tensors[tensor_of_[index_.pos(e.node)][e.index]];
+    placed.last_use = std::max<std::int64_t>(placed.last_use, pos);
+    --b.remaining;
+    ReleaseIfDone(buf);
+  }
+  for (int i = 0; i < outs; ++i)
+    if (UsesOf(pos, i) == 0 && buffer_of_[pos][i] >= 0) ReleaseIfDone(buffer_of_[pos][i]);
+}
+
+void MemoryPlanner::ReleaseIfDone(int buf) {
+  Buffer& b = buffers_[buf];
+  if (b.remaining > 0 || b.arena == nullptr || b.released) return;
+  b.released = true;
+  b.arena->Release(b.ref.offset, b.size, b.tag);
+}
+
+void MemoryPlanner::WriteSegmentBytes() {
+  auto& seg = model_.memory.segment_bytes;
+  seg[static_cast<int>(Segment::kWeights)] = weights_top_;
+  seg[static_cast<int>(Segment::kFileConstant)] = file_constant_top_;
+  seg[static_cast<int>(Segment::kVariables)] = variables_top_;
+  seg[static_cast<int>(Segment::kInput)] = input_top_;
+  seg[static_cast<int>(Segment::kOutput)] = output_top_;
+  seg[static_cast<int>(Segment::kFeatureMap)] = fm_.top();
+  seg[static_cast<int>(Segment::kFixedFeatureMap)] = fixed_.top();
+}
+
+}  // namespace
+
+Status PlanMemoryPass(PassContext& ctx) {
+  NPUFLOW_ASSIGN_OR_RETURN(GraphIndex index, GraphIndex::Build(ctx.graph));
+  NPUFLOW_ASSIGN_OR_RETURN(SyncOrder order, SyncOrder::Build(index));
+  MemoryPlanner planner(index, order, ctx.chip, ctx.model);
+  NPUFLOW_RETURN_IF_ERROR(planner.CheckInputDescriptors());
+  NPUFLOW_RETURN_IF_ERROR(planner.PlaceModelOutputs());
+  NPUFLOW_RETURN_IF_ERROR(planner.PlaceModelInputs());
+  NPUFLOW_RETURN_IF_ERROR(planner.MarkKeptAddresses());
+  for (int pos = 0; pos < index.size(); ++pos) NPUFLOW_RETURN_IF_ERROR(planner.PlaceNode(pos));
+  planner.WriteSegmentBytes();
   return Status::Ok();
 }
 

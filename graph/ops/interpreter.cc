@@ -115,134 +115,158 @@ Status Interpreter::PlanGraph(const ComputeGraph& graph) {
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
   std::unordered_map<const Node*, int> position;
   for (std::size_t i = 0; i < order.size(); ++i) position[order[i]] = static_cast<int>(i);
-  const bool is_root = &graph == root_;
 
-  std::vector<std::pair<const Node*, int>> data_in_node_order;  // (node, position)
+  DataNodes data_in_node_order;
   for (Node* node : order) {
     const std::string where = fmt::format("graph '{}': node '{}' ({})", graph.name(), node->name(), node->type());
     NodePlan np;
     np.node = node;
     for (const Endpoint& e : node->inputs()) np.inputs.emplace_back(position.at(e.node), e.index);
-
     if (node->type() == "PartitionedCall" || node->subgraph() != nullptr) {
-      if (node->subgraph() == nullptr) return Status::ParamInvalid("{}: calls no subgraph", where);
-      NPUFLOW_RETURN_IF_ERROR(PlanGraph(*node->subgraph()).WithContext(where));
-      np.kind = NodePlan::Kind::kCall;
-      np.subgraph = plans_.at(node->subgraph()).get();
-      const std::size_t want = np.subgraph->data_nodes.size();
-      if (node->inputs().size() != want)
-        return Status::ParamInvalid("{}: {} inputs, but subgraph '{}' has {} Data nodes", where, node->inputs().size(),
-                                    node->subgraph()->name(), want);
-      plan->nodes.push_back(std::move(np));
-      continue;
-    }
-
-    auto def = OpRegistry::Global().Find(node->type());
-    if (!def.ok()) return def.status().WithContext(where);
-    np.def = *def;
-    const OpDesc& op = node->op();
-    if (node->type() == "Data") {
-      np.kind = NodePlan::Kind::kData;
-      if (is_root || (op.HasAttr("dtype") && op.HasAttr("shape"))) {
-        std::vector<TensorDesc> out;
-        NPUFLOW_RETURN_IF_ERROR(InferOutputs(*np.def, op, {}, out).WithContext(fmt::format("graph '{}'", graph.name())));
-        np.declared = out.at(0);
-      }
-      data_in_node_order.emplace_back(node, static_cast<int>(plan->nodes.size()));
-    } else if (node->type() == "Const") {
-      np.kind = NodePlan::Kind::kConst;
-      std::vector<TensorDesc> out;
-      NPUFLOW_RETURN_IF_ERROR(InferOutputs(*np.def, op, {}, out).WithContext(fmt::format("graph '{}'", graph.name())));
-      np.const_value = std::get_if<Tensor>(&op.attrs().at("value"));
-      if (np.const_value == nullptr || np.const_value->data.size() != np.const_value->desc.bytes().value_or(~0ull))
-        return Status::ParamInvalid("{}: 'value' is not a static tensor of its declared size", where);
-    } else if (node->type() == "Variable") {
-      np.kind = NodePlan::Kind::kVariable;
-      std::vector<TensorDesc> out;
-      NPUFLOW_RETURN_IF_ERROR(InferOutputs(*np.def, op, {}, out).WithContext(fmt::format("graph '{}'", graph.name())));
-      if (out.size() != 1 || !out[0].bytes())
-        return Status::ParamInvalid("{}: a Variable needs one output of a static shape", where);
-      np.declared = out[0];
-      Tensor initial = ZeroTensor(out[0]);
-      if (op.HasAttr("value")) {
-        NPUFLOW_ASSIGN_OR_RETURN(initial, op.Attr<Tensor>("value"));
-        if (!(initial.desc == out[0]) || initial.data.size() != *out[0].bytes())
-          return Status::ParamInvalid("{}: initial value is {}, but the Variable is {}", where, initial.desc.ToString(),
-                                      out[0].ToString());
-      }
-      auto it = variables_.find(node->name());
-      if (it == variables_.end()) {
-        variables_.emplace(node->name(), std::move(initial));
-      } else if (!(it->second.desc == out[0])) {
-        return Status::ParamInvalid("{}: declared {}, but another Variable '{}' declares {}", where, out[0].ToString(),
-                                    node->name(), it->second.desc.ToString());
-      }
-    } else if (node->type() == "NetOutput") {
-      np.kind = NodePlan::Kind::kNetOutput;
-      if (plan->net_output >= 0)
-        return Status::ParamInvalid("graph '{}' has two NetOutput nodes: '{}' and '{}'", graph.name(),
-                                    plan->nodes[plan->net_output].node->name(), node->name());
-      plan->net_output = static_cast<int>(plan->nodes.size());
+      NPUFLOW_RETURN_IF_ERROR(PlanCall(*node, where, np));
     } else {
-      np.kind = NodePlan::Kind::kKernel;
-      if (np.def->reference == nullptr)
-        return Status::Unsupported("{} has no reference kernel; the interpreter cannot run it", where);
+      NPUFLOW_RETURN_IF_ERROR(PlanOp(graph, *node, where, *plan, np));
+      if (np.kind == NodePlan::Kind::kData) data_in_node_order.emplace_back(node, static_cast<int>(plan->nodes.size()));
     }
     plan->nodes.push_back(std::move(np));
   }
   if (plan->net_output < 0) return Status::ParamInvalid("graph '{}' has no NetOutput node", graph.name());
+  CountConsumers(*plan);
+  NPUFLOW_RETURN_IF_ERROR(OrderDataNodes(graph, &graph == root_, std::move(data_in_node_order), *plan));
 
-  // In-place updates of Variables (see the header), known from the graph's structure.
-  for (NodePlan& np : plan->nodes) {
+  entry = plans_.find(&graph);  // PlanGraph of subgraphs may have rehashed the map
+  entry->second = std::move(plan);
+  return Status::Ok();
+}
+
+Status Interpreter::PlanCall(const Node& node, const std::string& where, NodePlan& np) {
+  if (node.subgraph() == nullptr) return Status::ParamInvalid("{}: calls no subgraph", where);
+  NPUFLOW_RETURN_IF_ERROR(PlanGraph(*node.subgraph()).WithContext(where));
+  np.kind = NodePlan::Kind::kCall;
+  np.subgraph = plans_.at(node.subgraph()).get();
+  const std::size_t want = np.subgraph->data_nodes.size();
+  if (node.inputs().size() != want)
+    return Status::ParamInvalid("{}: {} inputs, but subgraph '{}' has {} Data nodes", where, node.inputs().size(),
+                                node.subgraph()->name(), want);
+  return Status::Ok();
+}
+
+// A registered op: Data, Const, Variable and NetOutput are the interpreter's own; others run a
+// reference kernel. `np` is about to be appended to `plan.nodes`.
+Status Interpreter::PlanOp(const ComputeGraph& graph, const Node& node, const std::string& where, GraphPlan& plan,
+                           NodePlan& np) {
+  auto def = OpRegistry::Global().Find(node.type());
+  if (!def.ok()) return def.status().WithContext(where);
+  np.def = *def;
+  const OpDesc& op = node.op();
+  if (node.type() == "Data") {
+    np.kind = NodePlan::Kind::kData;
+    if (&graph == root_ || (op.HasAttr("dtype") && op.HasAttr("shape"))) {
+      std::vector<TensorDesc> out;
+      NPUFLOW_RETURN_IF_ERROR(InferOutputs(*np.def, op, {}, out).WithContext(fmt::format("graph '{}'", graph.name())));
+      np.declared = out.at(0);
+    }
+  } else if (node.type() == "Const") {
+    np.kind = NodePlan::Kind::kConst;
+    std::vector<TensorDesc> out;
+    NPUFLOW_RETURN_IF_ERROR(InferOutputs(*np.def, op, {}, out).WithContext(fmt::format("graph '{}'", graph.name())));
+    np.const_value = std::get_if<Tensor>(&op.attrs().at("value"));
+    if (np.const_value == nullptr || np.const_value->data.size() != np.const_value->desc.bytes().value_or(~0ull))
+      return Status::ParamInvalid("{}: 'value' is not a static tensor of its declared size", where);
+  } else if (node.type() == "Variable") {
+    NPUFLOW_RETURN_IF_ERROR(PlanVariable(graph, node, where, np));
+  } else if (node.type() == "NetOutput") {
+    np.kind = NodePlan::Kind::kNetOutput;
+    if (plan.net_output >= 0)
+      return Status::ParamInvalid("graph '{}' has two NetOutput nodes: '{}' and '{}'", graph.name(),
+                                  plan.nodes[plan.net_output].node->name(), node.name());
+    plan.net_output = static_cast<int>(plan.nodes.size());
+  } else {
+    np.kind = NodePlan::Kind::kKernel;
+    if (np.def->reference == nullptr)
+      return Status::Unsupported("{} has no reference kernel; the interpreter cannot run it", where);
+  }
+  return Status::Ok();
+}
+
+// A Variable's descriptor and initial state; same-named Variables share one state.
+Status Interpreter::PlanVariable(const ComputeGraph& graph, const Node& node, const std::string& where,
+                                 NodePlan& np) {
+  const OpDesc& op = node.op();
+  np.kind = NodePlan::Kind::kVariable;
+  std::vector<TensorDesc> out;
+  NPUFLOW_RETURN_IF_ERROR(InferOutputs(*np.def, op, {}, out).WithContext(fmt::format("graph '{}'", graph.name())));
+  if (out.size() != 1 || !out[0].bytes())
+    return Status::ParamInvalid("{}: a Variable needs one output of a static shape", where);
+  np.declared = out[0];
+  Tensor initial = ZeroTensor(out[0]);
+  if (op.HasAttr("value")) {
+    NPUFLOW_ASSIGN_OR_RETURN(initial, op.Attr<Tensor>("value"));
+    if (!(initial.desc == out[0]) || initial.data.size() != *out[0].bytes())
+      return Status::ParamInvalid("{}: initial value is {}, but the Variable is {}", where, initial.desc.ToString(),
+                                  out[0].ToString());
+  }
+  auto it = variables_.find(node.name());
+  if (it == variables_.end()) {
+    variables_.emplace(node.name(), std::move(initial));
+  } else if (!(it->second.desc == out[0])) {
+    return Status::ParamInvalid("{}: declared {}, but another Variable '{}' declares {}", where, out[0].ToString(),
+                                node.name(), it->second.desc.ToString());
+  }
+  return Status::Ok();
+}
+
+// In-place updates of Variables (see the header), known from the graph's structure; then the
+// consumer counts per output, for freeing intermediates after their last reader (an output that
+// may update a Variable counts one more: it is kept until the update is staged).
+void Interpreter::CountConsumers(GraphPlan& plan) {
+  for (NodePlan& np : plan.nodes) {
     if (np.kind != NodePlan::Kind::kKernel || !np.def->updates_inplace_input) continue;
     for (std::size_t out = 0; out < np.def->inplace.size(); ++out) {
       const int in = np.def->inplace[out];
       if (in < 0 || in >= static_cast<int>(np.inputs.size())) continue;
-      const NodePlan& producer = plan->nodes[np.inputs[in].first];
+      const NodePlan& producer = plan.nodes[np.inputs[in].first];
       if (producer.kind == NodePlan::Kind::kVariable)
         np.variable_updates.emplace_back(static_cast<int>(out), producer.node->name());
     }
   }
-  // Consumer counts per output, for freeing intermediates after their last reader.
-  for (NodePlan& np : plan->nodes) {
+  for (NodePlan& np : plan.nodes) {
     for (auto [producer, index] : np.inputs) {
-      std::vector<int>& c = plan->nodes[producer].consumers;
+      std::vector<int>& c = plan.nodes[producer].consumers;
       if (static_cast<int>(c.size()) <= index) c.resize(index + 1, 0);
       ++c[index];
     }
   }
-  for (NodePlan& np : plan->nodes)
+  for (NodePlan& np : plan.nodes)
     for (const auto& [out, var] : np.variable_updates) {
       if (static_cast<int>(np.consumers.size()) <= out) np.consumers.resize(out + 1, 0);
       ++np.consumers[out];
     }
+}
 
-  // Data order: `index` attributes when every Data node has one, else node order.
-  std::sort(data_in_node_order.begin(), data_in_node_order.end(),
-            [](const auto& a, const auto& b) { return a.first->id() < b.first->id(); });
+// Data order: `index` attributes when every Data node has one, else node order.
+Status Interpreter::OrderDataNodes(const ComputeGraph& graph, bool is_root, DataNodes data, GraphPlan& plan) {
+  std::sort(data.begin(), data.end(), [](const auto& a, const auto& b) { return a.first->id() < b.first->id(); });
   std::size_t with_index = 0;
-  for (const auto& [node, pos] : data_in_node_order) with_index += node->op().HasAttr("index") ? 1 : 0;
+  for (const auto& [node, pos] : data) with_index += node->op().HasAttr("index") ? 1 : 0;
   if (!is_root && with_index > 0) {
-    if (with_index != data_in_node_order.size())
+    if (with_index != data.size())
       return Status::ParamInvalid("graph '{}': some Data nodes have an 'index' attribute and some do not",
                                   graph.name());
-    std::vector<int> by_index(data_in_node_order.size(), -1);
-    for (const auto& [node, pos] : data_in_node_order) {
+    std::vector<int> by_index(data.size(), -1);
+    for (const auto& [node, pos] : data) {
       NPUFLOW_ASSIGN_OR_RETURN(std::int64_t index, node->op().Attr<std::int64_t>("index"));
       if (index < 0 || index >= static_cast<std::int64_t>(by_index.size()) || by_index[index] >= 0)
         return Status::ParamInvalid("graph '{}': Data node '{}' has index {}; expected distinct indices 0..{}",
                                     graph.name(), node->name(), index, by_index.size() - 1);
       by_index[index] = pos;
     }
-    plan->data_nodes = std::move(by_index);
+    plan.data_nodes = std::move(by_index);
   } else {
-    for (const auto& [node, pos] : data_in_node_order) plan->data_nodes.push_back(pos);
+    for (const auto& [node, pos] : data) plan.data_nodes.push_back(pos);
   }
-  for (std::size_t i = 0; i < plan->data_nodes.size(); ++i)
-    plan->nodes[plan->data_nodes[i]].data_position = static_cast<int>(i);
-
-  entry = plans_.find(&graph);  // PlanGraph of subgraphs may have rehashed the map
-  entry->second = std::move(plan);
+  for (std::size_t i = 0; i < plan.data_nodes.size(); ++i)
+    plan.nodes[plan.data_nodes[i]].data_position = static_cast<int>(i);
   return Status::Ok();
 }
 
@@ -275,36 +299,31 @@ StatusOr<std::vector<Tensor>> Interpreter::Run(const std::map<std::string, Tenso
   return outputs;
 }
 
-Status Interpreter::RunGraph(const GraphPlan& plan, std::vector<Slot>& data_inputs, RunState& run,
-                             std::vector<Tensor>& outputs) const {
-  const std::string& gname = plan.graph->name();
-  std::vector<std::vector<Slot>> slots(plan.nodes.size());
-  // Variable updates: (node position, output, Variable), applied once every reader is done.
-  std::vector<std::tuple<int, int, std::string>> staged;
+// One graph's run: a slot per node output, and buffers reused from node to node.
+struct Interpreter::Frame {
+  explicit Frame(std::size_t nodes) : slots(nodes) {}
   // Drops a consumer's claim on a slot; the last one frees an owned tensor.
-  auto release = [&slots](int node, int output) {
+  void Release(int node, int output) {
     Slot& s = slots[node][output];
     if (--s.remaining <= 0 && s.view == nullptr) s.owned = Tensor{};
-  };
-  std::vector<const Tensor*> in;
-  std::vector<TensorDesc> in_desc, out_desc;
-  std::vector<Tensor> out;
+  }
 
+  std::vector<std::vector<Slot>> slots;
+  // Variable updates: (node position, output, Variable), applied once every reader is done.
+  std::vector<std::tuple<int, int, std::string>> staged;
+  std::vector<const Tensor*> in;  // the current node's inputs
+  std::vector<TensorDesc> in_desc, out_desc;
+  std::vector<Tensor> out;  // the current node's outputs (kCall, kKernel)
+};
+
+Status Interpreter::RunGraph(const GraphPlan& plan, std::vector<Slot>& data_inputs, RunState& run,
+                             std::vector<Tensor>& outputs) const {
+  Frame f(plan.nodes.size());
   for (std::size_t pos = 0; pos < plan.nodes.size(); ++pos) {
     const NodePlan& np = plan.nodes[pos];
-    const Node& node = *np.node;
-    in.clear();
-    in_desc.clear();
-    for (auto [producer, index] : np.inputs) {
-      if (index >= static_cast<int>(slots[producer].size()))
-        return Status::ParamInvalid("graph '{}': node '{}' reads output {} of '{}', which has {} outputs", gname,
-                                    node.name(), index, plan.nodes[producer].node->name(), slots[producer].size());
-      in.push_back(&slots[producer][index].get());
-      in_desc.push_back(in.back()->desc);
-    }
-
-    out.clear();
-    std::vector<Slot>& mine = slots[pos];
+    NPUFLOW_RETURN_IF_ERROR(GatherInputs(plan, pos, f));
+    f.out.clear();
+    std::vector<Slot>& mine = f.slots[pos];
     switch (np.kind) {
       case NodePlan::Kind::kData:
         mine.resize(1);
@@ -316,82 +335,118 @@ Status Interpreter::RunGraph(const GraphPlan& plan, std::vector<Slot>& data_inpu
         break;
       case NodePlan::Kind::kVariable:
         mine.resize(1);
-        mine[0].view = &variables_.at(node.name());
+        mine[0].view = &variables_.at(np.node->name());
         break;
-      case NodePlan::Kind::kCall: {
-        const GraphPlan& sub = *np.subgraph;
-        std::vector<Slot> sub_inputs(in.size());
-        SymbolBindings symbols;
-        for (std::size_t i = 0; i < in.size(); ++i) {
-          sub_inputs[i].view = in[i];
-          const NodePlan& data = sub.nodes[sub.data_nodes[i]];
-          if (data.declared)
-            NPUFLOW_RETURN_IF_ERROR(CheckAgainstDeclared(
-                *data.declared, *in[i], fmt::format("graph '{}': PartitionedCall '{}' input {}", gname, node.name(), i),
-                fmt::format("Data node '{}' of subgraph '{}'", data.node->name(), sub.graph->name()), symbols));
-        }
-        NPUFLOW_RETURN_IF_ERROR(RunGraph(sub, sub_inputs, run, out).WithContext(
-            fmt::format("graph '{}': PartitionedCall '{}' (subgraph '{}')", gname, node.name(), sub.graph->name())));
+      case NodePlan::Kind::kCall:
+        NPUFLOW_RETURN_IF_ERROR(RunCall(plan, np, f, run));
         break;
-      }
       case NodePlan::Kind::kNetOutput:
-        // The graph's outputs: moved out of the last reader's slot, copied otherwise.
-        for (std::size_t i = 0; i < np.inputs.size(); ++i) {
-          auto [producer, index] = np.inputs[i];
-          Slot& s = slots[producer][index];
-          if (s.view == nullptr && s.remaining == 1) outputs.push_back(std::move(s.owned));
-          else outputs.push_back(s.get());
-          release(producer, index);
-        }
+        TakeOutputs(np, f, outputs);
         break;
-      case NodePlan::Kind::kKernel: {
-        NPUFLOW_RETURN_IF_ERROR(InferOutputs(*np.def, node.op(), in_desc, out_desc).WithContext(
-            fmt::format("graph '{}'", gname)));
-        for (std::size_t i = 0; i < out_desc.size(); ++i) {
-          if (!out_desc[i].bytes())
-            return Status::ParamInvalid("graph '{}': node '{}' ({}): output {} is {} for static inputs; the "
-                                        "interpreter needs static shapes",
-                                        gname, node.name(), node.type(), i, out_desc[i].ToString());
-          out.push_back(ZeroTensor(out_desc[i]));
-        }
-        NPUFLOW_RETURN_IF_ERROR(np.def->reference(node.op(), in, out).WithContext(fmt::format("graph '{}'", gname)));
-        if (out.size() != out_desc.size())
-          return Status::Internal("graph '{}': node '{}' ({}): the reference kernel returned {} outputs, expected {}",
-                                  gname, node.name(), node.type(), out.size(), out_desc.size());
-        for (std::size_t i = 0; i < out.size(); ++i)
-          if (out[i].data.size() != out[i].desc.bytes().value_or(~0ull))
-            return Status::Internal("graph '{}': node '{}' ({}): output {} holds {} bytes for {}", gname, node.name(),
-                                    node.type(), i, out[i].data.size(), out[i].desc.ToString());
+      case NodePlan::Kind::kKernel:
+        NPUFLOW_RETURN_IF_ERROR(RunKernel(plan, np, f));
         break;
-      }
     }
-
-    if (np.kind == NodePlan::Kind::kCall || np.kind == NodePlan::Kind::kKernel) {
-      mine.resize(out.size());
-      for (std::size_t i = 0; i < out.size(); ++i) mine[i].owned = std::move(out[i]);
-    }
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-      mine[i].remaining = i < np.consumers.size() ? np.consumers[i] : 0;
-      if (mine[i].remaining == 0 && mine[i].view == nullptr) mine[i].owned = Tensor{};  // nobody reads it
-    }
-    for (const auto& [index, var] : np.variable_updates) {
-      const Tensor& value = mine.at(index).get();
-      if (!(value.desc == variables_.at(var).desc)) {
-        release(static_cast<int>(pos), index);  // a view of another shape: no update
-        continue;
-      }
-      auto [it, fresh] = run.pending.emplace(var, std::make_pair(node.name(), Tensor{}));
-      if (!fresh)
-        return Status::ParamInvalid("Variable '{}' is updated twice in one run: by '{}' and by '{}'", var,
-                                    it->second.first, node.name());
-      staged.emplace_back(static_cast<int>(pos), index, var);
-    }
-    if (np.kind != NodePlan::Kind::kNetOutput)
-      for (auto [producer, index] : np.inputs) release(producer, index);
+    NPUFLOW_RETURN_IF_ERROR(KeepOutputs(pos, np, f, run));
   }
-
   // Every reader is done: the Variable updates take the values kept for them.
-  for (const auto& [pos, index, var] : staged) run.pending.at(var).second = std::move(slots[pos][index].owned);
+  for (const auto& [pos, index, var] : f.staged) run.pending.at(var).second = std::move(f.slots[pos][index].owned);
+  return Status::Ok();
+}
+
+Status Interpreter::GatherInputs(const GraphPlan& plan, std::size_t pos, Frame& f) {
+  const NodePlan& np = plan.nodes[pos];
+  f.in.clear();
+  f.in_desc.clear();
+  for (auto [producer, index] : np.inputs) {
+    if (index >= static_cast<int>(f.slots[producer].size()))
+      return Status::ParamInvalid("graph '{}': node '{}' reads output {} of '{}', which has {} outputs",
+                                  plan.graph->name(), np.node->name(), index, plan.nodes[producer].node->name(),
+                                  f.slots[producer].size());
+    f.in.push_back(&f.slots[producer][index].get());
+    f.in_desc.push_back(f.in.back()->desc);
+  }
+  return Status::Ok();
+}
+
+Status Interpreter::RunCall(const GraphPlan& plan, const NodePlan& np, Frame& f, RunState& run) const {
+  const std::string& gname = plan.graph->name();
+  const Node& node = *np.node;
+  const GraphPlan& sub = *np.subgraph;
+  std::vector<Slot> sub_inputs(f.in.size());
+  SymbolBindings symbols;
+  for (std::size_t i = 0; i < f.in.size(); ++i) {
+    sub_inputs[i].view = f.in[i];
+    const NodePlan& data = sub.nodes[sub.data_nodes[i]];
+    if (data.declared)
+      NPUFLOW_RETURN_IF_ERROR(CheckAgainstDeclared(
+          *data.declared, *f.in[i], fmt::format("graph '{}': PartitionedCall '{}' input {}", gname, node.name(), i),
+          fmt::format("Data node '{}' of subgraph '{}'", data.node->name(), sub.graph->name()), symbols));
+  }
+  return RunGraph(sub, sub_inputs, run, f.out)
+      .WithContext(fmt::format("graph '{}': PartitionedCall '{}' (subgraph '{}')", gname, node.name(), sub.graph->name()));
+}
+
+Status Interpreter::RunKernel(const GraphPlan& plan, const NodePlan& np, Frame& f) {
+  const std::string& gname = plan.graph->name();
+  const Node& node = *np.node;
+  NPUFLOW_RETURN_IF_ERROR(
+      InferOutputs(*np.def, node.op(), f.in_desc, f.out_desc).WithContext(fmt::format("graph '{}'", gname)));
+  for (std::size_t i = 0; i < f.out_desc.size(); ++i) {
+    if (!f.out_desc[i].bytes())
+      return Status::ParamInvalid("graph '{}': node '{}' ({}): output {} is {} for static inputs; the "
+                                  "interpreter needs static shapes",
+                                  gname, node.name(), node.type(), i, f.out_desc[i].ToString());
+    f.out.push_back(ZeroTensor(f.out_desc[i]));
+  }
+  NPUFLOW_RETURN_IF_ERROR(np.def->reference(node.op(), f.in, f.out).WithContext(fmt::format("graph '{}'", gname)));
+  if (f.out.size() != f.out_desc.size())
+    return Status::Internal("graph '{}': node '{}' ({}): the reference kernel returned {} outputs, expected {}", gname,
+                            node.name(), node.type(), f.out.size(), f.out_desc.size());
+  for (std::size_t i = 0; i < f.out.size(); ++i)
+    if (f.out[i].data.size() != f.out[i].desc.bytes().value_or(~0ull))
+      return Status::Internal("graph '{}': node '{}' ({}): output {} holds {} bytes for {}", gname, node.name(),
+                              node.type(), i, f.out[i].data.size(), f.out[i].desc.ToString());
+  return Status::Ok();
+}
+
+// The graph's outputs: moved out of the last reader's slot, copied otherwise.
+void Interpreter::TakeOutputs(const NodePlan& np, Frame& f, std::vector<Tensor>& outputs) {
+  for (std::size_t i = 0; i < np.inputs.size(); ++i) {
+    auto [producer, index] = np.inputs[i];
+    Slot& s = f.slots[producer][index];
+    if (s.view == nullptr && s.remaining == 1) outputs.push_back(std::move(s.owned));
+    else outputs.push_back(s.get());
+    f.Release(producer, index);
+  }
+}
+
+// The node's outputs take their slots and consumer counts, Variable updates are staged, and its
+// inputs are released.
+Status Interpreter::KeepOutputs(std::size_t pos, const NodePlan& np, Frame& f, RunState& run) const {
+  std::vector<Slot>& mine = f.slots[pos];
+  if (np.kind == NodePlan::Kind::kCall || np.kind == NodePlan::Kind::kKernel) {
+    mine.resize(f.out.size());
+    for (std::size_t i = 0; i < f.out.size(); ++i) mine[i].owned = std::move(f.out[i]);
+  }
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    mine[i].remaining = i < np.consumers.size() ? np.consumers[i] : 0;
+    if (mine[i].remaining == 0 && mine[i].view == nullptr) mine[i].owned = Tensor{};  // nobody reads it
+  }
+  for (const auto& [index, var] : np.variable_updates) {
+    const Tensor& value = mine.at(index).get();
+    if (!(value.desc == variables_.at(var).desc)) {
+      f.Release(static_cast<int>(pos), index);  // a view of another shape: no update
+      continue;
+    }
+    auto [it, fresh] = run.pending.emplace(var, std::make_pair(np.node->name(), Tensor{}));
+    if (!fresh)
+      return Status::ParamInvalid("Variable '{}' is updated twice in one run: by '{}' and by '{}'", var,
+                                  it->second.first, np.node->name());
+    f.staged.emplace_back(static_cast<int>(pos), index, var);
+  }
+  if (np.kind != NodePlan::Kind::kNetOutput)
+    for (auto [producer, index] : np.inputs) f.Release(producer, index);
   return Status::Ok();
 }
 

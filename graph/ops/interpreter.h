@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -73,11 +74,27 @@ class Interpreter {
   struct GraphPlan;
   struct RunState;
   struct Slot;
+  struct Frame;
+  using DataNodes = std::vector<std::pair<const Node*, int>>;  // (node, position in the plan)
 
   explicit Interpreter(const ComputeGraph& graph);
+  // Planning, in PlanGraph's order: each node's kind, then consumer counts, then Data order.
   Status PlanGraph(const ComputeGraph& graph);
+  Status PlanCall(const Node& node, const std::string& where, NodePlan& np);
+  Status PlanOp(const ComputeGraph& graph, const Node& node, const std::string& where, GraphPlan& plan,
+                NodePlan& np);
+  Status PlanVariable(const ComputeGraph& graph, const Node& node, const std::string& where, NodePlan& np);
+  static void CountConsumers(GraphPlan& plan);
+  static Status OrderDataNodes(const ComputeGraph& graph, bool is_root, DataNodes data, GraphPlan& plan);
+
+  // Running, in RunGraph's order per node: inputs, the node's own step, then its outputs' slots.
   Status RunGraph(const GraphPlan& plan, std::vector<Slot>& data_inputs, RunState& run,
                   std::vector<Tensor>& outputs) const;
+  static Status GatherInputs(const GraphPlan& plan, std::size_t pos, Frame& f);
+  Status RunCall(const GraphPlan& plan, const NodePlan& np, Frame& f, RunState& run) const;
+  static Status RunKernel(const GraphPlan& plan, const NodePlan& np, Frame& f);
+  static void TakeOutputs(const NodePlan& np, Frame& f, std::vector<Tensor>& outputs);
+  Status KeepOutputs(std::size_t pos, const NodePlan& np, Frame& f, RunState& run) const;
 
   const ComputeGraph* root_;
   std::unordered_map<const ComputeGraph*, std::unique_ptr<GraphPlan>> plans_;

@@ -26,6 +26,20 @@ TEST(Cli, UnknownSubcommandIsNamedAndFails) {
   EXPECT_NE(r.output.find("unknown subcommand 'frobnicate'"), std::string::npos) << r.output;
 }
 
+TEST(Cli, UnknownSubcommandAfterAnOptionExitsTwoListingTheKnownOnes) {
+  for (const char* args : {"frobnicate", "--log info frobnicate", "frobnicate compile --model x.pbtxt"}) {
+    CommandRun r = Npuflow(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("unknown subcommand 'frobnicate' (known: bench, compile, info, run, gpt2, make-gpt2, demo)"),
+              std::string::npos)
+        << args << ": " << r.output;
+  }
+  CommandRun inside = Npuflow("demo frobnicate");  // a stray word inside a subcommand is CLI11's to name
+  EXPECT_NE(inside.exit_code, 0);
+  EXPECT_EQ(inside.output.find("unknown subcommand"), std::string::npos) << inside.output;
+  EXPECT_NE(inside.output.find("frobnicate"), std::string::npos) << inside.output;
+}
+
 TEST(Cli, UnknownFlagIsNamedAndFails) {
   CommandRun r = Npuflow("demo --bogus");
   EXPECT_NE(r.exit_code, 0);
