@@ -9,13 +9,15 @@ TimerQueue& TimerQueue::Process() {
   return queue;
 }
 
+TimerQueue::TimerQueue() : threads_started_(1), thread_([this] { Loop(); }) {}
+
 TimerQueue::~TimerQueue() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  thread_.join();
 }
 
 TimerQueue::Group TimerQueue::NewGroup() {
@@ -25,11 +27,6 @@ TimerQueue::Group TimerQueue::NewGroup() {
 
 TimerQueue::Id TimerQueue::Schedule(Clock::time_point at, Group group, UniqueFunction<void()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!thread_.joinable() && !stop_) {
-    thread_ = std::thread([this] { Loop(); });
-    thread_id_ = thread_.get_id();
-    ++threads_started_;
-  }
   const Id id = next_id_++;
   // Only a new first deadline moves the thread's wake-up.
   const bool first = due_.empty() || at < due_.begin()->first.first;
@@ -62,7 +59,7 @@ std::size_t TimerQueue::CancelGroup(Group group) {
     it = due_.erase(it);
     ++removed;
   }
-  if (std::this_thread::get_id() != thread_id_) idle_cv_.wait(lock, [&] { return running_ != group; });
+  if (std::this_thread::get_id() != thread_.get_id()) idle_cv_.wait(lock, [&] { return running_ != group; });
   return removed;
 }
 

@@ -3,7 +3,7 @@
 // TimerQueue is the thread and its deadline-ordered queue; TimerQueue::Process() is the one the
 // process uses. DeadlineTimer is a user's handle on it: its callbacks form one group, dropped
 // together when the handle goes away. The actor system's delayed deliveries and the scheduler's
-// run timeouts both go through it, so a process has one timer thread, started on first use.
+// run timeouts both go through it, so a process has one timer thread, started when the first DeadlineTimer is made.
 //
 //   DeadlineTimer timer;
 //   auto id = timer.Schedule(std::chrono::milliseconds(50), [] { ... });
@@ -37,10 +37,10 @@ class TimerQueue {
   using Id = std::uint64_t;
   using Group = std::uint64_t;
 
-  // The process's queue: constructed on first use, its thread started by the first Schedule.
+  // The process's queue, constructed (and its thread started) on first use.
   static TimerQueue& Process();
 
-  TimerQueue() = default;
+  TimerQueue();
   // Drops what is not due and joins the thread.
   ~TimerQueue();
   TimerQueue(const TimerQueue&) = delete;
@@ -54,7 +54,7 @@ class TimerQueue {
   // caller is the timer thread), and returns how many were removed.
   std::size_t CancelGroup(Group group);
 
-  // Threads this queue has started: 0 before the first Schedule, 1 after.
+  // Threads this queue has started: always 1.
   int threads_started() const;
 
  private:
@@ -74,8 +74,7 @@ class TimerQueue {
   Group running_ = 0;  // the group whose callback runs now, 0 if none
   bool stop_ = false;
   int threads_started_ = 0;
-  std::thread::id thread_id_;
-  std::thread thread_;
+  std::thread thread_;  // last: the other members exist before it runs
 };
 
 class DeadlineTimer {
