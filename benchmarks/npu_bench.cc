@@ -1,5 +1,6 @@
 // Simulated-device benchmarks, each against a baseline run in the same process:
 //   NOPs through one stream       vs a plain loop over the same task vector
+//   the same NOPs, traced         vs the untraced NOPs (what recording a trace event costs)
 //   tiny kernels through a stream vs raw flow-graph round trips of 4 hops (stream -> cluster ->
 //                                 core -> cluster -> stream is what a kernel costs in messages)
 //   H2D of 1 GiB in 10 MiB chunks vs plain memcpy of the same chunks
@@ -49,6 +50,26 @@ struct OneStreamModel {
     ok = rt->BindStream(model, s).ok() && rt->LoadTasks(model, s, std::move(tasks)).ok();
   }
 };
+
+// A fresh traced runtime per iteration (setup untimed): a trace keeps every event, so one
+// runtime run again and again would measure a growing buffer.
+void BM_NpuNopStreamTraced(benchmark::State& state) {
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto rt = Runtime::Create({.chips = {"910B"}, .workers = 2, .trace = true});
+    if (!rt.ok()) return state.SkipWithError("runtime setup failed");
+    auto model = (*rt)->CreateModel(0).value();
+    auto s = (*rt)->CreateStream(0).value();
+    if (!(*rt)->BindStream(model, s).ok() || !(*rt)->LoadTasks(model, s, std::vector<Task>(kNops, Task::Nop())).ok())
+      return state.SkipWithError("runtime setup failed");
+    state.ResumeTiming();
+    if (!(*rt)->ExecuteModel(model).ok()) return state.SkipWithError("execute failed");
+    state.PauseTiming();
+    rt->reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kNops));
+}
 
 void BM_NpuNopStream(benchmark::State& state) {
   OneStreamModel m(std::vector<Task>(kNops, Task::Nop()));
@@ -195,6 +216,7 @@ void BM_H2DPairedWithMemcpy(benchmark::State& state) {
 void RegisterNpuBenchmarks() {
   for (auto [name, fn] : std::initializer_list<std::pair<const char*, void (*)(benchmark::State&)>>{
            {"BM_NpuNopStream", BM_NpuNopStream},
+           {"BM_NpuNopStreamTraced", BM_NpuNopStreamTraced},
            {"BM_RawTaskLoop", BM_RawTaskLoop},
            {"BM_NpuTinyKernels", BM_NpuTinyKernels},
            {"BM_RawFourHopRoundTrips", BM_RawFourHopRoundTrips},
@@ -212,6 +234,8 @@ std::vector<Figure> NpuFigures(const Results& r) {
       {"nop_tasks_per_s", nops, "task/s", Counter(r, "BM_RawTaskLoop", "items_per_second"),
        "plain loop over the same tasks", "value >= 2e7"},
       {"nop_tasks_vs_target", nops, "task/s", 20e6, "the issue's floor, 20 M/s", "ratio >= 1"},
+      {"traced_nop_tasks_per_s", Counter(r, "BM_NpuNopStreamTraced", "items_per_second"), "task/s", nops,
+       "the same NOPs untraced", ""},
       {"tiny_kernels_per_s", kernels, "kernel/s", Counter(r, "BM_RawFourHopRoundTrips", "items_per_second"),
        "raw function_node 4-hop round trips", "value >= 5e5"},
       {"tiny_kernels_vs_target", kernels, "kernel/s", 500e3, "the issue's floor, 500 k/s", "ratio >= 1"},
