@@ -47,6 +47,7 @@
 #include "actors/message.h"
 #include "actors/tap.h"
 #include "base/status.h"
+#include "base/timer.h"
 #include "base/unique_function.h"
 
 namespace npuflow::actors {
@@ -98,22 +99,15 @@ struct SystemCore {
   bool DetEnqueue(DetEntry entry, bool from_outside);
   void DetRun();
 
-  // Wall-clock resumption of cells parked by the tap.
+  // Wall-clock resumption of cells parked by the tap, on the process's timer thread
+  // (base/timer.h). timer_mu_ orders ArmTimer against StopTimer: no arm after the stop.
   void ArmTimer(CellBase* cell, std::chrono::nanoseconds delay);
   void StopTimer();
 
  private:
-  void TimerLoop();
-  struct Timed {
-    std::chrono::steady_clock::time_point when;
-    CellBase* cell;
-    bool operator>(const Timed& o) const { return when > o.when; }
-  };
   std::mutex timer_mu_;
-  std::condition_variable timer_cv_;
-  std::priority_queue<Timed, std::vector<Timed>, std::greater<>> timers_;
-  std::thread timer_thread_;
   bool timer_stop_ = false;
+  DeadlineTimer timer_;
 };
 
 // Result of one drain pass.

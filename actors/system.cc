@@ -222,56 +222,26 @@ void SystemCore::DetRun() {
 }
 
 void SystemCore::ArmTimer(CellBase* cell, std::chrono::nanoseconds delay) {
-  {
-    std::unique_lock<std::mutex> lock(timer_mu_);
-    if (timer_stop_) {
-      // Shutdown stopped the timer: resume at once; the pass drops what it finds.
-      lock.unlock();
-      cell->Spawn();
-      return;
-    }
-    graph->reserve_wait();  // WaitIdle and Shutdown see the parked delivery as work in flight
-  }
-  std::lock_guard<std::mutex> lock(timer_mu_);
-  if (!timer_thread_.joinable()) timer_thread_ = std::thread([this] { TimerLoop(); });
-  timers_.push(Timed{std::chrono::steady_clock::now() + delay, cell});
-  timer_cv_.notify_one();
-}
-
-void SystemCore::TimerLoop() {
   std::unique_lock<std::mutex> lock(timer_mu_);
-  while (!timer_stop_) {
-    if (timers_.empty()) {
-      timer_cv_.wait(lock);
-      continue;
-    }
-    auto when = timers_.top().when;
-    if (std::chrono::steady_clock::now() < when) {
-      timer_cv_.wait_until(lock, when);
-      continue;
-    }
-    CellBase* cell = timers_.top().cell;
-    timers_.pop();
+  if (timer_stop_) {
+    // Shutdown stopped the timer: resume at once; the pass drops what it finds.
     lock.unlock();
     cell->Spawn();
-    graph->release_wait();
-    lock.lock();
+    return;
   }
+  graph->reserve_wait();  // WaitIdle and Shutdown see the parked delivery as work in flight
+  timer_.Schedule(delay, [this, cell] {
+    cell->Spawn();
+    graph->release_wait();
+  });
 }
 
 void SystemCore::StopTimer() {
-  {
-    std::lock_guard<std::mutex> lock(timer_mu_);
-    timer_stop_ = true;
-    timer_cv_.notify_one();
-  }
-  if (timer_thread_.joinable()) timer_thread_.join();
-  // Parked deliveries that never resumed: their messages are dropped by the shutdown sweep.
   std::lock_guard<std::mutex> lock(timer_mu_);
-  while (!timers_.empty()) {
-    timers_.pop();
-    graph->release_wait();
-  }
+  timer_stop_ = true;
+  // Parked deliveries that never resumed: their messages are dropped by the shutdown sweep. A
+  // resumption already running has finished when CancelAll returns.
+  for (std::size_t n = timer_.CancelAll(); n > 0; --n) graph->release_wait();
 }
 
 }  // namespace detail

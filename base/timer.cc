@@ -2,9 +2,16 @@
 
 namespace npuflow {
 
-DeadlineTimer::DeadlineTimer() : thread_([this] { Loop(); }) {}
+TimerQueue& TimerQueue::Process() {
+  // A function-local static: anything that took it before it finished constructing (every
+  // DeadlineTimer does) is destroyed before it, so no group outlives the thread.
+  static TimerQueue queue;
+  return queue;
+}
 
-DeadlineTimer::~DeadlineTimer() {
+TimerQueue::TimerQueue() : threads_started_(1), thread_([this] { Loop(); }) {}
+
+TimerQueue::~TimerQueue() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -13,26 +20,55 @@ DeadlineTimer::~DeadlineTimer() {
   thread_.join();
 }
 
-DeadlineTimer::Id DeadlineTimer::Schedule(Clock::duration delay, UniqueFunction<void()> fn) {
+TimerQueue::Group TimerQueue::NewGroup() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_group_++;
+}
+
+TimerQueue::Id TimerQueue::Schedule(Clock::time_point at, Group group, UniqueFunction<void()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
   const Id id = next_id_++;
-  const Clock::time_point at = Clock::now() + delay;
-  due_.emplace(std::make_pair(at, id), std::move(fn));
+  // Only a new first deadline moves the thread's wake-up.
+  const bool first = due_.empty() || at < due_.begin()->first.first;
+  due_.emplace(std::make_pair(at, id), Entry{group, std::move(fn)});
   when_.emplace(id, at);
-  cv_.notify_all();
+  if (first) cv_.notify_one();
   return id;
 }
 
-bool DeadlineTimer::Cancel(Id id) {
+bool TimerQueue::Cancel(Id id, Group group) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = when_.find(id);
   if (it == when_.end()) return false;
-  due_.erase(std::make_pair(it->second, id));
+  auto entry = due_.find(std::make_pair(it->second, id));
+  if (entry->second.group != group) return false;
+  due_.erase(entry);
   when_.erase(it);
   return true;
 }
 
-void DeadlineTimer::Loop() {
+std::size_t TimerQueue::CancelGroup(Group group) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::size_t removed = 0;
+  for (auto it = due_.begin(); it != due_.end();) {
+    if (it->second.group != group) {
+      ++it;
+      continue;
+    }
+    when_.erase(it->first.second);
+    it = due_.erase(it);
+    ++removed;
+  }
+  if (std::this_thread::get_id() != thread_.get_id()) idle_cv_.wait(lock, [&] { return running_ != group; });
+  return removed;
+}
+
+int TimerQueue::threads_started() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return threads_started_;
+}
+
+void TimerQueue::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     if (due_.empty()) {
@@ -46,12 +82,16 @@ void DeadlineTimer::Loop() {
       cv_.wait_until(lock, deadline);
       continue;
     }
-    UniqueFunction<void()> fn = std::move(first->second);
+    Entry entry = std::move(first->second);
     when_.erase(first->first.second);
     due_.erase(first);
+    running_ = entry.group;
     lock.unlock();
-    fn();
+    entry.fn();
+    entry.fn = {};  // what the callback captured goes before its group counts as idle
     lock.lock();
+    running_ = 0;
+    idle_cv_.notify_all();
   }
 }
 

@@ -7,6 +7,7 @@
 //                                 stream -> AICore cluster -> unit -> cluster -> stream.
 //   H2D of 1 GiB in 10 MiB chunks vs plain memcpy of the same chunks on as many threads as the
 //                                 runtime's workers (which run the DMA channels side by side)
+//   the same NOPs, traced         vs the untraced NOPs (what recording a trace event costs)
 // The fixed floors of the npu_sim issue (#3) are printed as given figures.
 #include "benchmarks/npu_bench.h"
 
@@ -59,6 +60,26 @@ struct OneStreamModel {
     ok = rt->BindStream(model, s).ok() && rt->LoadTasks(model, s, std::move(tasks)).ok();
   }
 };
+
+// A fresh traced runtime per iteration (setup untimed): a trace keeps every event, so one
+// runtime run again and again would measure a growing buffer.
+void BM_NpuNopStreamTraced(benchmark::State& state) {
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto rt = Runtime::Create({.chips = {"910B"}, .workers = 2, .trace = true});
+    if (!rt.ok()) return state.SkipWithError("runtime setup failed");
+    auto model = (*rt)->CreateModel(0).value();
+    auto s = (*rt)->CreateStream(0).value();
+    if (!(*rt)->BindStream(model, s).ok() || !(*rt)->LoadTasks(model, s, std::vector<Task>(kNops, Task::Nop())).ok())
+      return state.SkipWithError("runtime setup failed");
+    state.ResumeTiming();
+    if (!(*rt)->ExecuteModel(model).ok()) return state.SkipWithError("execute failed");
+    state.PauseTiming();
+    rt->reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kNops));
+}
 
 void BM_NpuNopStream(benchmark::State& state) {
   OneStreamModel m(std::vector<Task>(kNops, Task::Nop()));
@@ -260,6 +281,7 @@ void BM_H2DPairedWithMemcpy(benchmark::State& state) {
 void RegisterNpuBenchmarks() {
   for (auto [name, fn] : std::initializer_list<std::pair<const char*, void (*)(benchmark::State&)>>{
            {"BM_NpuNopStream", BM_NpuNopStream},
+           {"BM_NpuNopStreamTraced", BM_NpuNopStreamTraced},
            {"BM_RawTaskLoop", BM_RawTaskLoop},
            {"BM_NpuTinyKernels", BM_NpuTinyKernels},
            {"BM_RawFourHopHandoffs", BM_RawFourHopHandoffs},
@@ -277,6 +299,8 @@ std::vector<Figure> NpuFigures(const Results& r) {
       {"nop_tasks_per_s", nops, "task/s", Counter(r, "BM_RawTaskLoop", "items_per_second"),
        "plain loop over the same tasks (a NOP runs inline in the stream's task loop)", "value >= 2e7"},
       {"nop_tasks_vs_target", nops, "task/s", 20e6, "the npu_sim issue's floor, 20 M/s", "ratio >= 1", true},
+      {"traced_nop_tasks_per_s", Counter(r, "BM_NpuNopStreamTraced", "items_per_second"), "task/s", nops,
+       "the same NOPs untraced, same run", ""},
       {"tiny_kernels_per_s", kernels, "kernel/s", Counter(r, "BM_RawFourHopHandoffs", "items_per_second"),
        "raw flow-graph nodes, the same 4 hops (stream -> cluster -> unit -> cluster -> stream), same handoff",
        "value >= 5e5"},

@@ -4,62 +4,65 @@
 
 namespace npuflow::npu_sim {
 
-void DeviceModelActor::Receive(Message& msg, actors::Context<Message>& ctx) {
+void DeviceModelActor::Receive(Message& msg, Ctx& ctx) {
   if (!self_.valid()) self_ = ctx.self();
-  std::visit(
-      [&](auto& m) {
-        using M = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<M, BindModelStream>) {
-          if (running_) {
-            ctx.ReplyError(Status::ParamInvalid("device {} model {}: cannot bind stream {} while the model runs",
-                                                device_->id(), id_, m.stream));
-            return;
-          }
-          for (const auto& [sid, addr] : streams_) {
-            if (sid == m.stream) {
-              ctx.ReplyError(Status::ParamInvalid("device {} model {}: stream {} is already bound", device_->id(),
-                                                  id_, m.stream));
-              return;
-            }
-          }
-          streams_.emplace_back(m.stream, m.addr);
-          ctx.Reply();
-        } else if constexpr (std::is_same_v<M, ExecuteModel>) {
-          if (streams_.empty()) {
-            ctx.ReplyError(Status::ParamInvalid("device {} model {}: no stream is bound", device_->id(), id_));
-            return;
-          }
-          queue_.push_back(Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io)});
-          if (!running_) StartNext(ctx);
-        } else if constexpr (std::is_same_v<M, ModelDone>) {
-          if (!running_ || m.run != run_) return;  // a stream reporting on an aborted run
-          end_ = std::max(end_, m.end);
-          if (status_.ok() && !m.status.ok()) {
-            status_ = std::move(m.status);
-            // One stream failed: stop the others, so the run ends now rather than hanging on a
-            // stream waiting for an event the failed stream will never record.
-            for (const auto& [sid, addr] : streams_)
-              if (sid != m.stream) addr.Send(AbortStream{status_});
-          }
-          if (--streams_left_ > 0) return;
-          running_ = false;
-          Execution done = std::move(queue_.front());
-          queue_.pop_front();
-          if (status_.ok()) done.reply.Reply(end_); else done.reply.Fail(status_);
-          if (!queue_.empty()) StartNext(ctx);
-        } else if constexpr (std::is_same_v<M, AbortModel>) {
-          Status why = m.why.ok() ? Status::Aborted("device {} model {}: aborted", device_->id(), id_) : m.why;
-          if (running_) {
-            for (const auto& [sid, addr] : streams_) addr.Send(AbortStream{why});
-            ++run_;  // reports of the aborted run are stale from now on
-            running_ = false;
-          }
-          for (auto& e : queue_) e.reply.Fail(why);
-          queue_.clear();
-          ctx.Reply();
-        }
-      },
-      msg);
+  std::visit([&](auto& m) { On(m, ctx); }, msg);
+}
+
+void DeviceModelActor::On(BindModelStream& m, Ctx& ctx) {
+  if (running_) {
+    ctx.ReplyError(Status::ParamInvalid("device {} model {}: cannot bind stream {} while the model runs",
+                                        device_->id(), id_, m.stream));
+    return;
+  }
+  for (const auto& [sid, addr] : streams_) {
+    if (sid == m.stream) {
+      ctx.ReplyError(Status::ParamInvalid("device {} model {}: stream {} is already bound", device_->id(),
+                                          id_, m.stream));
+      return;
+    }
+  }
+  streams_.emplace_back(m.stream, m.addr);
+  ctx.Reply();
+}
+
+void DeviceModelActor::On(ExecuteModel& m, Ctx& ctx) {
+  if (streams_.empty()) {
+    ctx.ReplyError(Status::ParamInvalid("device {} model {}: no stream is bound", device_->id(), id_));
+    return;
+  }
+  queue_.push_back(Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io)});
+  if (!running_) StartNext(ctx);
+}
+
+void DeviceModelActor::On(ModelDone& m, Ctx& ctx) {
+  if (!running_ || m.run != run_) return;  // a stream reporting on an aborted run
+  end_ = std::max(end_, m.end);
+  if (status_.ok() && !m.status.ok()) {
+    status_ = std::move(m.status);
+    // One stream failed: stop the others, so the run ends now rather than hanging on a
+    // stream waiting for an event the failed stream will never record.
+    for (const auto& [sid, addr] : streams_)
+      if (sid != m.stream) addr.Send(AbortStream{status_});
+  }
+  if (--streams_left_ > 0) return;
+  running_ = false;
+  Execution done = std::move(queue_.front());
+  queue_.pop_front();
+  if (status_.ok()) done.reply.Reply(end_); else done.reply.Fail(status_);
+  if (!queue_.empty()) StartNext(ctx);
+}
+
+void DeviceModelActor::On(AbortModel& m, Ctx& ctx) {
+  Status why = m.why.ok() ? Status::Aborted("device {} model {}: aborted", device_->id(), id_) : m.why;
+  if (running_) {
+    for (const auto& [sid, addr] : streams_) addr.Send(AbortStream{why});
+    ++run_;  // reports of the aborted run are stale from now on
+    running_ = false;
+  }
+  for (auto& e : queue_) e.reply.Fail(why);
+  queue_.clear();
+  ctx.Reply();
 }
 
 void DeviceModelActor::StartNext(actors::Context<Message>& ctx) {

@@ -16,9 +16,15 @@ class DeviceModelActor {
  public:
   using Message = ModelMsg;
   DeviceModelActor(Device* device, std::uint32_t id) : device_(device), id_(id) {}
-  void Receive(Message& msg, actors::Context<Message>& ctx);
+  using Ctx = actors::Context<Message>;
+  // One handler per message type; Receive dispatches with std::visit.
+  void Receive(Message& msg, Ctx& ctx);
 
  private:
+  void On(BindModelStream& m, Ctx& ctx);
+  void On(ExecuteModel& m, Ctx& ctx);
+  void On(ModelDone& m, Ctx& ctx);
+  void On(AbortModel& m, Ctx& ctx);
   struct Execution {
     VTime at;
     actors::Replier<VTime> reply;

@@ -12,98 +12,108 @@ EventTableActor::Event* EventTableActor::Find(EventId id, actors::Context<Messag
   return &events_[id];
 }
 
-void EventTableActor::Receive(Message& msg, actors::Context<Message>& ctx) {
-  const VTime wait_latency = device_->chip().event_wait_latency_ns;
-  std::visit(
-      [&](auto& m) {
-        using M = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<M, CreateEvent>) {
-          EventId id;
-          if (!free_ids_.empty()) {
-            id = free_ids_.back();
-            free_ids_.pop_back();
-          } else {
-            id = static_cast<EventId>(events_.size());
-            events_.emplace_back();
-          }
-          events_[id] = Event{};
-          events_[id].live = true;
-          events_[id].latch = m.latch;
-          device_->live_events.fetch_add(1, std::memory_order_relaxed);
-          ctx.Reply<EventId>(id);
-        } else if constexpr (std::is_same_v<M, DestroyEvent>) {
-          Event* e = Find(m.event, ctx);
-          if (!e) return;
-          for (auto& w : e->waiters)
-            w.stream.Send(UnitDone{w.epoch, w.task, 0,
-                                   Status::Aborted("device {}: event {} destroyed while a stream waited on it",
-                                                   device_->id(), m.event)});
-          for (auto& h : e->host_waiters)
-            h.Fail(Status::Aborted("device {}: event {} destroyed while the host waited on it", device_->id(), m.event));
-          *e = Event{};
-          free_ids_.push_back(m.event);
-          device_->live_events.fetch_sub(1, std::memory_order_relaxed);
-          ctx.Reply();
-        } else if constexpr (std::is_same_v<M, RecordEvent>) {
-          if (m.event >= events_.size() || !events_[m.event].live) return;  // the stream reported it already
-          Event& e = events_[m.event];
-          e.ever_recorded = true;
-          e.last_record = std::max(e.last_record, m.at);
-          for (auto& h : e.host_waiters) h.Reply(e.last_record);
-          e.host_waiters.clear();
-          if (e.latch) {
-            for (auto& w : e.waiters) w.stream.Send(EventFired{w.epoch, w.task, m.at + wait_latency});
-            e.waiters.clear();
-          } else if (!e.waiters.empty()) {
-            WaitEvent w = std::move(e.waiters.front());
-            e.waiters.pop_front();
-            w.stream.Send(EventFired{w.epoch, w.task, m.at + wait_latency});
-          } else {
-            ++e.pending;
-          }
-        } else if constexpr (std::is_same_v<M, WaitEvent>) {
-          if (m.event >= events_.size() || !events_[m.event].live) {
-            m.stream.Send(UnitDone{m.epoch, m.task, 0, Status::NotFound("device {}: wait on event {}, which does not exist",
-                                                                       device_->id(), m.event)});
-            return;
-          }
-          Event& e = events_[m.event];
-          if (e.latch && e.ever_recorded) {
-            m.stream.Send(EventFired{m.epoch, m.task, e.last_record + wait_latency});
-          } else if (e.latch) {
-            e.waiters.push_back(std::move(m));
-          } else if (e.pending > 0) {
-            --e.pending;
-            m.stream.Send(EventFired{m.epoch, m.task, e.last_record + wait_latency});
-          } else {
-            e.waiters.push_back(std::move(m));
-          }
-        } else if constexpr (std::is_same_v<M, QueryEvent>) {
-          if (Event* e = Find(m.event, ctx))
-            ctx.Reply<bool>(e->pending > 0 || (e->ever_recorded && (e->latch || e->waiters.empty())));
-        } else if constexpr (std::is_same_v<M, HostWaitEvent>) {
-          Event* e = Find(m.event, ctx);
-          if (!e) return;
-          if (e->ever_recorded) {
-            ctx.Reply<VTime>(e->last_record);
-          } else {
-            e->host_waiters.push_back(ctx.template TakeReply<VTime>());
-          }
-        } else if constexpr (std::is_same_v<M, ResetEvent>) {
-          if (Event* e = Find(m.event, ctx)) {
-            e->pending = 0;
-            e->ever_recorded = false;
-            ctx.Reply();
-          }
-        } else if constexpr (std::is_same_v<M, CancelWaits>) {
-          for (auto& e : events_) {
-            e.waiters.erase(std::remove_if(e.waiters.begin(), e.waiters.end(),
-                                           [&](const WaitEvent& w) { return w.stream_id == m.stream; }),
-                            e.waiters.end());
-          }
-        }
-      },
-      msg);
+void EventTableActor::Receive(Message& msg, Ctx& ctx) {
+  std::visit([&](auto& m) { On(m, ctx); }, msg);
+}
+
+void EventTableActor::On(CreateEvent& m, Ctx& ctx) {
+  EventId id;
+  if (!free_ids_.empty()) {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+  } else {
+    id = static_cast<EventId>(events_.size());
+    events_.emplace_back();
+  }
+  events_[id] = Event{};
+  events_[id].live = true;
+  events_[id].latch = m.latch;
+  device_->live_events.fetch_add(1, std::memory_order_relaxed);
+  ctx.Reply<EventId>(id);
+}
+
+void EventTableActor::On(DestroyEvent& m, Ctx& ctx) {
+  Event* e = Find(m.event, ctx);
+  if (!e) return;
+  for (auto& w : e->waiters)
+    w.stream.Send(UnitDone{w.epoch, w.task, 0,
+                           Status::Aborted("device {}: event {} destroyed while a stream waited on it",
+                                           device_->id(), m.event)});
+  for (auto& h : e->host_waiters)
+    h.Fail(Status::Aborted("device {}: event {} destroyed while the host waited on it", device_->id(), m.event));
+  *e = Event{};
+  free_ids_.push_back(m.event);
+  device_->live_events.fetch_sub(1, std::memory_order_relaxed);
+  ctx.Reply();
+}
+
+void EventTableActor::On(RecordEvent& m, Ctx&) {
+  if (m.event >= events_.size() || !events_[m.event].live) return;  // the stream reported it already
+  Event& e = events_[m.event];
+  e.ever_recorded = true;
+  e.last_record = std::max(e.last_record, m.at);
+  for (auto& h : e.host_waiters) h.Reply(e.last_record);
+  e.host_waiters.clear();
+  if (e.latch) {
+    for (auto& w : e.waiters) w.stream.Send(EventFired{w.epoch, w.task, m.at + wait_latency()});
+    e.waiters.clear();
+  } else if (!e.waiters.empty()) {
+    WaitEvent w = std::move(e.waiters.front());
+    e.waiters.pop_front();
+    w.stream.Send(EventFired{w.epoch, w.task, m.at + wait_latency()});
+  } else {
+    ++e.pending;
+  }
+}
+
+void EventTableActor::On(WaitEvent& m, Ctx&) {
+  if (m.event >= events_.size() || !events_[m.event].live) {
+    m.stream.Send(UnitDone{m.epoch, m.task, 0, Status::NotFound("device {}: wait on event {}, which does not exist",
+                                                               device_->id(), m.event)});
+    return;
+  }
+  Event& e = events_[m.event];
+  if (e.latch && e.ever_recorded) {
+    m.stream.Send(EventFired{m.epoch, m.task, e.last_record + wait_latency()});
+  } else if (e.latch) {
+    e.waiters.push_back(std::move(m));
+  } else if (e.pending > 0) {
+    --e.pending;
+    m.stream.Send(EventFired{m.epoch, m.task, e.last_record + wait_latency()});
+  } else {
+    e.waiters.push_back(std::move(m));
+  }
+}
+
+void EventTableActor::On(QueryEvent& m, Ctx& ctx) {
+  if (Event* e = Find(m.event, ctx))
+    ctx.Reply<bool>(e->pending > 0 || (e->ever_recorded && (e->latch || e->waiters.empty())));
+}
+
+void EventTableActor::On(HostWaitEvent& m, Ctx& ctx) {
+  Event* e = Find(m.event, ctx);
+  if (!e) return;
+  if (e->ever_recorded) {
+    ctx.Reply<VTime>(e->last_record);
+  } else {
+    e->host_waiters.push_back(ctx.template TakeReply<VTime>());
+  }
+}
+
+void EventTableActor::On(ResetEvent& m, Ctx& ctx) {
+  if (Event* e = Find(m.event, ctx)) {
+    e->pending = 0;
+    e->ever_recorded = false;
+    ctx.Reply();
+  }
+}
+
+void EventTableActor::On(CancelWaits& m, Ctx&) {
+  for (auto& e : events_) {
+    e.waiters.erase(std::remove_if(e.waiters.begin(), e.waiters.end(),
+                                   [&](const WaitEvent& w) { return w.stream_id == m.stream; }),
+                    e.waiters.end());
+  }
 }
 
 }  // namespace npuflow::npu_sim

@@ -17,9 +17,21 @@ class EventTableActor {
  public:
   using Message = EventMsg;
   explicit EventTableActor(Device* device) : device_(device) {}
-  void Receive(Message& msg, actors::Context<Message>& ctx);
+  using Ctx = actors::Context<Message>;
+  // One handler per message type; Receive dispatches with std::visit.
+  void Receive(Message& msg, Ctx& ctx);
 
  private:
+  void On(CreateEvent& m, Ctx& ctx);
+  void On(DestroyEvent& m, Ctx& ctx);
+  void On(RecordEvent& m, Ctx& ctx);
+  void On(WaitEvent& m, Ctx& ctx);
+  void On(QueryEvent& m, Ctx& ctx);
+  void On(HostWaitEvent& m, Ctx& ctx);
+  void On(ResetEvent& m, Ctx& ctx);
+  void On(CancelWaits& m, Ctx& ctx);
+  VTime wait_latency() const { return device_->chip().event_wait_latency_ns; }
+
   struct Event {
     bool live = false;
     std::uint64_t pending = 0;  // records not yet consumed by a wait task

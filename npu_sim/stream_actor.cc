@@ -14,7 +14,7 @@ StreamActor::StreamActor(Device* device, StreamId id) : device_(device), id_(id)
 
 void StreamActor::Trace(std::string_view name, VTime start, VTime duration, std::uint32_t task) {
   track_->Add(TraceEvent{std::string(name), start, duration, device_->deterministic() ? -1 : WallNs(),
-                         fmt::format("\"task\":{}", task)});
+                         {TraceArg{"task", task}}});
 }
 
 void StreamActor::ApplyElisions() {
@@ -25,148 +25,174 @@ void StreamActor::ApplyElisions() {
   elide_.clear();
 }
 
-Status StreamActor::Receive(Message& msg, actors::Context<Message>& ctx) {
+Status StreamActor::Receive(Message& msg, Ctx& ctx) {
   if (!self_.valid()) self_ = ctx.self();
-  return std::visit(
-      [&](auto& m) -> Status {
-        using M = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<M, Submit>) {
-          if (mode_ == Mode::kModel)
-            return Status::ParamInvalid("device {} {}: is bound to a model; host submissions are refused",
-                                        device_->id(), name_);
-          if (m.seq != next_seq_) {
-            reorder_.emplace(m.seq, std::move(m));  // an earlier submission is still on its way
-            return Status::Ok();
-          }
-          AcceptSubmit(m);
-          while (!reorder_.empty() && reorder_.begin()->first == next_seq_) {
-            AcceptSubmit(reorder_.begin()->second);
-            reorder_.erase(reorder_.begin());
-          }
-          if (state_ == State::kIdle && exec_ < tasks_.size()) {
-            state_ = State::kRunning;
-            Advance();
-          }
-          AnswerSyncs();
-        } else if constexpr (std::is_same_v<M, Synchronize>) {
-          PendingSync sync{m.upto, kUnknownTarget, ctx.template TakeReply<VTime>()};
-          if (mode_ == Mode::kHost && next_seq_ >= m.upto) sync.target = base_ + tasks_.size();
-          syncs_.push_back(std::move(sync));
-          AnswerSyncs();
-        } else if constexpr (std::is_same_v<M, LoadProgram>) {
-          if (state_ != State::kIdle)
-            return Status::ParamInvalid("device {} {}: cannot load a task list while it runs", device_->id(), name_);
-          for (const IoPatch& p : m.patches) {
-            const bool copy_field = p.field == IoPatch::kCopySrc || p.field == IoPatch::kCopyDst;
-            if (p.task >= m.tasks.size() ||
-                (copy_field ? m.tasks[p.task].kind != TaskKind::kMemcpy : p.field >= m.tasks[p.task].args.size()))
-              return Status::ParamInvalid("device {} {}: I/O patch of task {} field {} does not match the task list",
-                                          device_->id(), name_, p.task, p.field);
-          }
-          mode_ = Mode::kModel;
-          patches_ = std::move(m.patches);
-          elide_.clear();
-          tasks_ = std::move(m.tasks);
-          live_.resize(tasks_.size());
-          snap_.resize(tasks_.size());
-          for (std::size_t i = 0; i < tasks_.size(); ++i) live_[i] = {tasks_[i].block_dim, tasks_[i].tiling_key};
-          ready_at_.assign(tasks_.size(), 0);
-          base_ = 0;
-          exec_ = fetch_end_ = 0;
-          ctx.Reply();
-        } else if constexpr (std::is_same_v<M, StartModel>) {
-          if (state_ != State::kIdle) {
-            m.model.Send(ModelDone{id_, m.run, clock_,
-                                   Status::Internal("device {} {}: model run {} started while the stream was busy",
-                                                    device_->id(), name_, m.run)});
-            return Status::Ok();
-          }
-          mode_ = Mode::kModel;
-          run_ = m.run;
-          model_ = m.model;
-          ApplyElisions();
-          exec_ = fetch_end_ = 0;
-          clock_ = std::max(clock_, m.at);
-          ++epoch_;
-          if (m.io) {
-            if (Status s = ApplyPatches(*m.io); !s.ok()) {
-              m.model.Send(ModelDone{id_, m.run, clock_, std::move(s)});
-              return Status::Ok();
-            }
-          }
-          state_ = State::kRunning;
-          Advance();
-        } else if constexpr (std::is_same_v<M, UnitDone>) {
-          if (m.epoch != epoch_ || state_ != State::kWaiting || m.task != TaskId(exec_)) return Status::Ok();  // stale
-          if (!m.status.ok()) {
-            Fail(std::move(m.status));
-            return Status::Ok();
-          }
-          CompleteWaitingTask(m.end);
-          Advance();
-        } else if constexpr (std::is_same_v<M, EventFired>) {
-          if (m.epoch != epoch_ || state_ != State::kWaiting || m.task != TaskId(exec_)) return Status::Ok();
-          CompleteWaitingTask(std::max(clock_, m.at));
-          Advance();
-        } else if constexpr (std::is_same_v<M, PatchTask>) {
-          const std::uint64_t target = m.target_task;
-          if (target < base_ || target - base_ >= tasks_.size()) {
-            ctx.ReplyError(Status::NotFound("device {}: task update from stream {} task {}: stream {} has no task {}",
-                                            device_->id(), m.from_stream, m.from_task, id_, target));
-          } else if (target - base_ < fetch_end_) {
-            ctx.ReplyError(Status::Aborted(
-                "device {}: task update race: stream {} task {} updates stream {} task {}, which the stream had "
-                "already fetched (prefetch_num {}, executing task {}); tiling-sink ordering needs at least {} NOPs "
-                "between the event wait and the kernel",
-                device_->id(), m.from_stream, m.from_task, id_, target, device_->chip().prefetch_num, TaskId(exec_),
-                device_->chip().prefetch_num));
-          } else {
-            live_[target - base_] = {m.block_dim, m.tiling_key};
-            ctx.Reply();
-          }
-        } else if constexpr (std::is_same_v<M, ElideWaits>) {
-          if (mode_ != Mode::kModel)
-            return Status::ParamInvalid("device {} {}: eliding waits needs a loaded model program", device_->id(),
-                                        name_);
-          for (std::uint32_t i : m.tasks)
-            if (i >= tasks_.size() || (tasks_[i].kind != TaskKind::kEventWait && tasks_[i].kind != TaskKind::kNop))
-              return Status::ParamInvalid("device {} {}: cannot elide task {}: {}", device_->id(), name_, i,
-                                          i < tasks_.size() ? fmt::format("it is a {} task, not an event wait",
-                                                                          TaskKindName(tasks_[i].kind))
-                                                            : fmt::format("the program has {} tasks", tasks_.size()));
-          // Between runs at once; during a run from the next run's start, so the running list
-          // never changes under its fetch window.
-          elide_.insert(elide_.end(), m.tasks.begin(), m.tasks.end());
-          if (state_ == State::kIdle) ApplyElisions();
-          ctx.Reply();
-        } else if constexpr (std::is_same_v<M, AbortStream>) {
-          if (state_ != State::kIdle) Fail(std::move(m.why));
-        } else if constexpr (std::is_same_v<M, ResetStream>) {
-          if (state_ != State::kIdle) Fail(Status::Aborted("device {} {}: reset", device_->id(), name_));
-          tasks_.clear();
-          patches_.clear();
-          elide_.clear();
-          live_.clear();
-          snap_.clear();
-          ready_at_.clear();
-          reorder_.clear();
-          exec_ = fetch_end_ = 0;
-          base_ = 0;
-          next_seq_ = 0;
-          mode_ = Mode::kHost;
-          sticky_error_ = Status::Ok();
-          fault_.reset();
-          for (auto& s : syncs_) s.reply.Fail(Status::Aborted("device {} {}: destroyed", device_->id(), name_));
-          syncs_.clear();
-          ctx.Reply();
-        } else if constexpr (std::is_same_v<M, SetStreamFault>) {
-          fault_ = m.fault;
-          fault_count_ = 0;
-          ctx.Reply();
-        }
-        return Status::Ok();
-      },
-      msg);
+  return std::visit([&](auto& m) { return On(m, ctx); }, msg);
+}
+
+Status StreamActor::On(Submit& m, Ctx&) {
+  if (mode_ == Mode::kModel)
+    return Status::ParamInvalid("device {} {}: is bound to a model; host submissions are refused", device_->id(),
+                                name_);
+  if (m.seq != next_seq_) {
+    reorder_.emplace(m.seq, std::move(m));  // an earlier submission is still on its way
+    return Status::Ok();
+  }
+  AcceptSubmit(m);
+  while (!reorder_.empty() && reorder_.begin()->first == next_seq_) {
+    AcceptSubmit(reorder_.begin()->second);
+    reorder_.erase(reorder_.begin());
+  }
+  if (state_ == State::kIdle && exec_ < tasks_.size()) {
+    state_ = State::kRunning;
+    Advance();
+  }
+  AnswerSyncs();
+  return Status::Ok();
+}
+
+Status StreamActor::On(Synchronize& m, Ctx& ctx) {
+  PendingSync sync{m.upto, kUnknownTarget, ctx.template TakeReply<VTime>()};
+  if (mode_ == Mode::kHost && next_seq_ >= m.upto) sync.target = base_ + tasks_.size();
+  syncs_.push_back(std::move(sync));
+  AnswerSyncs();
+  return Status::Ok();
+}
+
+Status StreamActor::On(LoadProgram& m, Ctx& ctx) {
+  if (state_ != State::kIdle)
+    return Status::ParamInvalid("device {} {}: cannot load a task list while it runs", device_->id(), name_);
+  for (const IoPatch& p : m.patches) {
+    const bool copy_field = p.field == IoPatch::kCopySrc || p.field == IoPatch::kCopyDst;
+    if (p.task >= m.tasks.size() ||
+        (copy_field ? m.tasks[p.task].kind != TaskKind::kMemcpy : p.field >= m.tasks[p.task].args.size()))
+      return Status::ParamInvalid("device {} {}: I/O patch of task {} field {} does not match the task list",
+                                  device_->id(), name_, p.task, p.field);
+  }
+  mode_ = Mode::kModel;
+  patches_ = std::move(m.patches);
+  elide_.clear();
+  tasks_ = std::move(m.tasks);
+  live_.resize(tasks_.size());
+  snap_.resize(tasks_.size());
+  for (std::size_t i = 0; i < tasks_.size(); ++i) live_[i] = {tasks_[i].block_dim, tasks_[i].tiling_key};
+  ready_at_.assign(tasks_.size(), 0);
+  base_ = 0;
+  exec_ = fetch_end_ = 0;
+  ctx.Reply();
+  return Status::Ok();
+}
+
+Status StreamActor::On(StartModel& m, Ctx&) {
+  if (state_ != State::kIdle) {
+    m.model.Send(ModelDone{id_, m.run, clock_,
+                           Status::Internal("device {} {}: model run {} started while the stream was busy",
+                                            device_->id(), name_, m.run)});
+    return Status::Ok();
+  }
+  mode_ = Mode::kModel;
+  run_ = m.run;
+  model_ = m.model;
+  ApplyElisions();
+  exec_ = fetch_end_ = 0;
+  clock_ = std::max(clock_, m.at);
+  ++epoch_;
+  if (m.io) {
+    if (Status s = ApplyPatches(*m.io); !s.ok()) {
+      m.model.Send(ModelDone{id_, m.run, clock_, std::move(s)});
+      return Status::Ok();
+    }
+  }
+  state_ = State::kRunning;
+  Advance();
+  return Status::Ok();
+}
+
+Status StreamActor::On(UnitDone& m, Ctx&) {
+  if (m.epoch != epoch_ || state_ != State::kWaiting || m.task != TaskId(exec_)) return Status::Ok();  // stale
+  if (!m.status.ok()) {
+    Fail(std::move(m.status));
+    return Status::Ok();
+  }
+  CompleteWaitingTask(m.end);
+  Advance();
+  return Status::Ok();
+}
+
+Status StreamActor::On(EventFired& m, Ctx&) {
+  if (m.epoch != epoch_ || state_ != State::kWaiting || m.task != TaskId(exec_)) return Status::Ok();  // stale
+  CompleteWaitingTask(std::max(clock_, m.at));
+  Advance();
+  return Status::Ok();
+}
+
+Status StreamActor::On(PatchTask& m, Ctx& ctx) {
+  const std::uint64_t target = m.target_task;
+  if (target < base_ || target - base_ >= tasks_.size()) {
+    ctx.ReplyError(Status::NotFound("device {}: task update from stream {} task {}: stream {} has no task {}",
+                                    device_->id(), m.from_stream, m.from_task, id_, target));
+  } else if (target - base_ < fetch_end_) {
+    ctx.ReplyError(Status::Aborted(
+        "device {}: task update race: stream {} task {} updates stream {} task {}, which the stream had "
+        "already fetched (prefetch_num {}, executing task {}); tiling-sink ordering needs at least {} NOPs "
+        "between the event wait and the kernel",
+        device_->id(), m.from_stream, m.from_task, id_, target, device_->chip().prefetch_num, TaskId(exec_),
+        device_->chip().prefetch_num));
+  } else {
+    live_[target - base_] = {m.block_dim, m.tiling_key};
+    ctx.Reply();
+  }
+  return Status::Ok();
+}
+
+Status StreamActor::On(ElideWaits& m, Ctx& ctx) {
+  if (mode_ != Mode::kModel)
+    return Status::ParamInvalid("device {} {}: eliding waits needs a loaded model program", device_->id(), name_);
+  for (std::uint32_t i : m.tasks)
+    if (i >= tasks_.size() || (tasks_[i].kind != TaskKind::kEventWait && tasks_[i].kind != TaskKind::kNop))
+      return Status::ParamInvalid("device {} {}: cannot elide task {}: {}", device_->id(), name_, i,
+                                  i < tasks_.size()
+                                      ? fmt::format("it is a {} task, not an event wait", TaskKindName(tasks_[i].kind))
+                                      : fmt::format("the program has {} tasks", tasks_.size()));
+  // Between runs at once; during a run from the next run's start, so the running list never
+  // changes under its fetch window.
+  elide_.insert(elide_.end(), m.tasks.begin(), m.tasks.end());
+  if (state_ == State::kIdle) ApplyElisions();
+  ctx.Reply();
+  return Status::Ok();
+}
+
+Status StreamActor::On(AbortStream& m, Ctx&) {
+  if (state_ != State::kIdle) Fail(std::move(m.why));
+  return Status::Ok();
+}
+
+Status StreamActor::On(ResetStream&, Ctx& ctx) {
+  if (state_ != State::kIdle) Fail(Status::Aborted("device {} {}: reset", device_->id(), name_));
+  tasks_.clear();
+  patches_.clear();
+  elide_.clear();
+  live_.clear();
+  snap_.clear();
+  ready_at_.clear();
+  reorder_.clear();
+  exec_ = fetch_end_ = 0;
+  base_ = 0;
+  next_seq_ = 0;
+  mode_ = Mode::kHost;
+  sticky_error_ = Status::Ok();
+  fault_.reset();
+  for (auto& s : syncs_) s.reply.Fail(Status::Aborted("device {} {}: destroyed", device_->id(), name_));
+  syncs_.clear();
+  ctx.Reply();
+  return Status::Ok();
+}
+
+Status StreamActor::On(SetStreamFault& m, Ctx& ctx) {
+  fault_ = m.fault;
+  fault_count_ = 0;
+  ctx.Reply();
+  return Status::Ok();
 }
 
 void StreamActor::AcceptSubmit(Submit& submit) {
@@ -208,33 +234,36 @@ void StreamActor::FetchAhead() {
   for (; fetch_end_ < want; ++fetch_end_) snap_[fetch_end_] = live_[fetch_end_];
 }
 
+// The fault set by SetStreamFault, at its nth task: true if the task loop must stop (a hang or
+// a failure); a delay only moves the clock.
+bool StreamActor::InjectFault() {
+  if (++fault_count_ != fault_->nth) return false;
+  switch (fault_->kind) {
+    case FaultKind::kHang:
+      state_ = State::kWaiting;  // nothing will complete this task
+      wait_start_ = clock_;
+      return true;
+    case FaultKind::kFail:
+      Fail(Status::Failed("device {} {} task {} ({}): injected fault", device_->id(), name_, TaskId(exec_),
+                          tasks_[exec_].display_name()));
+      return true;
+    case FaultKind::kEndOfSequence:
+      Fail(Status::EndOfSequence("device {} {} task {} ({}): end of sequence", device_->id(), name_, TaskId(exec_),
+                                 tasks_[exec_].display_name()));
+      return true;
+    default:
+      clock_ += fault_->delay;
+      return false;
+  }
+}
+
 void StreamActor::Advance() {
   const ChipSpec& chip = device_->chip();
   const std::uint64_t start_executed = executed_;
   while (state_ == State::kRunning && exec_ < tasks_.size()) {
     FetchAhead();
     if (mode_ == Mode::kHost) clock_ = std::max(clock_, ready_at_[exec_]);
-    if (fault_) {
-      ++fault_count_;
-      if (fault_count_ == fault_->nth) {
-        if (fault_->kind == FaultKind::kHang) {
-          state_ = State::kWaiting;  // nothing will complete this task
-          wait_start_ = clock_;
-          break;
-        }
-        if (fault_->kind == FaultKind::kFail) {
-          Fail(Status::Failed("device {} {} task {} ({}): injected fault", device_->id(), name_, TaskId(exec_),
-                              tasks_[exec_].display_name()));
-          break;
-        }
-        if (fault_->kind == FaultKind::kEndOfSequence) {
-          Fail(Status::EndOfSequence("device {} {} task {} ({}): end of sequence", device_->id(), name_,
-                                     TaskId(exec_), tasks_[exec_].display_name()));
-          break;
-        }
-        clock_ += fault_->delay;
-      }
-    }
+    if (fault_ && InjectFault()) break;
     Task& t = tasks_[exec_];
     switch (t.kind) {
       case TaskKind::kNop:
@@ -261,106 +290,114 @@ void StreamActor::Advance() {
 
 // Starts a task another actor completes; the stream then waits (or has failed).
 void StreamActor::StartTask(Task& t, std::uint32_t index) {
-  const ChipSpec& chip = device_->chip();
   const std::uint32_t task_id = TaskId(index);
   wait_start_ = clock_;
   switch (t.kind) {
-    case TaskKind::kEventWait:
-      state_ = State::kWaiting;
-      device_->events.Send(WaitEvent{t.event, self_, id_, epoch_, task_id});
-      return;
+    case TaskKind::kEventWait: return StartEventWait(t, task_id);
     case TaskKind::kKernel:
-    case TaskKind::kAicpuKernel: {
-      const Param& p = snap_[index];
-      if (t.kernel == nullptr) {
-        Fail(Status::ParamInvalid("device {} {} task {}: kernel task without a kernel", device_->id(), name_, task_id));
-        return;
-      }
-      if (p.block_dim == kTilingSinkBlockDim) {
-        Fail(Status::Failed("kernel {} on stream {} task {} started with unresolved tiling placeholder",
-                            t.display_name(), id_, task_id));
-        return;
-      }
-      if (p.block_dim == 0) {
-        Fail(Status::ParamInvalid("kernel {} on stream {} task {}: block_dim 0", t.display_name(), id_, task_id));
-        return;
-      }
-      auto job = std::make_unique<KernelJob>();
-      job->def = t.kernel;
-      job->args = t.args;
-      job->block_dim = t.kind == TaskKind::kAicpuKernel ? 1 : p.block_dim;
-      job->tiling_key = p.tiling_key;
-      job->name = std::string(t.display_name());
-      job->stream = self_;
-      job->stream_id = id_;
-      job->epoch = epoch_;
-      job->task = task_id;
-      state_ = State::kWaiting;
-      device_->kernels_executed.fetch_add(1, std::memory_order_relaxed);
-      if (t.kind == TaskKind::kKernel) {
-        device_->aicore.Send(RunKernel{std::move(job), clock_ + chip.kernel_launch_overhead_ns});
-      } else {
-        device_->aicpu.Send(RunKernel{std::move(job), clock_ + chip.aicpu_launch_overhead_ns});
-      }
-      return;
-    }
-    case TaskKind::kMemcpy: {
-      state_ = State::kWaiting;
-      device_->dma.Send(CopyRequest{t.copy, t.dst_dev, t.src_dev, t.dst_host, t.src_host, t.bytes,
-                                    std::string(t.display_name()), t.keep_alive, self_, epoch_, task_id, clock_});
-      return;
-    }
-    case TaskKind::kTaskUpdate: {
-      if (!chip.task_update_supported) {
-        Fail(Status::Unsupported("device {} ({}) {} task {}: the chip does not support task update", device_->id(),
-                                 chip.name, name_, task_id));
-        return;
-      }
-      // The new values are read from device memory when the update executes.
-      auto bd = device_->memory().Map(t.block_dim_addr, sizeof(std::uint32_t));
-      auto tk = device_->memory().Map(t.tiling_key_addr, sizeof(std::uint64_t));
-      if (!bd.ok() || !tk.ok()) {
-        Fail((bd.ok() ? tk.status() : bd.status())
-                 .WithContext(fmt::format("device {} {} task {} (task update)", device_->id(), name_, task_id)));
-        return;
-      }
-      PatchTask patch{t.target_task, 0, 0, id_, task_id};
-      std::memcpy(&patch.block_dim, bd->data(), sizeof(patch.block_dim));
-      std::memcpy(&patch.tiling_key, tk->data(), sizeof(patch.tiling_key));
-      auto target = device_->stream(t.target_stream);
-      if (!target.ok()) {
-        Fail(target.status().WithContext(fmt::format("device {} {} task {} (task update)", device_->id(), name_, task_id)));
-        return;
-      }
-      state_ = State::kWaiting;
-      // The update completes when the target has applied (or refused) it: what follows on this
-      // stream (the event record) happens after the patch, whatever the message timing. The
-      // answer comes back as this task's UnitDone.
-      const VTime end = clock_ + chip.task_update_latency_ns;
-      (void)target->Ask(std::move(patch)).Then([self = self_, epoch = epoch_, task_id, end](Status s) {
-        self.Send(UnitDone{epoch, task_id, end, std::move(s)});
-      });
-      return;
-    }
-    case TaskKind::kModelExecute: {
-      // rtModelExecute on a stream: the model runs after this stream's earlier work, and the
-      // stream's later work waits for the run. The run's end comes back as this task's UnitDone.
-      auto model = device_->model(t.model);
-      if (!model.ok()) {
-        Fail(model.status().WithContext(fmt::format("device {} {} task {} (model execute)", device_->id(), name_, task_id)));
-        return;
-      }
-      state_ = State::kWaiting;
-      (void)model->Ask<VTime>(ExecuteModel{clock_, t.io}).Then([self = self_, epoch = epoch_, task_id](StatusOr<VTime> r) {
-        if (r.ok()) self.Send(UnitDone{epoch, task_id, *r, Status::Ok()});
-        else self.Send(UnitDone{epoch, task_id, 0, r.status()});
-      });
-      return;
-    }
+    case TaskKind::kAicpuKernel: return StartKernel(t, index, task_id);
+    case TaskKind::kMemcpy: return StartMemcpy(t, task_id);
+    case TaskKind::kTaskUpdate: return StartTaskUpdate(t, task_id);
+    case TaskKind::kModelExecute: return StartModelExecute(t, task_id);
     default:
       Fail(Status::Internal("device {} {} task {}: unknown task kind", device_->id(), name_, task_id));
       return;
   }
+}
+
+void StreamActor::StartEventWait(const Task& t, std::uint32_t task_id) {
+  state_ = State::kWaiting;
+  device_->events.Send(WaitEvent{t.event, self_, id_, epoch_, task_id});
+}
+
+// A kernel runs with the parameters snapshotted when it was fetched.
+void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t task_id) {
+  const ChipSpec& chip = device_->chip();
+  const Param& p = snap_[index];
+  if (t.kernel == nullptr) {
+    Fail(Status::ParamInvalid("device {} {} task {}: kernel task without a kernel", device_->id(), name_, task_id));
+    return;
+  }
+  if (p.block_dim == kTilingSinkBlockDim) {
+    Fail(Status::Failed("kernel {} on stream {} task {} started with unresolved tiling placeholder", t.display_name(),
+                        id_, task_id));
+    return;
+  }
+  if (p.block_dim == 0) {
+    Fail(Status::ParamInvalid("kernel {} on stream {} task {}: block_dim 0", t.display_name(), id_, task_id));
+    return;
+  }
+  auto job = std::make_unique<KernelJob>();
+  job->def = t.kernel;
+  job->args = t.args;
+  job->block_dim = t.kind == TaskKind::kAicpuKernel ? 1 : p.block_dim;
+  job->tiling_key = p.tiling_key;
+  job->name = std::string(t.display_name());
+  job->stream = self_;
+  job->stream_id = id_;
+  job->epoch = epoch_;
+  job->task = task_id;
+  state_ = State::kWaiting;
+  device_->kernels_executed.fetch_add(1, std::memory_order_relaxed);
+  if (t.kind == TaskKind::kKernel) {
+    device_->aicore.Send(RunKernel{std::move(job), clock_ + chip.kernel_launch_overhead_ns});
+  } else {
+    device_->aicpu.Send(RunKernel{std::move(job), clock_ + chip.aicpu_launch_overhead_ns});
+  }
+}
+
+void StreamActor::StartMemcpy(const Task& t, std::uint32_t task_id) {
+  state_ = State::kWaiting;
+  device_->dma.Send(CopyRequest{t.copy, t.dst_dev, t.src_dev, t.dst_host, t.src_host, t.bytes,
+                                std::string(t.display_name()), t.keep_alive, self_, epoch_, task_id, clock_});
+}
+
+// The new values are read from device memory when the update executes. The update completes
+// when the target has applied (or refused) it: what follows on this stream (the event record)
+// happens after the patch, whatever the message timing. The answer comes back as this task's
+// UnitDone.
+void StreamActor::StartTaskUpdate(const Task& t, std::uint32_t task_id) {
+  const ChipSpec& chip = device_->chip();
+  if (!chip.task_update_supported) {
+    Fail(Status::Unsupported("device {} ({}) {} task {}: the chip does not support task update", device_->id(),
+                             chip.name, name_, task_id));
+    return;
+  }
+  auto bd = device_->memory().Map(t.block_dim_addr, sizeof(std::uint32_t));
+  auto tk = device_->memory().Map(t.tiling_key_addr, sizeof(std::uint64_t));
+  if (!bd.ok() || !tk.ok()) {
+    Fail((bd.ok() ? tk.status() : bd.status())
+             .WithContext(fmt::format("device {} {} task {} (task update)", device_->id(), name_, task_id)));
+    return;
+  }
+  PatchTask patch{t.target_task, 0, 0, id_, task_id};
+  std::memcpy(&patch.block_dim, bd->data(), sizeof(patch.block_dim));
+  std::memcpy(&patch.tiling_key, tk->data(), sizeof(patch.tiling_key));
+  auto target = device_->stream(t.target_stream);
+  if (!target.ok()) {
+    Fail(target.status().WithContext(fmt::format("device {} {} task {} (task update)", device_->id(), name_, task_id)));
+    return;
+  }
+  state_ = State::kWaiting;
+  const VTime end = clock_ + chip.task_update_latency_ns;
+  (void)target->Ask(std::move(patch)).Then([self = self_, epoch = epoch_, task_id, end](Status s) {
+    self.Send(UnitDone{epoch, task_id, end, std::move(s)});
+  });
+}
+
+// rtModelExecute on a stream: the model runs after this stream's earlier work, and the stream's
+// later work waits for the run. The run's end comes back as this task's UnitDone.
+void StreamActor::StartModelExecute(const Task& t, std::uint32_t task_id) {
+  auto model = device_->model(t.model);
+  if (!model.ok()) {
+    Fail(model.status().WithContext(fmt::format("device {} {} task {} (model execute)", device_->id(), name_, task_id)));
+    return;
+  }
+  state_ = State::kWaiting;
+  (void)model->Ask<VTime>(ExecuteModel{clock_, t.io}).Then([self = self_, epoch = epoch_, task_id](StatusOr<VTime> r) {
+    if (r.ok()) self.Send(UnitDone{epoch, task_id, *r, Status::Ok()});
+    else self.Send(UnitDone{epoch, task_id, 0, r.status()});
+  });
 }
 
 Status StreamActor::ApplyPatches(const std::vector<std::uint64_t>& io) {

@@ -29,9 +29,23 @@ class StreamActor {
  public:
   using Message = StreamMsg;
   StreamActor(Device* device, StreamId id);
-  Status Receive(Message& msg, actors::Context<Message>& ctx);
+  using Ctx = actors::Context<Message>;
+  // One handler per message type; Receive dispatches with std::visit (a jump table).
+  Status Receive(Message& msg, Ctx& ctx);
 
  private:
+  Status On(Submit& m, Ctx& ctx);
+  Status On(Synchronize& m, Ctx& ctx);
+  Status On(LoadProgram& m, Ctx& ctx);
+  Status On(StartModel& m, Ctx& ctx);
+  Status On(UnitDone& m, Ctx& ctx);
+  Status On(EventFired& m, Ctx& ctx);
+  Status On(PatchTask& m, Ctx& ctx);
+  Status On(ElideWaits& m, Ctx& ctx);
+  Status On(AbortStream& m, Ctx& ctx);
+  Status On(ResetStream& m, Ctx& ctx);
+  Status On(SetStreamFault& m, Ctx& ctx);
+
   enum class Mode : std::uint8_t { kHost, kModel };
   enum class State : std::uint8_t { kIdle, kRunning, kWaiting };
   struct Param {
@@ -47,6 +61,13 @@ class StreamActor {
   static constexpr std::uint64_t kUnknownTarget = ~std::uint64_t{0};
   void Advance();
   void StartTask(Task& t, std::uint32_t index);
+  // StartTask's stages, one per task kind another actor completes.
+  void StartEventWait(const Task& t, std::uint32_t task_id);
+  void StartKernel(const Task& t, std::uint32_t index, std::uint32_t task_id);
+  void StartMemcpy(const Task& t, std::uint32_t task_id);
+  void StartTaskUpdate(const Task& t, std::uint32_t task_id);
+  void StartModelExecute(const Task& t, std::uint32_t task_id);
+  bool InjectFault();
   void CompleteWaitingTask(VTime end);
   void Fail(Status status);
   void Finish();

@@ -2,10 +2,10 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 namespace npuflow::npu_sim {
 
@@ -32,8 +32,55 @@ std::size_t TraceRecorder::event_count() const {
   return n;
 }
 
+void AppendJsonString(std::string& out, std::string_view text) {
+  out += '"';
+  for (const char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<int>(c));
+        else out += c;
+    }
+  }
+  out += '"';
+}
+
 namespace {
-std::string Micros(VTime ns) { return fmt::format("{}.{:03}", ns / 1000, ns % 1000); }
+
+// Microseconds with three decimals: exact for integer nanoseconds.
+void AppendMicros(std::string& out, std::int64_t ns) {
+  fmt::format_to(std::back_inserter(out), "{}.{:03}", ns / 1000, ns % 1000);
+}
+
+void AppendEvent(std::string& out, const TraceTrack& t, const TraceEvent& e) {
+  out += "{\"name\":";
+  AppendJsonString(out, e.name);
+  fmt::format_to(std::back_inserter(out), ",\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":", t.device(), t.tid());
+  AppendMicros(out, e.start);
+  out += ",\"dur\":";
+  AppendMicros(out, e.duration);
+  out += ",\"args\":{";
+  bool first = true;
+  for (const TraceArg& arg : e.args) {
+    if (arg.key == nullptr) break;
+    if (!first) out += ',';
+    first = false;
+    AppendJsonString(out, arg.key);
+    fmt::format_to(std::back_inserter(out), ":{}", arg.value);
+  }
+  if (e.wall_ns >= 0) {
+    out += first ? "\"wall_us\":" : ",\"wall_us\":";
+    AppendMicros(out, e.wall_ns);
+  }
+  out += "}}";
+}
+
 }  // namespace
 
 std::string TraceRecorder::ToJson() const {
@@ -48,26 +95,27 @@ std::string TraceRecorder::ToJson() const {
   for (const auto& t : tracks_) devices[t->device()] = true;
   for (const auto& [device, unused] : devices) {
     sep();
-    out += fmt::format(R"({{"name":"process_name","ph":"M","pid":{},"tid":0,"args":{{"name":"device {}"}}}})", device,
-                       device);
+    fmt::format_to(std::back_inserter(out),
+                   "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":", device);
+    AppendJsonString(out, fmt::format("device {}", device));
+    out += "}}";
   }
   for (const auto& t : tracks_) {
     sep();
-    out += fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":{}}}}})", t->device(),
-                       t->tid(), nlohmann::json(t->name()).dump());
+    fmt::format_to(std::back_inserter(out), "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":",
+                   t->device(), t->tid());
+    AppendJsonString(out, t->name());
+    out += "}}";
     sep();
-    out += fmt::format(R"({{"name":"thread_sort_index","ph":"M","pid":{},"tid":{},"args":{{"sort_index":{}}}}})",
-                       t->device(), t->tid(), t->tid());
+    fmt::format_to(std::back_inserter(out),
+                   "{{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"sort_index\":{}}}}}",
+                   t->device(), t->tid(), t->tid());
   }
   for (const auto& t : tracks_) {
     std::lock_guard<std::mutex> track_lock(t->mu_);
     for (const TraceEvent& e : t->events_) {
       sep();
-      std::string args = e.args;
-      if (e.wall_ns >= 0) args += fmt::format("{}\"wall_us\":{}", args.empty() ? "" : ",", Micros(e.wall_ns));
-      out += fmt::format(R"({{"name":{},"ph":"X","pid":{},"tid":{},"ts":{},"dur":{},"args":{{{}}}}})",
-                         nlohmann::json(e.name).dump(), t->device(), t->tid(), Micros(e.start), Micros(e.duration),
-                         args);
+      AppendEvent(out, *t, e);
     }
   }
   out += "\n]}\n";

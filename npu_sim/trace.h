@@ -6,10 +6,13 @@
 // deterministic mode, where the same program must give a byte-identical file.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -17,12 +20,20 @@
 
 namespace npuflow::npu_sim {
 
+// One numeric argument of an event. The key is a string literal (it is not copied or escaped).
+struct TraceArg {
+  const char* key = nullptr;
+  std::uint64_t value = 0;
+};
+
+// Recording an event copies plain data; the JSON text is made once, by TraceRecorder::ToJson.
 struct TraceEvent {
+  static constexpr std::size_t kMaxArgs = 4;
   std::string name;
   VTime start = 0;
   VTime duration = 0;
   std::int64_t wall_ns = -1;  // wall time at the event's end, -1 if not recorded
-  std::string args;           // a JSON object's members, e.g. "\"task\":3,\"block_dim\":8"
+  std::array<TraceArg, kMaxArgs> args{};  // the first entries with a key are the event's args
 };
 
 class TraceTrack {
@@ -66,6 +77,9 @@ class TraceRecorder {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<TraceTrack>> tracks_;
 };
+
+// Appends `text` to `out` as a JSON string (quoted, escaped): the one place trace text is escaped.
+void AppendJsonString(std::string& out, std::string_view text);
 
 // Wall-clock nanoseconds since an arbitrary process-wide start.
 std::int64_t WallNs();

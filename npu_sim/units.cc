@@ -36,17 +36,13 @@ UnitActor::UnitActor(Device* device, Engine engine, int index, actors::Address<C
   if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), name_);
 }
 
-void UnitActor::Receive(Message& msg, actors::Context<Message>& ctx) {
-  if (auto* f = std::get_if<SetUnitFault>(&msg)) {
-    fault_ = f->fault;
-    runs_ = 0;
-    ctx.Reply();
-    return;
-  }
-  Run(std::get<RunBlocks>(msg));
+void UnitActor::On(SetUnitFault& m, Ctx& ctx) {
+  fault_ = m.fault;
+  runs_ = 0;
+  ctx.Reply();
 }
 
-void UnitActor::Run(RunBlocks& run) {
+void UnitActor::On(RunBlocks& run, Ctx&) {
   KernelJob& job = *run.job;
   ++runs_;
   // Blocks run first (their results do not depend on time); their cost then takes the earliest
@@ -85,8 +81,8 @@ void UnitActor::Run(RunBlocks& run) {
   if (track_) {
     track_->Add(TraceEvent{run.count == job.block_dim ? job.name : fmt::format("{} [{}+{}]", job.name, run.first, run.count),
                            start, t - start, device_->deterministic() ? -1 : WallNs(),
-                           fmt::format("\"stream\":{},\"task\":{},\"block_dim\":{},\"tiling_key\":{}", job.stream_id,
-                                       job.task, job.block_dim, job.tiling_key)});
+                           {TraceArg{"stream", job.stream_id}, TraceArg{"task", job.task},
+                            TraceArg{"block_dim", job.block_dim}, TraceArg{"tiling_key", job.tiling_key}}});
   }
   cluster_.Send(BlocksDone{run.job, t, std::move(status)});
 }
@@ -94,40 +90,39 @@ void UnitActor::Run(RunBlocks& run) {
 // ---- ClusterActor ---------------------------------------------------------------------------------
 ClusterActor::ClusterActor(Device* device, Engine engine) : device_(device), engine_(engine) {}
 
-void ClusterActor::Receive(Message& msg, actors::Context<Message>& ctx) {
-  if (auto* run = std::get_if<RunKernel>(&msg)) {
-    KernelJob* job = run->job.get();
-    live_.emplace(job, std::move(run->job));
-    const std::uint32_t n = static_cast<std::uint32_t>(units_.size());
-    const std::uint32_t parts = std::min<std::uint32_t>(job->block_dim, n);
-    job->parts_left = parts;
-    job->end = run->at;
-    // Blocks [0, block_dim) split into `parts` contiguous ranges on consecutive units.
-    std::uint32_t first = 0;
-    for (std::uint32_t p = 0; p < parts; ++p) {
-      const std::uint32_t count = job->block_dim / parts + (p < job->block_dim % parts ? 1 : 0);
-      units_[(next_unit_ + p) % n].Send(RunBlocks{job, first, count, run->at});
-      first += count;
-    }
-    next_unit_ = (next_unit_ + parts) % n;
-    return;
+void ClusterActor::On(RunKernel& run, Ctx&) {
+  KernelJob* job = run.job.get();
+  live_.emplace(job, std::move(run.job));
+  const std::uint32_t n = static_cast<std::uint32_t>(units_.size());
+  const std::uint32_t parts = std::min<std::uint32_t>(job->block_dim, n);
+  job->parts_left = parts;
+  job->end = run.at;
+  // Blocks [0, block_dim) split into `parts` contiguous ranges on consecutive units.
+  std::uint32_t first = 0;
+  for (std::uint32_t p = 0; p < parts; ++p) {
+    const std::uint32_t count = job->block_dim / parts + (p < job->block_dim % parts ? 1 : 0);
+    units_[(next_unit_ + p) % n].Send(RunBlocks{job, first, count, run.at});
+    first += count;
   }
-  if (auto* done = std::get_if<BlocksDone>(&msg)) {
-    KernelJob* job = done->job;
-    job->end = std::max(job->end, done->end);
-    if (job->status.ok() && !done->status.ok()) job->status = std::move(done->status);
-    if (--job->parts_left == 0) {
-      job->stream.Send(UnitDone{job->epoch, job->task, job->end, std::move(job->status)});
-      live_.erase(job);
-    }
-    return;
+  next_unit_ = (next_unit_ + parts) % n;
+}
+
+void ClusterActor::On(BlocksDone& done, Ctx&) {
+  KernelJob* job = done.job;
+  job->end = std::max(job->end, done.end);
+  if (job->status.ok() && !done.status.ok()) job->status = std::move(done.status);
+  if (--job->parts_left == 0) {
+    job->stream.Send(UnitDone{job->epoch, job->task, job->end, std::move(job->status)});
+    live_.erase(job);
   }
-  if (auto* attach = std::get_if<AttachUnits>(&msg)) {
-    units_ = std::move(attach->units);
-    ctx.Reply();
-    return;
-  }
-  auto& fault = std::get<SetUnitFault>(msg);
+}
+
+void ClusterActor::On(AttachUnits& attach, Ctx& ctx) {
+  units_ = std::move(attach.units);
+  ctx.Reply();
+}
+
+void ClusterActor::On(SetUnitFault& fault, Ctx& ctx) {
   if (fault.unit < 0 || fault.unit >= static_cast<int>(units_.size())) {
     ctx.ReplyError(Status::ParamInvalid("device {}: no {} unit {} (it has {})", device_->id(), EngineName(engine_),
                                         fault.unit, units_.size()));
@@ -166,15 +161,13 @@ Status DmaChannelActor::Copy(const CopyRequest& req) {
   return Status::Internal("unknown copy kind");
 }
 
-void DmaChannelActor::Receive(Message& msg, actors::Context<Message>& ctx) {
-  if (auto* f = std::get_if<SetUnitFault>(&msg)) {
-    fault_ = f->fault;
-    runs_ = 0;
-    ctx.Reply();
-    return;
-  }
-  if (std::holds_alternative<AttachChannels>(msg)) return ctx.Reply();
-  auto& req = std::get<CopyRequest>(msg);
+void DmaChannelActor::On(SetUnitFault& m, Ctx& ctx) {
+  fault_ = m.fault;
+  runs_ = 0;
+  ctx.Reply();
+}
+
+void DmaChannelActor::On(CopyRequest& req, Ctx&) {
   ++runs_;
   VTime cost = device_->chip().CopyCost(req.bytes, CopyBandwidth(device_->chip(), req.kind));
   Status status;
@@ -195,29 +188,28 @@ void DmaChannelActor::Receive(Message& msg, actors::Context<Message>& ctx) {
   if (track_) {
     track_->Add(TraceEvent{req.name.empty() ? std::string(CopyKindName(req.kind)) : req.name, start, cost,
                            device_->deterministic() ? -1 : WallNs(),
-                           fmt::format("\"bytes\":{},\"task\":{}", req.bytes, req.task)});
+                           {TraceArg{"bytes", req.bytes}, TraceArg{"task", req.task}}});
   }
   req.stream.Send(UnitDone{req.epoch, req.task, start + cost, std::move(status)});
 }
 
-void DmaEngineActor::Receive(Message& msg, actors::Context<Message>& ctx) {
-  if (auto* attach = std::get_if<AttachChannels>(&msg)) {
-    channels_ = std::move(attach->channels);
-    free_at_.assign(channels_.size(), 0);
-    ctx.Reply();
+void DmaEngineActor::On(AttachChannels& attach, Ctx& ctx) {
+  channels_ = std::move(attach.channels);
+  free_at_.assign(channels_.size(), 0);
+  ctx.Reply();
+}
+
+void DmaEngineActor::On(SetUnitFault& f, Ctx& ctx) {
+  if (f.unit < 0 || f.unit >= static_cast<int>(channels_.size())) {
+    ctx.ReplyError(Status::ParamInvalid("device {}: no dma channel {} (it has {})", device_->id(), f.unit,
+                                        channels_.size()));
     return;
   }
-  if (auto* f = std::get_if<SetUnitFault>(&msg)) {
-    if (f->unit < 0 || f->unit >= static_cast<int>(channels_.size())) {
-      ctx.ReplyError(Status::ParamInvalid("device {}: no dma channel {} (it has {})", device_->id(), f->unit,
-                                          channels_.size()));
-      return;
-    }
-    ForwardFault(ctx, channels_[f->unit], *f);
-    return;
-  }
-  auto& req = std::get<CopyRequest>(msg);
-  // The channel that is free first; ties go to the lowest index (deterministic).
+  ForwardFault(ctx, channels_[f.unit], f);
+}
+
+// The channel that is free first; ties go to the lowest index (deterministic).
+void DmaEngineActor::On(CopyRequest& req, Ctx&) {
   std::size_t best = 0;
   for (std::size_t i = 1; i < free_at_.size(); ++i)
     if (free_at_[i] < free_at_[best]) best = i;

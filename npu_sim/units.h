@@ -22,11 +22,15 @@ namespace npuflow::npu_sim {
 class UnitActor {
  public:
   using Message = UnitMsg;
+  using Ctx = actors::Context<Message>;
   UnitActor(Device* device, Engine engine, int index, actors::Address<ClusterMsg> cluster);
-  void Receive(Message& msg, actors::Context<Message>& ctx);
+  void Receive(Message& msg, Ctx& ctx) {
+    std::visit([&](auto& m) { On(m, ctx); }, msg);
+  }
 
  private:
-  void Run(RunBlocks& run);
+  void On(RunBlocks& run, Ctx& ctx);
+  void On(SetUnitFault& m, Ctx& ctx);
   Device* device_;
   Engine engine_;
   int index_;
@@ -41,10 +45,17 @@ class UnitActor {
 class ClusterActor {
  public:
   using Message = ClusterMsg;
+  using Ctx = actors::Context<Message>;
   ClusterActor(Device* device, Engine engine);
-  void Receive(Message& msg, actors::Context<Message>& ctx);
+  void Receive(Message& msg, Ctx& ctx) {
+    std::visit([&](auto& m) { On(m, ctx); }, msg);
+  }
 
  private:
+  void On(RunKernel& run, Ctx& ctx);
+  void On(BlocksDone& done, Ctx& ctx);
+  void On(AttachUnits& attach, Ctx& ctx);
+  void On(SetUnitFault& fault, Ctx& ctx);
   Device* device_;
   Engine engine_;
   std::vector<actors::Address<UnitMsg>> units_;
@@ -56,10 +67,16 @@ class ClusterActor {
 class DmaChannelActor {
  public:
   using Message = DmaMsg;
+  using Ctx = actors::Context<Message>;
   DmaChannelActor(Device* device, int index);
-  void Receive(Message& msg, actors::Context<Message>& ctx);
+  void Receive(Message& msg, Ctx& ctx) {
+    std::visit([&](auto& m) { On(m, ctx); }, msg);
+  }
 
  private:
+  void On(CopyRequest& req, Ctx& ctx);
+  void On(SetUnitFault& m, Ctx& ctx);
+  void On(AttachChannels&, Ctx& ctx) { ctx.Reply(); }
   Status Copy(const CopyRequest& req);
   Device* device_;
   int index_;
@@ -72,10 +89,16 @@ class DmaChannelActor {
 class DmaEngineActor {
  public:
   using Message = DmaMsg;
+  using Ctx = actors::Context<Message>;
   explicit DmaEngineActor(Device* device) : device_(device) {}
-  void Receive(Message& msg, actors::Context<Message>& ctx);
+  void Receive(Message& msg, Ctx& ctx) {
+    std::visit([&](auto& m) { On(m, ctx); }, msg);
+  }
 
  private:
+  void On(CopyRequest& req, Ctx& ctx);
+  void On(SetUnitFault& fault, Ctx& ctx);
+  void On(AttachChannels& attach, Ctx& ctx);
   Device* device_;
   std::vector<actors::Address<DmaMsg>> channels_;
   std::vector<VTime> free_at_;  // when each channel is predicted to be free

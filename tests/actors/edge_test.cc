@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/system.h"
+#include "base/timer.h"
 
 namespace npuflow::actors {
 namespace {
@@ -120,6 +121,38 @@ TEST(ActorEdges, ShutdownWhileARunningPassIsAboutToPark) {
   Status s = later.Get();
   EXPECT_EQ(s.code(), StatusCode::kAborted) << s;
   EXPECT_TRUE(system.SetTap(nullptr).ok());
+}
+
+// Delayed deliveries resume on the process's one timer thread (base/timer.h), shared with every
+// DeadlineTimer; a system's shutdown drops its own parked deliveries and no one else's callbacks.
+TEST(ActorEdges, ParkedDeliveriesShareTheProcessTimerThread) {
+  DeadlineTimer other;
+  std::atomic<bool> other_ran{false};
+  other.Schedule(200ms, [&] { other_ran = true; });
+  {
+    System system({.workers = 2});
+    KindTap tap("Later", std::chrono::milliseconds(5));
+    ASSERT_TRUE(system.SetTap(&tap).ok());
+    std::atomic<int> started{0};
+    auto a = system.Spawn<Sleeper>("a", &started);
+    EXPECT_TRUE(a.Ask(Sleeper::Later{}).Get().ok());  // parked 5 ms, resumed by the timer
+    EXPECT_EQ(tap.parks_.load(), 1);
+    EXPECT_EQ(TimerQueue::Process().threads_started(), 1);
+
+    KindTap forever("Later", std::chrono::seconds(3600));
+    ASSERT_TRUE(system.SetTap(&forever).ok());
+    auto parked = a.Ask(Sleeper::Later{});
+    while (forever.parks_.load() == 0) std::this_thread::yield();
+    {
+      Watchdog dog(10s, "Shutdown with a delivery parked for an hour");
+      system.Shutdown();
+    }
+    EXPECT_EQ(parked.Get().code(), StatusCode::kAborted);
+    EXPECT_TRUE(system.SetTap(nullptr).ok());
+  }
+  for (int i = 0; i < 1000 && !other_ran; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(other_ran);
+  EXPECT_EQ(TimerQueue::Process().threads_started(), 1);
 }
 
 // Finding: the timer resumes a parked actor, but its pass runs after `stopping` is set: the

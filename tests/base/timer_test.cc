@@ -3,7 +3,9 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "base/timer.h"
@@ -51,6 +53,76 @@ TEST(DeadlineTimer, ManyThreadsScheduleAndCancel) {
   }  // the destructor drops what is not due and joins
   EXPECT_GE(ran.load(), 1);
   EXPECT_LE(ran.load(), 800);
+}
+
+// Every DeadlineTimer shares the process's one timer thread.
+TEST(DeadlineTimer, TimersShareTheProcessTimerThread) {
+  DeadlineTimer a, b;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::thread::id> ran_on;
+  auto note = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    ran_on.push_back(std::this_thread::get_id());
+    cv.notify_all();
+  };
+  a.Schedule(1ms, note);
+  b.Schedule(2ms, note);
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return ran_on.size() == 2; }));
+  EXPECT_EQ(ran_on[0], ran_on[1]);
+  EXPECT_NE(ran_on[0], std::this_thread::get_id());
+  EXPECT_EQ(TimerQueue::Process().threads_started(), 1);
+}
+
+// A timer's destructor drops only its own callbacks and waits for one of them that is running.
+TEST(DeadlineTimer, DestructorDropsItsOwnCallbacksAndWaitsForARunningOne) {
+  DeadlineTimer keeper;
+  std::atomic<bool> kept{false}, started{false}, finished{false}, dropped_ran{false};
+  keeper.Schedule(30ms, [&] { kept = true; });
+  {
+    DeadlineTimer gone;
+    gone.Schedule(0ms, [&] {
+      started = true;
+      std::this_thread::sleep_for(20ms);
+      finished = true;
+    });
+    gone.Schedule(10s, [&] { dropped_ran = true; });
+    while (!started) std::this_thread::yield();
+  }
+  EXPECT_TRUE(finished);  // the destructor returned after the running callback
+  for (int i = 0; i < 1000 && !kept; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(kept);
+  EXPECT_FALSE(dropped_ran);
+}
+
+TEST(DeadlineTimer, CancelAllCountsWhatItDroppedAndACallbackMayDestroyItsTimer) {
+  DeadlineTimer timer;
+  timer.Schedule(10s, [] {});
+  timer.Schedule(20s, [] {});
+  EXPECT_EQ(timer.CancelAll(), 2u);
+  EXPECT_EQ(timer.CancelAll(), 0u);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  auto owned = std::make_unique<DeadlineTimer>();
+  owned->Schedule(1ms, [&] {
+    owned.reset();  // on the timer thread: must not wait for itself
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return done; }));
+}
+
+// One timer cannot cancel another's callback by its id.
+TEST(DeadlineTimer, CancelOnlyReachesItsOwnCallbacks) {
+  DeadlineTimer a, b;
+  auto id = a.Schedule(10s, [] {});
+  EXPECT_FALSE(b.Cancel(id));
+  EXPECT_TRUE(a.Cancel(id));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "npu_sim/runtime.h"
 #include "npu_sim/timeline.h"
@@ -600,6 +601,29 @@ TEST(Trace, DeterministicModeGivesAByteIdenticalTrace) {
   EXPECT_NE(first.find("\"host thread"), std::string::npos);
   EXPECT_NE(first.find("vector_add_f32"), std::string::npos);
   EXPECT_EQ(first.find("wall_us"), std::string::npos);  // wall times would differ run to run
+}
+
+TEST(Trace, NamesAreEscapedOnceAndTheFileParsesAsJson) {
+  std::string out;
+  AppendJsonString(out, "a\"b\\c\nd\x01");
+  EXPECT_EQ(out, "\"a\\\"b\\\\c\\nd\\u0001\"");
+  auto doc = nlohmann::json::parse(RunTracedProgram());
+  int kernels = 0, copies = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const auto& args = e["args"];
+    if (args.contains("block_dim")) {
+      ++kernels;
+      EXPECT_TRUE(args.contains("stream") && args.contains("task") && args.contains("tiling_key")) << e.dump();
+    }
+    if (args.contains("bytes")) {
+      ++copies;
+      EXPECT_EQ(args["bytes"], 4096 * 4) << e.dump();
+      EXPECT_TRUE(args.contains("task")) << e.dump();
+    }
+  }
+  EXPECT_GT(kernels, 0);
+  EXPECT_EQ(copies, 1);
 }
 
 TEST(Runtime, BadOptionsAreNamed) {
