@@ -302,7 +302,10 @@ std::vector<Status> InParallel(std::size_t n, int threads, F fn) {
   if (tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) <
       static_cast<std::size_t>(count))
     room.emplace(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(count));
-  tbb::task_arena arena(count);
+  // Never ask for more slots than the limit allows (oneTBB would warn on stderr and ignore them).
+  const auto limit = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  const std::size_t slots = std::min<std::size_t>(static_cast<std::size_t>(count), std::max<std::size_t>(limit, 1));
+  tbb::task_arena arena(static_cast<int>(slots));
   arena.execute([&] {
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, n, 1),
