@@ -32,12 +32,22 @@
 // so its updates stay in call order.
 //
 // Thread-safety: NnExecute may be called from many threads at once.
+//
+// Units. One class in several files, one per stage group: davinci_model.cc (Init's outline and
+// the lifetime: construction, Unload), davinci_model_load.cc (Needs, InitModelMem, InitIoNodes,
+// InitVariables, InitNodes), weight_binding.cc (PreProcessFileConstants, the weight load's status
+// and the gate elision), task_sink.cc (DoTaskSink: BindModelStream, InitTaskInfo, DistributeTask)
+// and nn_execute.cc (NnExecute, Execute, ExecuteHostScheduled). They stay one class because every
+// stage writes the same per-instance records (Instance: memory, streams, lists, gates) that the
+// next stage and the execution paths read, and an execution reads them with no indirection; the
+// files are what keeps each stage's code apart.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -208,11 +218,25 @@ class DavinciModel {
     std::atomic<int> in_flight{0};
   };
 
+  static constexpr int Seg(graph::Segment s) { return static_cast<int>(s); }
+
   Status InitModelMem();
+  // PreProcessFileConstants and its stages (weight_binding.cc).
+  struct FileConstantUse;
+  using FileConstantsByFile = std::map<std::string, std::vector<const FileConstantUse*>>;
   Status PreProcessFileConstants();
+  StatusOr<std::vector<FileConstantUse>> FindFileConstants() const;
+  StatusOr<FileConstantUse> ReadFileConstant(const graph::TensorPlacement& t) const;
+  // Binds the FileConstants whose file has user device memory; the others go to `rest`, per file.
+  Status BindUserWeightMemory(const std::vector<FileConstantUse>& fcs, FileConstantsByFile& rest);
+  Status CheckWeightFiles(const FileConstantsByFile& by_file) const;
+  // Places one file's regions through the weight manager (`combined`: one copy of their span).
+  Status PlaceWeightFile(const std::string& path, const std::vector<const FileConstantUse*>& users, bool combined);
   Status InitIoNodes();
   Status InitVariables();
   Status InitNodes();
+  // DoTaskSink and its stages (task_sink.cc). TaskPositions: per stream, TaskDef index -> list index.
+  using TaskPositions = std::vector<std::vector<std::uint32_t>>;
   Status DoTaskSink();
   StatusOr<std::uint64_t> Resolve(const Instance& inst, const graph::MemRef& ref) const;
   // The FileConstant slot holding logical offset `offset` of the file_constant segment, or -1.
@@ -221,6 +245,13 @@ class DavinciModel {
   Instance& PickInstance();
   std::vector<std::uint64_t> IoFor(const Instance& inst, const ExecuteArgs& args) const;
   Status FreeInstance(Instance& inst);
+  Status BindModelStream(Instance& inst);
+  Status InitTaskInfo(Instance& inst, TaskPositions& moved);
+  Status InitStreamTasks(Instance& inst, std::size_t s, std::size_t first_kernel, std::vector<std::uint32_t>& moved);
+  StatusOr<npu_sim::Task> TaskOf(const Instance& inst, const graph::TaskDef& t, const npu_sim::KernelDef* def) const;
+  Status DistributeTask(Instance& inst, const TaskPositions& moved);
+  // NnExecute with host buffers: copies and run in one submission on the instance's exec stream.
+  Status ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io, const ExecuteArgs& args, bool weights_settled);
   // After a run that started with every weight landed: the instance's gates become NOPs on the
   // device (their latches stay recorded while the model is loaded), once.
   void ElideGates(Instance& inst);

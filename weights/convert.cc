@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <optional>
 #include <system_error>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -20,7 +19,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
 
 #include "base/sha256.h"
 
@@ -285,21 +288,32 @@ Status WriteWeightFile(const std::string& dir, const std::string& name, const st
   return s;
 }
 
-// Runs fn(0..n-1) on `threads` plain threads (the caller's among them) and returns each status.
-// Writing is I/O, so it gets its own threads rather than the compute pool, whose size the process
-// may have capped.
+// Runs fn(0..n-1) with at most `threads` at once (the caller's among them) and returns each
+// status. Writing is I/O: its threads mostly wait, so it runs in an arena of its own with
+// `threads` slots rather than in the compute pool, and the process-wide limit on oneTBB's threads
+// (hardware threads by default) is raised to `threads` while it runs unless another part of the
+// process holds it lower on purpose.
 template <typename F>
 std::vector<Status> InParallel(std::size_t n, int threads, F fn) {
   std::vector<Status> results(n);
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i; (i = next.fetch_add(1)) < n;) results[i] = fn(i);
-  };
-  std::vector<std::thread> pool;
-  const std::size_t count = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), n);
-  for (std::size_t t = 1; t < count; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
+  if (n == 0) return results;
+  const int count = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), n));
+  std::optional<tbb::global_control> room;
+  if (tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) <
+      static_cast<std::size_t>(count))
+    room.emplace(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(count));
+  // Never ask for more slots than the limit allows (oneTBB would warn on stderr and ignore them).
+  const auto limit = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  const std::size_t slots = std::min<std::size_t>(static_cast<std::size_t>(count), std::max<std::size_t>(limit, 1));
+  tbb::task_arena arena(static_cast<int>(slots));
+  arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<std::size_t>(0, n, 1),
+        [&](const tbb::blocked_range<std::size_t>& r) {
+          for (std::size_t i = r.begin(); i != r.end(); ++i) results[i] = fn(i);
+        },
+        tbb::simple_partitioner());
+  });
   return results;
 }
 

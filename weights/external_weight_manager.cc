@@ -65,13 +65,39 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
   std::lock_guard<std::mutex> lock(mu_);
   FilePlacement placement;
   auto& copies = files_[{device, key_path, checks}];
+  placement.file = ReusableCopy(copies, begin, end, needs, packed);
+  if (!placement.file) {
+    NPUFLOW_ASSIGN_OR_RETURN(placement.file, NewCopy(device, path, begin, end, needs, packed));
+    copies.push_back(placement.file);
+    stats_.files_allocated += 1;
+  }
+  DeviceWeightFile& file = *placement.file;
+
+  // Which needs this copy already holds (or is loading), and which must be loaded. Every new latch
+  // is created before anything changes, so an error leaves the copy as it was.
+  std::vector<bool> shared(needs.size(), false);
+  for (std::size_t i = 0; i < needs.size(); ++i) {
+    auto found = file.regions_.find(needs[i].offset);
+    if (found == file.regions_.end() || found->second.length < needs[i].length) continue;
+    const std::optional<Status> outcome = found->second.state->Peek();
+    shared[i] = !outcome || outcome->ok();  // a region whose load failed is loaded again
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<npu_sim::Event> latches, NewLatches(device, path, needs, shared));
+  StartLoads(device, path, key_path, needs, flags, shared, latches, placement);
+  return placement;
+}
+
+std::shared_ptr<DeviceWeightFile> ExternalWeightManager::ReusableCopy(
+    std::vector<std::weak_ptr<DeviceWeightFile>>& copies, std::uint64_t begin, std::uint64_t end,
+    const std::vector<RegionNeed>& needs, bool packed) {
+  std::shared_ptr<DeviceWeightFile> reused;
   for (auto it = copies.begin(); it != copies.end();) {
     std::shared_ptr<DeviceWeightFile> f = it->lock();
     if (!f) {
       it = copies.erase(it);
       continue;
     }
-    if (!placement.file && f->packed() == packed) {
+    if (!reused && f->packed() == packed) {
       bool fits = f->begin_ <= begin && end <= f->end_;
       for (const RegionNeed& n : needs) {
         if (packed) {
@@ -82,61 +108,64 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
           fits = fits && (n.offset - f->begin_) % kPackedAlignment == (n.offset - begin) % kPackedAlignment;
         }
       }
-      if (fits) placement.file = std::move(f);
+      if (fits) reused = std::move(f);
     }
     ++it;
   }
-  if (!placement.file) {
-    std::shared_ptr<DeviceWeightFile> f(new DeviceWeightFile());
-    f->rt_ = rt_;
-    f->device_ = device;
-    f->path_ = path;
-    f->begin_ = begin;
-    f->end_ = end;
-    std::uint64_t bytes = end - begin;
-    f->packed_ = packed;
-    if (packed) {
-      bytes = 0;
-      for (const RegionNeed& n : needs) {
-        auto [slot, added] = f->slots_.try_emplace(n.offset, 0, n.length);
-        if (!added) slot->second.second = std::max(slot->second.second, n.length);
-      }
-      for (auto& [offset, slot] : f->slots_) {
-        slot.first = bytes;
-        bytes += (slot.second + kPackedAlignment - 1) / kPackedAlignment * kPackedAlignment;
-      }
-    }
-    NPUFLOW_ASSIGN_OR_RETURN(
-        f->base_, rt_->Malloc(device, std::max<std::uint64_t>(bytes, 1), npu_sim::Placement::kHbm,
-                              fmt::format("weights:{}", std::filesystem::path(path).filename().string())));
-    copies.push_back(f);
-    placement.file = std::move(f);
-    stats_.files_allocated += 1;
-  }
-  DeviceWeightFile& file = *placement.file;
+  return reused;
+}
 
-  // Which needs this copy already holds (or is loading), and which must be loaded. Every new latch
-  // is created before anything changes, so an error leaves the copy as it was.
-  std::vector<bool> shared(needs.size(), false);
-  std::vector<npu_sim::Event> latches(needs.size());
-  for (std::size_t i = 0; i < needs.size(); ++i) {
-    auto found = file.regions_.find(needs[i].offset);
-    if (found == file.regions_.end() || found->second.length < needs[i].length) continue;
-    const std::optional<Status> outcome = found->second.state->Peek();
-    shared[i] = !outcome || outcome->ok();  // a region whose load failed is loaded again
+StatusOr<std::shared_ptr<DeviceWeightFile>> ExternalWeightManager::NewCopy(int device, const std::string& path,
+                                                                          std::uint64_t begin, std::uint64_t end,
+                                                                          const std::vector<RegionNeed>& needs,
+                                                                          bool packed) {
+  std::shared_ptr<DeviceWeightFile> f(new DeviceWeightFile());
+  f->rt_ = rt_;
+  f->device_ = device;
+  f->path_ = path;
+  f->begin_ = begin;
+  f->end_ = end;
+  std::uint64_t bytes = end - begin;
+  f->packed_ = packed;
+  if (packed) {
+    bytes = 0;
+    for (const RegionNeed& n : needs) {
+      auto [slot, added] = f->slots_.try_emplace(n.offset, 0, n.length);
+      if (!added) slot->second.second = std::max(slot->second.second, n.length);
+    }
+    for (auto& [offset, slot] : f->slots_) {
+      slot.first = bytes;
+      bytes += (slot.second + kPackedAlignment - 1) / kPackedAlignment * kPackedAlignment;
+    }
   }
+  NPUFLOW_ASSIGN_OR_RETURN(
+      f->base_, rt_->Malloc(device, std::max<std::uint64_t>(bytes, 1), npu_sim::Placement::kHbm,
+                            fmt::format("weights:{}", std::filesystem::path(path).filename().string())));
+  return f;
+}
+
+StatusOr<std::vector<npu_sim::Event>> ExternalWeightManager::NewLatches(int device, const std::string& path,
+                                                                       const std::vector<RegionNeed>& needs,
+                                                                       const std::vector<bool>& shared) {
+  std::vector<npu_sim::Event> latches(needs.size());
   for (std::size_t i = 0; i < needs.size(); ++i) {
     if (shared[i]) continue;
     auto event = rt_->CreateEvent(device, npu_sim::EventKind::kLatch);
     if (!event.ok()) {
       for (std::size_t k = 0; k < i; ++k)
         if (!shared[k]) (void)rt_->DestroyEvent(latches[k]);
-      return event.status().WithContext(
-          fmt::format("weight file '{}': the ready event of {}", path, needs[i].name));
+      return event.status().WithContext(fmt::format("weight file '{}': the ready event of {}", path, needs[i].name));
     }
     latches[i] = *event;
   }
+  return latches;
+}
 
+void ExternalWeightManager::StartLoads(int device, const std::string& path, const std::string& key_path,
+                                       const std::vector<RegionNeed>& needs, const WeightLoadFlags& flags,
+                                       const std::vector<bool>& shared, const std::vector<npu_sim::Event>& latches,
+                                       FilePlacement& placement) {
+  DeviceWeightFile& file = *placement.file;
   WeightLoadRequest request;
   request.device = device;
   request.path = path;
@@ -184,7 +213,6 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
       return r.status();
     });
   }
-  return placement;
 }
 
 bool ExternalWeightManager::CheckAndSetWeightLoaded(const std::string& key, int device) {

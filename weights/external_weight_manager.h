@@ -137,6 +137,25 @@ class ExternalWeightManager {
   ExternalWeightStats stats() const;
 
  private:
+  // Place's stages, under mu_.
+  // A copy among `copies` that covers [begin, end) and has a place for every need (dead ones are
+  // dropped from the list on the way), or null.
+  static std::shared_ptr<DeviceWeightFile> ReusableCopy(std::vector<std::weak_ptr<DeviceWeightFile>>& copies,
+                                                        std::uint64_t begin, std::uint64_t end,
+                                                        const std::vector<RegionNeed>& needs, bool packed);
+  StatusOr<std::shared_ptr<DeviceWeightFile>> NewCopy(int device, const std::string& path, std::uint64_t begin,
+                                                      std::uint64_t end, const std::vector<RegionNeed>& needs,
+                                                      bool packed);
+  // A latch per need not `shared`; on an error none is left behind.
+  StatusOr<std::vector<npu_sim::Event>> NewLatches(int device, const std::string& path,
+                                                   const std::vector<RegionNeed>& needs,
+                                                   const std::vector<bool>& shared);
+  // Fills placement.regions: shared needs take the copy's region, the others get theirs and are
+  // loaded with one loader request.
+  void StartLoads(int device, const std::string& path, const std::string& key_path,
+                  const std::vector<RegionNeed>& needs, const WeightLoadFlags& flags, const std::vector<bool>& shared,
+                  const std::vector<npu_sim::Event>& latches, FilePlacement& placement);
+
   npu_sim::Runtime* rt_;
   WeightLoader* loader_;
   mutable std::mutex mu_;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -207,6 +208,43 @@ TEST(ConvertPerWeight, IdenticalWeightsShareOneFileAndMetaListsEachHash) {
   EXPECT_EQ(shared.offset, 0u);
   EXPECT_EQ(shared.id, hab);
   EXPECT_EQ(shared.nodes, (std::vector<std::string>{"a", "b"}));
+}
+
+// The writers run in a oneTBB arena of their own: more of them than the machine has threads, or
+// one, write the same files, and a write that fails still fails the conversion naming the file.
+TEST(ConvertPerWeight, AnyNumberOfWritersWritesTheSameFilesAndReportsAFailedWrite) {
+  TempDir tmp;
+  auto build = [](ComputeGraph& g) {
+    for (int i = 0; i < 24; ++i)
+      AddConst(g, fmt::format("w{}", i), U8(Bytes(100 + 37 * i, static_cast<std::uint8_t>(i))));
+  };
+  std::map<int, std::map<std::string, std::vector<std::uint8_t>>> files;  // writers -> name -> bytes
+  for (int writers : {1, 64}) {
+    ComputeGraph g("g");
+    build(g);
+    const std::string dir = tmp / fmt::format("w{}", writers);
+    ConvertOptions options = PerWeight(dir);
+    options.writers = writers;
+    auto result = ConvertConstToFileConstant(g, options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->files_written, 24);
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename() != "meta.json") files[writers][e.path().filename().string()] = ReadFile(e.path().string());
+  }
+  EXPECT_EQ(files[1].size(), 24u);
+  EXPECT_EQ(files[1], files[64]);
+
+  // A directory where one weight file must go: its rename fails, and so does the conversion.
+  const std::string dir = tmp / "blocked";
+  const std::string blocked = "weight_" + Hash(Bytes(100 + 37 * 5, 5));
+  fs::create_directories(dir + "/" + blocked + "/x");
+  ComputeGraph g("g");
+  build(g);
+  ConvertOptions options = PerWeight(dir);
+  options.writers = 64;
+  auto result = ConvertConstToFileConstant(g, options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().ToString().find(blocked), std::string::npos) << result.status();
 }
 
 TEST(ConvertPerWeight, ASecondCompileReusesKnownWeightsAndAddsNewOnes) {

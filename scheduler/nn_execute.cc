@@ -1,0 +1,300 @@
+// Execution: NnExecute (zero copy, host buffers staged through the instance's own I/O blocks, or
+// async on a user stream), Execute, ExecuteHostScheduled, and the instance and I/O choices they share.
+#include "scheduler/davinci_model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "graph/ir/tensor_access.h"
+
+namespace npuflow::scheduler {
+
+namespace {
+
+using graph::MemRef;
+using graph::Segment;
+
+}  // namespace
+
+// ---- execution -----------------------------------------------------------------------------------
+std::vector<std::uint64_t> DavinciModel::OwnIo(int i) const {
+  const Instance& inst = *instances_[i];
+  std::vector<std::uint64_t> io;
+  io.reserve(model_->inputs.size() + model_->outputs.size());
+  for (const graph::IoDef& d : model_->inputs) io.push_back((inst.base[Seg(Segment::kInput)] + d.ref.offset).value);
+  for (const graph::IoDef& d : model_->outputs) io.push_back((inst.base[Seg(Segment::kOutput)] + d.ref.offset).value);
+  return io;
+}
+
+npu_sim::DevicePtr DavinciModel::OwnInput(int i, std::size_t index) const {
+  return instances_[i]->base[Seg(Segment::kInput)] + model_->inputs[index].ref.offset;
+}
+npu_sim::DevicePtr DavinciModel::OwnOutput(int i, std::size_t index) const {
+  return instances_[i]->base[Seg(Segment::kOutput)] + model_->outputs[index].ref.offset;
+}
+
+Status DavinciModel::CheckArgs(const ExecuteArgs& args) const {
+  const CompiledModel& m = *model_;
+  if (args.inputs.size() != m.inputs.size())
+    return Status::ParamInvalid("model {}: {} inputs given, the model takes {}", id_, args.inputs.size(), m.inputs.size());
+  if (args.outputs.size() != m.outputs.size())
+    return Status::ParamInvalid("model {}: {} output buffers given, the model has {} outputs", id_, args.outputs.size(),
+                                m.outputs.size());
+  auto check = [&](const DataBuffer& b, const graph::IoDef& io, const char* what) -> Status {
+    const std::uint64_t want = io.desc.bytes().value_or(0);
+    if (b.bytes != want)
+      return Status::ParamInvalid("model {}: {} '{}' ({}) takes {} bytes, got {}", id_, what, io.name, io.desc.ToString(),
+                                  want, b.bytes);
+    if (b.host == nullptr && !b.device && want > 0)
+      return Status::ParamInvalid("model {}: {} '{}' has neither a host nor a device buffer", id_, what, io.name);
+    if (b.host != nullptr && b.device)
+      return Status::ParamInvalid("model {}: {} '{}' has both a host and a device buffer", id_, what, io.name);
+    if (args.stream && b.host != nullptr)
+      return Status::ParamInvalid("model {}: {} '{}' is host memory; execution on a user stream takes device buffers",
+                                  id_, what, io.name);
+    return Status::Ok();
+  };
+  for (std::size_t i = 0; i < m.inputs.size(); ++i) NPUFLOW_RETURN_IF_ERROR(check(args.inputs[i], m.inputs[i], "input"));
+  for (std::size_t i = 0; i < m.outputs.size(); ++i)
+    NPUFLOW_RETURN_IF_ERROR(check(args.outputs[i], m.outputs[i], "output"));
+  if (args.stream && args.stream->device != config_.device)
+    return Status::ParamInvalid("model {} is on device {}, the stream on device {}", id_, config_.device,
+                                args.stream->device);
+  return Status::Ok();
+}
+
+DavinciModel::Instance& DavinciModel::PickInstance() {
+  // An idle instance, claimed atomically (two callers never both take the same idle one); if
+  // none is idle, the least busy. Starting points rotate so load spreads. The caller releases
+  // the instance (in_flight - 1) when its execution ends.
+  const std::size_t n = instances_.size();
+  const std::size_t start = next_instance_.fetch_add(1, std::memory_order_relaxed) % n;
+  for (std::size_t k = 0; k < n; ++k) {
+    Instance& inst = *instances_[(start + k) % n];
+    int idle = 0;
+    if (inst.in_flight.compare_exchange_strong(idle, 1, std::memory_order_acq_rel)) return inst;
+  }
+  std::size_t best = start;
+  int best_load = std::numeric_limits<int>::max();
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = (start + k) % n;
+    const int load = instances_[i]->in_flight.load(std::memory_order_relaxed);
+    if (load < best_load) {
+      best_load = load;
+      best = i;
+    }
+  }
+  instances_[best]->in_flight.fetch_add(1, std::memory_order_acq_rel);
+  return *instances_[best];
+}
+
+std::vector<std::uint64_t> DavinciModel::IoFor(const Instance& inst, const ExecuteArgs& args) const {
+  const CompiledModel& m = *model_;
+  std::vector<std::uint64_t> io;
+  io.reserve(m.inputs.size() + m.outputs.size());
+  for (std::size_t i = 0; i < m.inputs.size(); ++i)
+    io.push_back(args.inputs[i].device ? args.inputs[i].device.value
+                                       : (inst.base[Seg(Segment::kInput)] + m.inputs[i].ref.offset).value);
+  for (std::size_t i = 0; i < m.outputs.size(); ++i)
+    io.push_back(args.outputs[i].device ? args.outputs[i].device.value
+                                        : (inst.base[Seg(Segment::kOutput)] + m.outputs[i].ref.offset).value);
+  // A zero-byte tensor has no address of its own; any non-null one will do.
+  for (std::uint64_t& a : io)
+    if (a == 0) a = inst.base[Seg(Segment::kInput)].value;
+  return io;
+}
+
+namespace {
+// Counts an execution in `c` for its duration (adopt: already counted by PickInstance).
+struct InFlight {
+  explicit InFlight(std::atomic<int>& c, bool adopt = false) : c_(c) {
+    if (!adopt) c_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~InFlight() { c_.fetch_sub(1, std::memory_order_acq_rel); }
+  std::atomic<int>& c_;
+};
+}  // namespace
+
+Status DavinciModel::NnExecute(const ExecuteArgs& args) {
+  std::shared_lock<std::shared_mutex> exec_lock(exec_mu_);
+  if (unloaded_.load()) return Status::Aborted("model {} is unloaded", id_);
+  NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
+  NPUFLOW_RETURN_IF_ERROR(WeightsStatus());
+  // Weights still streaming in: the run waits for them on the device, and afterwards for their
+  // load's verdict here (a load that failed records its latches anyway, so as not to hang).
+  const bool weights_settled = weights_landed_.load(std::memory_order_acquire);
+  InFlight model_guard(in_flight_);
+  Touch();
+  if (args.stream) {
+    // Async on the caller's stream: the run is queued behind the stream's work; device buffers only.
+    Instance& inst = *instances_[next_instance_.fetch_add(1, std::memory_order_relaxed) % instances_.size()];
+    return rt_->ExecuteModelOnStream(inst.model, *args.stream, IoFor(inst, args));
+  }
+  Instance& inst = PickInstance();
+  InFlight inst_guard(inst.in_flight, /*adopt=*/true);
+  std::vector<std::uint64_t> io = IoFor(inst, args);
+  const auto on_device = [](const DataBuffer& b) { return b.host == nullptr; };
+  const bool zero_copy = std::all_of(args.inputs.begin(), args.inputs.end(), on_device) &&
+                         std::all_of(args.outputs.begin(), args.outputs.end(), on_device);
+  if (zero_copy) {
+    // One host interaction: the execute message; the host hears only the completion.
+    auto end = rt_->ExecuteModel(inst.model, std::move(io), args.timeout);
+    if (!end.ok()) return end.status().WithContext(fmt::format("model {}", id_));
+    if (!weights_settled) return WaitForWeights();
+    ElideGates(inst);
+    return Status::Ok();
+  }
+  return ExecuteStaged(inst, std::move(io), args, weights_settled);
+}
+
+namespace {
+
+// Host staging for one run's copies, owned by the tasks (Task::keep_alive).
+struct Staging {
+  std::vector<std::vector<std::uint8_t>> in, out;
+};
+
+// The run as one submission: the input copies, the model execute, the output copies.
+std::vector<npu_sim::Task> StagedRun(const CompiledModel& m, const ExecuteArgs& args,
+                                     const std::vector<std::uint64_t>& io, std::uint32_t model_id,
+                                     const std::shared_ptr<Staging>& staging) {
+  staging->in.resize(m.inputs.size());
+  staging->out.resize(m.outputs.size());
+  std::vector<npu_sim::Task> tasks;
+  for (std::size_t i = 0; i < m.inputs.size(); ++i) {
+    if (args.inputs[i].host == nullptr || args.inputs[i].bytes == 0) continue;
+    const auto* src = static_cast<const std::uint8_t*>(args.inputs[i].host);
+    staging->in[i].assign(src, src + args.inputs[i].bytes);
+    npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, args.inputs[i].bytes);
+    c.src_host = staging->in[i].data();
+    c.dst_dev = npu_sim::DevicePtr{io[i]};
+    c.name = "input " + m.inputs[i].name;
+    c.keep_alive = staging;
+    tasks.push_back(std::move(c));
+  }
+  tasks.push_back(npu_sim::Task::ModelExecute(model_id, std::make_shared<const std::vector<std::uint64_t>>(io)));
+  for (std::size_t i = 0; i < m.outputs.size(); ++i) {
+    if (args.outputs[i].host == nullptr || args.outputs[i].bytes == 0) continue;
+    staging->out[i].resize(args.outputs[i].bytes);
+    npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, args.outputs[i].bytes);
+    c.src_dev = npu_sim::DevicePtr{io[m.inputs.size() + i]};
+    c.dst_host = staging->out[i].data();
+    c.name = "output " + m.outputs[i].name;
+    c.keep_alive = staging;
+    tasks.push_back(std::move(c));
+  }
+  return tasks;
+}
+
+}  // namespace
+
+Status DavinciModel::ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io, const ExecuteArgs& args,
+                                   bool weights_settled) {
+  // Host buffers: copied through the instance's own I/O blocks, in one submission with the run.
+  // The copies go through host staging owned by the tasks, as pageable memory is staged for DMA:
+  // a timeout returns at once, and a copy still in flight never touches the caller's buffers
+  // after that.
+  const CompiledModel& m = *model_;
+  auto staging = std::make_shared<Staging>();
+  NPUFLOW_RETURN_IF_ERROR(rt_->Submit(inst.exec_stream, StagedRun(m, args, io, inst.model.id, staging)).status());
+  Status s = rt_->SynchronizeStream(inst.exec_stream, args.timeout);
+  if (s.code() == StatusCode::kTimeout) {
+    // As on hardware: nothing is left running. The copies after the run are dropped with it.
+    (void)rt_->AbortModel(inst.model);
+    (void)rt_->AbortStream(inst.exec_stream);
+    (void)rt_->SynchronizeStream(inst.exec_stream, std::chrono::seconds(10));  // collect the abort
+    return Status::Timeout("model {}: execution did not complete within {} ms; the device model was aborted", id_,
+                           args.timeout->count());
+  }
+  if (!s.ok()) return s.WithContext(fmt::format("model {}", id_));
+  if (!weights_settled) {
+    NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
+  } else {
+    ElideGates(inst);
+  }
+  for (std::size_t i = 0; i < m.outputs.size(); ++i)
+    if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());
+  return Status::Ok();
+}
+
+StatusOr<std::vector<Tensor>> DavinciModel::Execute(const std::vector<Tensor>& inputs, npu_sim::Timeout timeout) {
+  const CompiledModel& m = *model_;
+  if (inputs.size() != m.inputs.size())
+    return Status::ParamInvalid("model {}: {} inputs given, the model takes {}", id_, inputs.size(), m.inputs.size());
+  ExecuteArgs args;
+  args.timeout = timeout;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].desc.dtype != m.inputs[i].desc.dtype)
+      return Status::ParamInvalid("model {}: input '{}' is {}, the model takes {}", id_, m.inputs[i].name,
+                                  inputs[i].desc.ToString(), m.inputs[i].desc.ToString());
+    args.inputs.push_back(DataBuffer::Host(inputs[i].data.data(), inputs[i].data.size()));
+  }
+  std::vector<Tensor> outputs;
+  outputs.reserve(m.outputs.size());
+  for (const graph::IoDef& io : m.outputs) outputs.push_back(graph::ZeroTensor(io.desc));
+  for (Tensor& t : outputs) args.outputs.push_back(DataBuffer::Host(t.data.data(), t.data.size()));
+  NPUFLOW_RETURN_IF_ERROR(NnExecute(args));
+  return outputs;
+}
+
+Status DavinciModel::ExecuteHostScheduled(const ExecuteArgs& args) {
+  std::shared_lock<std::shared_mutex> exec_lock(exec_mu_);
+  if (unloaded_.load()) return Status::Aborted("model {} is unloaded", id_);
+  if (args.stream) return Status::ParamInvalid("model {}: host-scheduled execution runs on its own streams", id_);
+  NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
+  NPUFLOW_RETURN_IF_ERROR(WeightsStatus());
+  // Claimed atomically: two callers that both saw no execution in flight would otherwise both
+  // run, on the same host streams (and grow inst.host_streams at once).
+  int idle = 0;
+  if (!in_flight_.compare_exchange_strong(idle, 1, std::memory_order_acq_rel))
+    return Status::ParamInvalid("model {}: host-scheduled execution needs the model to itself; {} executions in flight",
+                                id_, idle);
+  InFlight model_guard(in_flight_, /*adopt=*/true);
+  Instance& inst = *instances_[0];
+  InFlight inst_guard(inst.in_flight);
+  Touch();
+  const CompiledModel& m = *model_;
+  while (inst.host_streams.size() < inst.lists.size()) {
+    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::Stream s, rt_->CreateStream(config_.device));
+    inst.host_streams.push_back(s);
+  }
+  const std::vector<std::uint64_t> io = IoFor(inst, args);
+  for (std::size_t i = 0; i < m.inputs.size(); ++i)
+    if (args.inputs[i].host != nullptr && args.inputs[i].bytes > 0)
+      NPUFLOW_RETURN_IF_ERROR(
+          rt_->MemcpyH2D(config_.device, npu_sim::DevicePtr{io[i]}, args.inputs[i].host, args.inputs[i].bytes));
+  // The task lists with this run's I/O addresses written in, as a model run would patch them.
+  std::vector<std::vector<npu_sim::Task>> lists = inst.lists;
+  for (std::size_t s = 0; s < lists.size(); ++s) {
+    for (const npu_sim::IoPatch& p : inst.patches[s]) {
+      npu_sim::Task& t = lists[s][p.task];
+      const std::uint64_t v = io[p.slot] + p.offset;
+      if (p.field == npu_sim::IoPatch::kCopySrc) t.src_dev = npu_sim::DevicePtr{v};
+      else if (p.field == npu_sim::IoPatch::kCopyDst) t.dst_dev = npu_sim::DevicePtr{v};
+      else t.args[p.field] = v;
+    }
+  }
+  // One host interaction per task, interleaved across the streams as a host scheduler would.
+  std::size_t longest = 0;
+  for (const auto& l : lists) longest = std::max(longest, l.size());
+  for (std::size_t k = 0; k < longest; ++k)
+    for (std::size_t s = 0; s < lists.size(); ++s)
+      if (k < lists[s].size()) NPUFLOW_RETURN_IF_ERROR(rt_->Submit(inst.host_streams[s], {std::move(lists[s][k])}).status());
+  for (const npu_sim::Stream& s : inst.host_streams) {
+    Status st = rt_->SynchronizeStream(s, args.timeout);
+    if (!st.ok()) {
+      for (const npu_sim::Stream& x : inst.host_streams) (void)rt_->AbortStream(x);
+      return st.WithContext(fmt::format("model {} (host-scheduled)", id_));
+    }
+  }
+  for (std::size_t i = 0; i < m.outputs.size(); ++i)
+    if (args.outputs[i].host != nullptr && args.outputs[i].bytes > 0)
+      NPUFLOW_RETURN_IF_ERROR(rt_->MemcpyD2H(config_.device, args.outputs[i].host,
+                                             npu_sim::DevicePtr{io[m.inputs.size() + i]}, args.outputs[i].bytes));
+  return Status::Ok();
+}
+
+}  // namespace npuflow::scheduler

@@ -1,0 +1,129 @@
+// DoTaskSink: per execution instance, BindModelStream, InitTaskInfo (TaskDef -> npu_sim::Task with
+// resolved addresses and weight gates) and DistributeTask (each stream's list sent once).
+#include "scheduler/davinci_model.h"
+
+namespace npuflow::scheduler {
+namespace {
+
+using graph::MemRef;
+using graph::Segment;
+
+}  // namespace
+
+Status DavinciModel::DoTaskSink() {
+  for (auto& inst : instances_) {
+    NPUFLOW_RETURN_IF_ERROR(BindModelStream(*inst));
+    TaskPositions moved;
+    NPUFLOW_RETURN_IF_ERROR(InitTaskInfo(*inst, moved));
+    NPUFLOW_RETURN_IF_ERROR(DistributeTask(*inst, moved));
+  }
+  return Status::Ok();
+}
+
+// The instance's device model, execution stream and events, and one stream bound per model stream.
+Status DavinciModel::BindModelStream(Instance& inst) {
+  const int device = config_.device;
+  NPUFLOW_ASSIGN_OR_RETURN(inst.model, rt_->CreateModel(device));
+  inst.has_model = true;
+  NPUFLOW_ASSIGN_OR_RETURN(inst.exec_stream, rt_->CreateStream(device));
+  for (std::uint32_t e = 0; e < model_->event_count; ++e) {
+    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::Event ev, rt_->CreateEvent(device));
+    inst.events.push_back(ev);
+  }
+  for (std::size_t s = 0; s < model_->streams.size(); ++s) {
+    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::Stream stream, rt_->CreateStream(device));
+    inst.streams.push_back(stream);
+    NPUFLOW_RETURN_IF_ERROR(rt_->BindStream(inst.model, stream));
+  }
+  return Status::Ok();
+}
+
+// Each TaskDef becomes a device task with resolved addresses; `moved` records where each landed.
+Status DavinciModel::InitTaskInfo(Instance& inst, TaskPositions& moved) {
+  const CompiledModel& m = *model_;
+  inst.lists.assign(m.streams.size(), {});
+  inst.gates.assign(m.streams.size(), {});
+  moved.assign(m.streams.size(), {});
+  std::size_t first_kernel = 0;  // kernels_ is flat over (stream, task)
+  for (std::size_t s = 0; s < m.streams.size(); ++s) {
+    NPUFLOW_RETURN_IF_ERROR(InitStreamTasks(inst, s, first_kernel, moved[s]));
+    first_kernel += m.streams[s].tasks.size();
+  }
+  return Status::Ok();
+}
+
+Status DavinciModel::InitStreamTasks(Instance& inst, std::size_t s, std::size_t first_kernel,
+                                     std::vector<std::uint32_t>& moved) {
+  const std::vector<graph::TaskDef>& defs = model_->streams[s].tasks;
+  std::vector<npu_sim::Task>& tasks = inst.lists[s];
+  tasks.reserve(defs.size());
+  // The first task on this stream that reads an external weight region waits on its latch.
+  std::vector<char> waited(file_constants_.size(), 0);
+  auto gate = [&](const MemRef& r) {
+    if (r.segment != Segment::kFileConstant) return;
+    const int slot = FileConstantSlotOf(r.offset);
+    if (slot < 0 || waited[static_cast<std::size_t>(slot)]) return;
+    waited[static_cast<std::size_t>(slot)] = 1;
+    const FileConstantSlot& fc = file_constants_[static_cast<std::size_t>(slot)];
+    if (!fc.ready) return;
+    inst.gates[s].push_back(static_cast<std::uint32_t>(tasks.size()));
+    tasks.push_back(npu_sim::Task::Wait(fc.ready->id));
+    tasks.back().name = "weights ready: " + fc.node;
+  };
+  moved.resize(defs.size());
+  for (std::size_t ti = 0; ti < defs.size(); ++ti) {
+    const graph::TaskDef& t = defs[ti];
+    if (t.type == graph::TaskType::kKernel || t.type == graph::TaskType::kAicpuKernel)
+      for (const MemRef& a : t.args) gate(a);
+    else if (t.type == graph::TaskType::kMemcpy)
+      gate(t.src);
+    moved[ti] = static_cast<std::uint32_t>(tasks.size());
+    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::Task task, TaskOf(inst, t, kernels_[first_kernel + ti]));
+    tasks.push_back(std::move(task));
+  }
+  return Status::Ok();
+}
+
+StatusOr<npu_sim::Task> DavinciModel::TaskOf(const Instance& inst, const graph::TaskDef& t,
+                                              const npu_sim::KernelDef* def) const {
+  switch (t.type) {
+    case graph::TaskType::kKernel:
+    case graph::TaskType::kAicpuKernel: {
+      std::vector<std::uint64_t> args;
+      args.reserve(t.args.size());
+      for (const MemRef& a : t.args) {
+        NPUFLOW_ASSIGN_OR_RETURN(std::uint64_t v, Resolve(inst, a));
+        args.push_back(v);
+      }
+      npu_sim::Task k = npu_sim::Task::Kernel(def, t.block_dim, std::move(args), t.tiling_key);
+      k.name = t.node;
+      return k;
+    }
+    case graph::TaskType::kMemcpy: {
+      npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToDevice, t.bytes);
+      NPUFLOW_ASSIGN_OR_RETURN(std::uint64_t src, Resolve(inst, t.src));
+      NPUFLOW_ASSIGN_OR_RETURN(std::uint64_t dst, Resolve(inst, t.dst));
+      c.src_dev = npu_sim::DevicePtr{src};
+      c.dst_dev = npu_sim::DevicePtr{dst};
+      c.name = t.node.empty() ? "memcpy" : t.node + ":copy";
+      return c;
+    }
+    case graph::TaskType::kEventRecord: return npu_sim::Task::Record(inst.events[t.event].id);
+    case graph::TaskType::kEventWait: return npu_sim::Task::Wait(inst.events[t.event].id);
+    case graph::TaskType::kNop: break;
+  }
+  return npu_sim::Task::Nop();
+}
+
+// Each stream gets its list once, with the zero-copy places; then the model is built.
+Status DavinciModel::DistributeTask(Instance& inst, const TaskPositions& moved) {
+  inst.patches = io_patches_;
+  // Latch waits moved the tasks: patches name the new positions.
+  for (std::size_t s = 0; s < inst.patches.size(); ++s)
+    for (npu_sim::IoPatch& p : inst.patches[s]) p.task = moved[s][p.task];
+  for (std::size_t s = 0; s < inst.lists.size(); ++s)
+    NPUFLOW_RETURN_IF_ERROR(rt_->LoadTasks(inst.model, inst.streams[s], inst.lists[s], inst.patches[s]));
+  return Status::Ok();
+}
+
+}  // namespace npuflow::scheduler
