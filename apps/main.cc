@@ -1,5 +1,11 @@
 // npuflow: the command-line entry point. One binary, one subcommand per job: each Add...Command
 // declares a subcommand's options and returns what to run when the user chose it.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -13,7 +19,6 @@
 #include "apps/run_cmd.h"
 #include "base/logging.h"
 #include "lowering/pass.h"
-#include "benchmarks/harness.h"
 
 namespace {
 
@@ -30,29 +35,29 @@ int Fail(const Status& status) {
   return 1;
 }
 
-std::string AreaNames() {
-  std::string names;
-  for (const auto& area : npuflow::bench::Areas()) names += (names.empty() ? "" : ", ") + area.name;
-  return names;
-}
-
-Command AddBenchCommand(CLI::App& app) {
-  struct Args {
-    std::string area;
-    npuflow::bench::RunOptions options;
-  };
-  auto args = std::make_shared<Args>();
-  auto* bench = app.add_subcommand("bench", "run an area's benchmarks and print its figures with baselines");
-  bench->add_option("area", args->area, "what to measure: " + AreaNames() + ", or all (every area, one JSON object)")
-      ->required();
-  bench->add_flag("--json", args->options.json, "print one JSON object {\"figures\": {...}}");
-  bench->add_option("--repetitions", args->options.repetitions, "repetitions per benchmark (median is kept)")
-      ->check(CLI::Range(1, 100));
-  bench->add_option("--model", args->options.model, "the area's input model (gpt2: a ggml GPT-2 file)")
-      ->check(CLI::ExistingFile);
-  bench->add_option("--min-time", args->options.min_time_s, "seconds per repetition")
-      ->check(CLI::Range(0.001, 60.0));
-  return {bench, [args] { return npuflow::bench::RunArea(args->area, args->options, std::cout); }};
+// `npuflow bench ...` runs npuflow-bench, the program next to this one, with the same arguments:
+// the peers it measures against (CAF, OpenBLAS) are linked into that program only. It declares
+// and checks the options (`npuflow bench --help` is its help).
+Command AddBenchCommand(CLI::App& app, const char* argv0) {
+  auto* bench = app.add_subcommand("bench", "run an area's benchmarks and print its figures with baselines "
+                                            "(npuflow bench --help: areas and options)");
+  bench->prefix_command();
+  bench->set_help_flag();
+  return {bench, [bench, argv0] {
+            std::error_code ec;
+            std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+            if (ec) self = argv0;
+            const std::string program = (self.parent_path() / "npuflow-bench").string();
+            std::vector<std::string> words = bench->remaining();
+            std::vector<char*> args{const_cast<char*>(program.c_str())};
+            for (std::string& w : words) args.push_back(w.data());
+            args.push_back(nullptr);
+            std::cout.flush();
+            ::execv(program.c_str(), args.data());
+            return npuflow::Status::NotFound("cannot run the benchmark program '{}': {} (it is built with npuflow: "
+                                             "cmake --build build --target npuflow-bench)",
+                                             program, std::strerror(errno));
+          }};
 }
 
 Command AddCompileCommand(CLI::App& app) {
@@ -211,7 +216,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_spec;
   app.add_option("--log", log_spec, "log levels, as NPUFLOW_LOG: e.g. debug or warn,actors=trace");
-  const std::vector<Command> commands = {AddBenchCommand(app), AddCompileCommand(app), AddInfoCommand(app),
+  const std::vector<Command> commands = {AddBenchCommand(app, argv[0]), AddCompileCommand(app), AddInfoCommand(app),
                                          AddRunCommand(app),   AddGpt2Command(app),    AddMakeGpt2Command(app),
                                          AddDemoCommand(app)};
   try {
@@ -223,6 +228,7 @@ int main(int argc, char** argv) {
 
   if (!log_spec.empty()) {
     if (Status s = npuflow::log::Configure(log_spec); !s.ok()) return Fail(s);
+    ::setenv("NPUFLOW_LOG", log_spec.c_str(), 1);  // for programs it runs (npuflow bench)
   }
   for (const Command& command : commands) {
     if (!command.app->parsed()) continue;

@@ -289,12 +289,12 @@ Status WriteWeightFile(const std::string& dir, const std::string& name, const st
 }
 
 // Runs fn(0..n-1) with at most `threads` at once (the caller's among them) and returns each
-// status. Writing is I/O: its threads mostly wait, so it runs in an arena of its own with
+// status; `used` is set to the threads the arena could use. Writing is I/O: its threads mostly wait, so it runs in an arena of its own with
 // `threads` slots rather than in the compute pool, and the process-wide limit on oneTBB's threads
 // (hardware threads by default) is raised to `threads` while it runs unless another part of the
 // process holds it lower on purpose.
 template <typename F>
-std::vector<Status> InParallel(std::size_t n, int threads, F fn) {
+std::vector<Status> InParallel(std::size_t n, int threads, int& used, F fn) {
   std::vector<Status> results(n);
   if (n == 0) return results;
   const int count = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), n));
@@ -306,6 +306,7 @@ std::vector<Status> InParallel(std::size_t n, int threads, F fn) {
   const auto limit = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
   const std::size_t slots = std::min<std::size_t>(static_cast<std::size_t>(count), std::max<std::size_t>(limit, 1));
   tbb::task_arena arena(static_cast<int>(slots));
+  used = static_cast<int>(slots);
   arena.execute([&] {
     tbb::parallel_for(
         tbb::blocked_range<std::size_t>(0, n, 1),
@@ -339,7 +340,7 @@ Status WritePerWeightFiles(const std::string& dir, const std::vector<std::string
     if (!known) to_write.push_back(hash);
     meta[hash] = MetaEntry{r.file, 0};
   }
-  std::vector<Status> errors = InParallel(to_write.size(), writers, [&](std::size_t i) {
+  std::vector<Status> errors = InParallel(to_write.size(), writers, result.writer_threads, [&](std::size_t i) {
     return WriteWeightFile(dir, "weight_" + to_write[i], regions.at(to_write[i]).value->data);
   });
   for (Status& s : errors) NPUFLOW_RETURN_IF_ERROR(std::move(s));
@@ -394,7 +395,7 @@ Status WriteCombinedFile(const std::string& dir, const std::string& file_name, c
   if (::ftruncate(fd, static_cast<off_t>(end)) != 0)
     s = Status::Failed("cannot extend combined weight file '{}' to {} bytes: {}", path, end, ErrnoText(errno));
   if (s.ok()) {
-    std::vector<Status> errors = InParallel(to_write.size(), writers, [&](std::size_t i) {
+    std::vector<Status> errors = InParallel(to_write.size(), writers, result.writer_threads, [&](std::size_t i) {
       const WeightRegion& r = regions.at(to_write[i]);
       return WriteAllAt(fd, r.value->data.data(), r.value->data.size(), r.offset, path);
     });
@@ -528,6 +529,7 @@ StatusOr<ConvertResult> ConvertConstToFileConstant(graph::ComputeGraph& root, co
     }
   }
   ConvertResult result;
+  result.hash_threads = tbb::this_task_arena::max_concurrency();
   tbb::parallel_for(std::size_t{0}, consts.size(), [&](std::size_t i) {
     consts[i].hash = Sha256Hex(consts[i].value->data.data(), consts[i].value->data.size());
   });

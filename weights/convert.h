@@ -73,6 +73,10 @@ struct ConvertResult {
                                             // zero padding not counted)
   int files_written = 0;                    // mode 1: weight files written; mode 2: 1 when the
                                             // combined file grew, else 0
+  int hash_threads = 0;                     // threads the hashing could use (the caller's arena)
+  int writer_threads = 0;                   // threads the writing could use: at most
+                                            // ConvertOptions::writers, fewer when oneTBB's process
+                                            // limit is held lower (0 when nothing was written)
 };
 
 // Modes 1 and 2: Const -> FileConstant as described above. Consts with empty data stay Consts.
