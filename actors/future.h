@@ -49,6 +49,13 @@ namespace detail {
 // True when the caller runs inside a Boost.Fiber fiber other than the thread's main context.
 bool InNonMainFiber();
 
+// True while an actor's handler (or a continuation it runs) executes on this thread. Such code
+// runs on a oneTBB worker and must never wait: a blocking wait there holds a worker that the
+// system needs (and deadlocks outright with one worker, as in deterministic mode).
+bool InHandler();
+// The error a wait on a future that is not ready yet gets inside a handler; names the actor.
+Status WaitInHandlerError(const char* call);
+
 // The type-erased part of a future's shared state, as seen by the actor runtime: it can fail the
 // future without knowing T, and check a reply's type.
 class CoreBase {
@@ -228,9 +235,12 @@ class Future {
   bool IsReady() const { return core_ && core_->ready(); }
 
   // Blocks (a thread) or yields (a fiber) until the value is there, and takes it. An invalid
-  // future (default-constructed, or already consumed) yields a ParamInvalid error.
+  // future (default-constructed, or already consumed) yields a ParamInvalid error. Inside an
+  // actor's handler a future that is not ready is an Internal error, not a wait (the future stays
+  // valid: chain it with Context::Then).
   T Get() {
     if (!core_) return T(Status::ParamInvalid("Future::Get on an invalid (empty or consumed) future"));
+    if (!core_->ready() && detail::InHandler()) return T(detail::WaitInHandlerError("Future::Get"));
     core()->Wait(std::nullopt);
     T value = core()->Take();
     core_.reset();
@@ -238,9 +248,11 @@ class Future {
   }
 
   // Waits at most `timeout`. Returns whether the value is there (then Get does not block).
+  // Inside an actor's handler it never waits: it only says whether the value is there.
   template <typename Rep, typename Period>
   bool WaitFor(std::chrono::duration<Rep, Period> timeout) {
     if (!core_) return false;
+    if (detail::InHandler()) return core_->ready();
     return core()->Wait(std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout));
   }
@@ -249,6 +261,7 @@ class Future {
   // then still valid and may be waited on again).
   template <typename Rep, typename Period>
   T GetFor(std::chrono::duration<Rep, Period> timeout) {
+    if (core_ && !core_->ready() && detail::InHandler()) return T(detail::WaitInHandlerError("Future::GetFor"));
     if (!WaitFor(timeout)) {
       if (!core_) return T(Status::ParamInvalid("Future::GetFor on an invalid future"));
       return T(Status::Timeout("no reply within {} ms",

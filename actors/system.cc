@@ -20,6 +20,19 @@ DrainThreadState& ThisThread() {
   return state;
 }
 
+bool InHandler() {
+  const DrainThreadState& ts = ThisThread();
+  return ts.in_drain && ts.current != nullptr;
+}
+
+Status WaitInHandlerError(const char* call) {
+  const DrainThreadState& ts = ThisThread();
+  return Status::Internal(
+      "{} inside the handler of actor '{}' on a future that is not ready: a handler must not wait (it would hold a "
+      "worker, and deadlock the system with one); chain the future with Context::Then instead",
+      call, ts.current != nullptr ? ts.current->name() : std::string("?"));
+}
+
 std::atomic<std::uint64_t>& ClosedLaneEpoch() {
   static std::atomic<std::uint64_t> epoch{0};
   return epoch;

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include <boost/fiber/fss.hpp>
 #include <fmt/format.h>
 
 #include "npu_sim/builtin_kernels.h"
@@ -15,17 +16,44 @@ namespace {
 
 std::atomic<std::uint64_t> g_runtime_uid{1};
 
-// The calling thread's host side: its virtual clock and trace tracks, for one runtime.
-struct HostThread {
-  std::uint64_t runtime = 0;
-  VTime clock = 0;
-  std::vector<TraceTrack*> tracks;  // per device
-};
-thread_local HostThread tl_host;
+// The calling thread's own host side (its main context's), and the client a ScopedHostClient
+// named on it, if any. A fiber's own side lives in a fiber-specific slot of the runtime.
+thread_local HostSide tl_host;
+thread_local HostClient* tl_scoped = nullptr;
 
 }  // namespace
 
-Runtime::Runtime(RuntimeOptions options) : options_(std::move(options)), uid_(g_runtime_uid.fetch_add(1)) {}
+ScopedHostClient::ScopedHostClient(HostClient& client) : previous_(tl_scoped) { tl_scoped = &client; }
+ScopedHostClient::~ScopedHostClient() { tl_scoped = previous_; }
+
+// Which host side the current call is charged to: a scoped client, else the fiber's own, else
+// the thread's own. A side last used with another runtime starts afresh at 0.
+HostSide& Runtime::CurrentHost() const {
+  HostSide* side = nullptr;
+  if (tl_scoped != nullptr) {
+    side = &tl_scoped->side_;
+  } else if (actors::detail::InNonMainFiber()) {
+    side = fiber_host_->get();
+    if (side == nullptr) {
+      fiber_host_->reset(new HostSide{});
+      side = fiber_host_->get();
+      side->name = fmt::format("host fiber {}", next_host_fiber_.fetch_add(1));
+    }
+  } else {
+    side = &tl_host;
+  }
+  if (side->runtime != uid_) {
+    side->runtime = uid_;
+    side->clock = 0;
+    side->tracks.clear();
+  }
+  return *side;
+}
+
+Runtime::Runtime(RuntimeOptions options)
+    : options_(std::move(options)),
+      uid_(g_runtime_uid.fetch_add(1)),
+      fiber_host_(std::make_unique<boost::fibers::fiber_specific_ptr<HostSide>>()) {}
 
 Runtime::~Runtime() {
   if (system_) system_->Shutdown();
@@ -99,36 +127,36 @@ StatusOr<bool> Runtime::GetDeviceCapability(int device, Feature feature) const {
   return Status::ParamInvalid("npu_sim: unknown feature");
 }
 
-VTime Runtime::HostClock() const { return tl_host.runtime == uid_ ? tl_host.clock : 0; }
+VTime Runtime::HostClock() const { return CurrentHost().clock; }
 
 VTime Runtime::HostCall(DeviceEntry& dev, std::string_view what) {
-  if (tl_host.runtime != uid_) tl_host = HostThread{uid_, 0, {}};
-  const VTime start = tl_host.clock;
+  HostSide& host = CurrentHost();
+  const VTime start = host.clock;
   const VTime latency = dev.device->chip().host_launch_latency_ns;
-  tl_host.clock += latency;
+  host.clock += latency;
   dev.device->host_interactions.fetch_add(1, std::memory_order_relaxed);
   if (dev.device->tracing()) {
     const auto d = static_cast<std::size_t>(dev.device->id());
-    if (tl_host.tracks.size() <= d) tl_host.tracks.resize(d + 1, nullptr);
-    if (tl_host.tracks[d] == nullptr) {
-      tl_host.tracks[d] =
-          trace_->AddTrack(dev.device->id(), fmt::format("host thread {}", next_host_track_.fetch_add(1)));
+    if (host.tracks.size() <= d) host.tracks.resize(d + 1, nullptr);
+    if (host.tracks[d] == nullptr) {
+      host.tracks[d] = trace_->AddTrack(
+          dev.device->id(), host.name.empty() ? fmt::format("host thread {}", next_host_track_.fetch_add(1)) : host.name);
     }
-    tl_host.tracks[d]->Add(TraceEvent{std::string(what), start, latency, dev.device->deterministic() ? -1 : WallNs(), {}});
+    host.tracks[d]->Add(TraceEvent{std::string(what), start, latency, dev.device->deterministic() ? -1 : WallNs(), {}});
   }
-  return tl_host.clock;
+  return host.clock;
 }
 
 template <typename R>
 StatusOr<R> Runtime::Wait(actors::Future<StatusOr<R>>& future, Timeout timeout, std::string_view what) {
-  if (!timeout) return future.Get();
+  if (!timeout || actors::detail::InHandler()) return future.Get();
   if (!future.WaitFor(*timeout))
     return Status::Timeout("{} did not complete within {} ms", what, timeout->count());
   return future.Get();
 }
 
 Status Runtime::WaitStatus(actors::Future<Status>& future, Timeout timeout, std::string_view what) {
-  if (!timeout) return future.Get();
+  if (!timeout || actors::detail::InHandler()) return future.Get();
   if (!future.WaitFor(*timeout)) return Status::Timeout("{} did not complete within {} ms", what, timeout->count());
   return future.Get();
 }
@@ -247,7 +275,7 @@ Status Runtime::SynchronizeStream(Stream stream, Timeout timeout) {
   auto done = hs->addr.Ask<VTime>(Synchronize{upto});
   auto end = Wait(done, timeout, fmt::format("device {} stream {} synchronize", stream.device, stream.id));
   if (!end.ok()) return end.status();
-  tl_host.clock = std::max(tl_host.clock, *end);
+  CurrentHost().clock = std::max(HostClock(), *end);
   return Status::Ok();
 }
 
@@ -335,7 +363,7 @@ Status Runtime::SynchronizeEvent(Event event, Timeout timeout) {
   auto f = dev->device->events.Ask<VTime>(HostWaitEvent{event.id});
   auto at = Wait(f, timeout, fmt::format("device {} event {} synchronize", event.device, event.id));
   if (!at.ok()) return at.status();
-  tl_host.clock = std::max(tl_host.clock, *at);
+  CurrentHost().clock = std::max(HostClock(), *at);
   return Status::Ok();
 }
 Status Runtime::ResetEvent(Event event) {
@@ -524,7 +552,7 @@ StatusOr<VTime> Runtime::ExecuteModel(Model model, std::vector<std::uint64_t> io
     }
     return end.status();
   }
-  tl_host.clock = std::max(tl_host.clock, *end);
+  CurrentHost().clock = std::max(HostClock(), *end);
   return *end;
 }
 

@@ -7,8 +7,10 @@
 //   rt->LaunchKernel(s, "vector_add_f32", 8, {a.value, b.value, c.value, n});
 //   rt->SynchronizeStream(s);
 //
-// Calls are thread-safe. Each host API call that reaches a device advances the calling thread's
-// host virtual clock by the chip's host launch latency and counts as one host interaction.
+// Calls are thread-safe. Each host API call that reaches a device advances the caller's host
+// virtual clock by the chip's host launch latency and counts as one host interaction. The caller
+// is a host client (host_client.h): the thread, the fiber, or a HostClient a ScopedHostClient
+// names.
 #pragma once
 
 #include <atomic>
@@ -23,9 +25,15 @@
 
 #include "actors/system.h"
 #include "npu_sim/device.h"
+#include "npu_sim/host_client.h"
 #include "npu_sim/messages.h"
 #include "npu_sim/task.h"
 #include "npu_sim/trace.h"
+
+namespace boost::fibers {
+template <typename T>
+class fiber_specific_ptr;
+}
 
 namespace npuflow::npu_sim {
 
@@ -142,7 +150,7 @@ class Runtime {
   StatusOr<DeviceStats> Stats(int device) const;
   TraceRecorder& trace() { return *trace_; }
   Status WriteTrace(const std::string& path) const { return trace_->WriteFile(path); }
-  VTime HostClock() const;  // this thread's host virtual clock
+  VTime HostClock() const;  // the current host client's virtual clock (host_client.h)
   actors::System& system() { return *system_; }
 
  private:
@@ -175,8 +183,9 @@ class Runtime {
   StatusOr<HostStream*> BoundStreamOf(Model model, Stream stream) const;
   StatusOr<ModelEntry*> ModelOf(Model model) const;
   StatusOr<std::shared_ptr<const std::vector<std::uint64_t>>> CheckIo(Model model, std::vector<std::uint64_t> io) const;
-  // Host side of a call that reaches the device: advances this thread's host clock.
+  // Host side of a call that reaches the device: advances the current client's host clock.
   VTime HostCall(DeviceEntry& dev, std::string_view what);
+  HostSide& CurrentHost() const;
   StatusOr<std::uint32_t> SubmitTasks(Stream stream, std::vector<Task> tasks, std::string_view what);
   template <typename R>
   static StatusOr<R> Wait(actors::Future<StatusOr<R>>& future, Timeout timeout, std::string_view what);
@@ -188,6 +197,9 @@ class Runtime {
   std::vector<std::unique_ptr<DeviceEntry>> devices_;
   const std::uint64_t uid_;  // tells this runtime's host clocks from another's
   std::atomic<int> next_host_track_{0};
+  mutable std::atomic<int> next_host_fiber_{0};
+  // Each fiber's own host side for this runtime (deleted when the fiber ends).
+  std::unique_ptr<boost::fibers::fiber_specific_ptr<HostSide>> fiber_host_;
 };
 
 }  // namespace npuflow::npu_sim

@@ -316,6 +316,51 @@ class Holder {
   std::vector<Replier<long>> held_;
 };
 
+// An actor that waits on futures inside its handler: on one a Holder never answers, and on one
+// that is already complete.
+class Waiter {
+ public:
+  struct WaitOnHolder {};
+  struct WaitOnReady {};
+  using Message = std::variant<WaitOnHolder, WaitOnReady>;
+  explicit Waiter(Address<Holder::Message> holder) : holder_(holder) {}
+  void Receive(Message& msg, Context<Message>& ctx) {
+    if (std::holds_alternative<WaitOnReady>(msg)) {
+      ctx.Reply<long>(Future<StatusOr<long>>::Ready(StatusOr<long>(7)).Get().value());
+      return;
+    }
+    Future<StatusOr<long>> never = holder_.Ask<long>(Holder::Hold{});
+    const Status get = never.Get().status();
+    const Status get_for = never.GetFor(std::chrono::hours(1)).status();
+    const bool waited = never.WaitFor(std::chrono::hours(1));
+    if (get.ok() || get_for.ok() || waited || !never.valid()) return ctx.ReplyError(Status::Failed("a wait did not fail"));
+    ctx.Reply<std::string>(get.ToString() + "\n" + get_for.ToString());
+  }
+
+ private:
+  Address<Holder::Message> holder_;
+};
+
+// A handler never waits: a wait on a future that is not ready is an error naming the actor, in
+// every mode (with one worker or in deterministic mode, a blocking wait would deadlock), and a
+// ready future is simply taken.
+TEST(Actors, AWaitInsideAHandlerIsAnErrorNotADeadlock) {
+  for (const SystemOptions& options : {SystemOptions{.workers = 1}, SystemOptions{.workers = 2},
+                                       SystemOptions{.workers = 1, .deterministic = true}}) {
+    System system(options);
+    auto holder = system.Spawn<Holder>("holder");
+    auto waiter = system.Spawn<Waiter>("waiter", holder);
+    StatusOr<std::string> errors = waiter.Ask<std::string>(Waiter::WaitOnHolder{}).GetFor(30s);
+    ASSERT_TRUE(errors.ok()) << errors.status().ToString();
+    EXPECT_NE(errors->find("Future::Get inside the handler of actor 'waiter'"), std::string::npos) << *errors;
+    EXPECT_NE(errors->find("Future::GetFor inside the handler of actor 'waiter'"), std::string::npos) << *errors;
+    EXPECT_NE(errors->find("Context::Then"), std::string::npos) << *errors;
+    EXPECT_EQ(waiter.Ask<long>(Waiter::WaitOnReady{}).GetFor(30s).value(), 7);
+    // Outside a handler, the same wait still blocks: a thread may wait.
+    EXPECT_FALSE(holder.Ask<long>(Holder::Hold{}).WaitFor(10ms));
+  }
+}
+
 // Parks the first delivery to `receiver` for a long time, so messages pile up behind it.
 class ParkingTap : public DeliveryTap {
  public:

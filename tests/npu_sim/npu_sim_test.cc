@@ -461,6 +461,40 @@ std::string RunTracedProgram() {
   return rt->trace().ToJson();
 }
 
+// A host client owns its virtual time: calls made while a ScopedHostClient names it advance its
+// clock, on whichever thread they run, and leave the thread's own clock alone; its trace track
+// carries its name.
+TEST(HostClients, AScopedClientChargesItsOwnClockOnAnyThread) {
+  auto rt = MakeRuntime({.chips = {"910B"}, .workers = 2, .trace = true});
+  const VTime latency = rt->chip(0).value()->host_launch_latency_ns;
+  HostClient loader("weight loader");
+  const VTime thread_before = rt->HostClock();
+  {
+    ScopedHostClient scope(loader);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(rt->Malloc(0, 64).ok());
+    EXPECT_EQ(rt->HostClock(), 3 * latency);
+  }
+  EXPECT_EQ(rt->HostClock(), thread_before);
+  std::thread other([&] {
+    ScopedHostClient scope(loader);
+    ASSERT_TRUE(rt->Malloc(0, 64).ok());
+  });
+  other.join();
+  EXPECT_EQ(loader.clock(), 4 * latency);
+  EXPECT_EQ(rt->HostClock(), thread_before);
+  // A synchronize merges the device's end into the client's clock, not the thread's.
+  Stream s = rt->CreateStream(0).value();
+  const VTime thread_clock = rt->HostClock();
+  {
+    ScopedHostClient scope(loader);
+    ASSERT_TRUE(rt->LaunchKernel(s, "fill_f32", 4, {rt->Malloc(0, 4096).value().value, 1024, FloatBits(1.f)}).ok());
+    ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+    EXPECT_GE(loader.clock(), 7 * latency);
+  }
+  EXPECT_EQ(rt->HostClock(), thread_clock);
+  EXPECT_NE(rt->trace().ToJson().find("\"weight loader\""), std::string::npos);
+}
+
 // Zero copy: the loaded list names the places of the I/O addresses; each run writes its own.
 TEST(DeviceModel, IoPatchesPointEachRunAtItsOwnBuffers) {
   auto rt = MakeRuntime();
