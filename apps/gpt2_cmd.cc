@@ -1,6 +1,7 @@
 #include "apps/gpt2_cmd.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -61,11 +62,7 @@ std::string Printable(std::string_view bytes) {
   return s;
 }
 
-std::string JoinIds(const std::vector<int>& ids) {
-  std::string s;
-  for (int id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
-  return s;
-}
+std::string JoinIds(const std::vector<int>& ids) { return fmt::format("{}", fmt::join(ids, " ")); }
 
 // The process's peak resident memory (VmHWM), MB; 0 when unknown.
 double PeakRssMb() {
