@@ -52,6 +52,7 @@ class HostClient {
 
  private:
   friend class Runtime;
+  friend class ScopedHostClient;
   HostSide side_;
 };
 
@@ -60,12 +61,15 @@ class HostClient {
 class ScopedHostClient {
  public:
   explicit ScopedHostClient(HostClient& client);
+  // A host side lent by a caller that waits for the answer (Runtime::CurrentHostSide): an actor
+  // acting for that caller charges the caller's clock and trace track, never a worker's.
+  explicit ScopedHostClient(HostSide& side);
   ~ScopedHostClient();
   ScopedHostClient(const ScopedHostClient&) = delete;
   ScopedHostClient& operator=(const ScopedHostClient&) = delete;
 
  private:
-  HostClient* previous_;
+  HostSide* previous_;
 };
 
 }  // namespace npuflow::npu_sim

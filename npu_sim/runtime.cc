@@ -19,11 +19,12 @@ std::atomic<std::uint64_t> g_runtime_uid{1};
 // The calling thread's own host side (its main context's), and the client a ScopedHostClient
 // named on it, if any. A fiber's own side lives in a fiber-specific slot of the runtime.
 thread_local HostSide tl_host;
-thread_local HostClient* tl_scoped = nullptr;
+thread_local HostSide* tl_scoped = nullptr;
 
 }  // namespace
 
-ScopedHostClient::ScopedHostClient(HostClient& client) : previous_(tl_scoped) { tl_scoped = &client; }
+ScopedHostClient::ScopedHostClient(HostClient& client) : previous_(tl_scoped) { tl_scoped = &client.side_; }
+ScopedHostClient::ScopedHostClient(HostSide& side) : previous_(tl_scoped) { tl_scoped = &side; }
 ScopedHostClient::~ScopedHostClient() { tl_scoped = previous_; }
 
 // Which host side the current call is charged to: a scoped client, else the fiber's own, else
@@ -31,7 +32,7 @@ ScopedHostClient::~ScopedHostClient() { tl_scoped = previous_; }
 HostSide& Runtime::CurrentHost() const {
   HostSide* side = nullptr;
   if (tl_scoped != nullptr) {
-    side = &tl_scoped->side_;
+    side = tl_scoped;
   } else if (actors::detail::InNonMainFiber()) {
     side = fiber_host_->get();
     if (side == nullptr) {
@@ -128,6 +129,7 @@ StatusOr<bool> Runtime::GetDeviceCapability(int device, Feature feature) const {
 }
 
 VTime Runtime::HostClock() const { return CurrentHost().clock; }
+HostSide& Runtime::CurrentHostSide() const { return CurrentHost(); }
 
 VTime Runtime::HostCall(DeviceEntry& dev, std::string_view what) {
   HostSide& host = CurrentHost();
@@ -215,13 +217,22 @@ Status Runtime::MemcpyD2D(int device, DevicePtr dst, DevicePtr src, std::uint64_
 StatusOr<Stream> Runtime::CreateStream(int device) {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   HostCall(*dev, "create stream");
-  std::lock_guard<std::mutex> lock(dev->mu);
+  std::unique_lock<std::mutex> lock(dev->mu);
   if (dev->device->live_streams() >= static_cast<std::size_t>(dev->device->chip().max_streams))
     return Status::MemoryAllocation("npu_sim: device {}: all {} streams are in use", device,
                                     dev->device->chip().max_streams);
   if (auto reused = dev->device->ReuseStream()) {
+    // Claimed under the lock (not live yet, so nobody else reaches it); reset after unlocking:
+    // the device lock is never held across a wait, since actor handlers take it too (Submit),
+    // and a wait that holds them all would starve the stream that has to answer.
     HostStream& hs = *dev->streams[*reused];
-    NPUFLOW_RETURN_IF_ERROR(hs.addr.Ask(ResetStream{}).Get());
+    lock.unlock();
+    Status reset = hs.addr.Ask(ResetStream{}).Get();
+    lock.lock();
+    if (!reset.ok()) {
+      (void)dev->device->RetireStream(*reused);  // back to the pool
+      return reset;
+    }
     std::lock_guard<std::mutex> slock(hs.mu);
     hs.next_seq = hs.next_task = 0;
     hs.model = -1;
@@ -473,6 +484,16 @@ Status Runtime::ElideWaits(Model model, Stream stream, std::vector<std::uint32_t
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
   HostCall(*dev, "elide waits");
   return hs->addr.Ask(npu_sim::ElideWaits{std::move(tasks)}).Get();
+}
+
+actors::Future<Status> Runtime::ElideWaitsAsync(Model model, Stream stream, std::vector<std::uint32_t> tasks) {
+  if (auto m = ModelOf(model); !m.ok()) return actors::Future<Status>::Ready(m.status());
+  auto hs = BoundStreamOf(model, stream);
+  if (!hs.ok()) return actors::Future<Status>::Ready(hs.status());
+  auto dev = Dev(stream.device);
+  if (!dev.ok()) return actors::Future<Status>::Ready(dev.status());
+  HostCall(**dev, "elide waits");
+  return (*hs)->addr.Ask(npu_sim::ElideWaits{std::move(tasks)});
 }
 
 StatusOr<std::shared_ptr<const std::vector<std::uint64_t>>> Runtime::CheckIo(Model model,

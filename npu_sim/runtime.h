@@ -129,6 +129,7 @@ class Runtime {
   // for waits that can no longer block, such as a latch every run has passed. A task that is not
   // an event wait (or a NOP) is an error naming it, and nothing changes.
   Status ElideWaits(Model model, Stream stream, std::vector<std::uint32_t> tasks);
+  actors::Future<Status> ElideWaitsAsync(Model model, Stream stream, std::vector<std::uint32_t> tasks);
   // One message to the device; the host hears only the completion. On timeout the model is
   // aborted and a Timeout status returned. Returns the run's virtual end time. `io`: one address
   // per slot of the loaded patches (empty: the lists run as loaded).
@@ -151,6 +152,10 @@ class Runtime {
   TraceRecorder& trace() { return *trace_; }
   Status WriteTrace(const std::string& path) const { return trace_->WriteFile(path); }
   VTime HostClock() const;  // the current host client's virtual clock (host_client.h)
+  // The current host client's side, to lend to an actor that acts for this caller while the
+  // caller waits for its answer (ScopedHostClient(HostSide&)). The caller makes no host call of
+  // its own until the answer comes.
+  HostSide& CurrentHostSide() const;
   actors::System& system() { return *system_; }
 
  private:

@@ -4,9 +4,21 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <string_view>
+
+#include "actors/future.h"
 #include "base/logging.h"
 
 namespace npuflow::scheduler {
+
+StatusOr<ExecutePath> DefaultExecutePath() {
+  const char* env = std::getenv("NPUFLOW_EXECUTE_PATH");
+  const std::string_view v = env == nullptr ? "actor" : env;
+  if (v == "actor" || v.empty()) return ExecutePath::kActor;
+  if (v == "caller") return ExecutePath::kCallerThread;
+  return Status::ParamInvalid("NPUFLOW_EXECUTE_PATH must be 'actor' or 'caller', got '{}'", v);
+}
 
 DavinciModel::DavinciModel(npu_sim::Runtime* rt, std::uint32_t id, std::shared_ptr<const CompiledModel> model,
                            LoadConfig config)
@@ -33,8 +45,29 @@ Status DavinciModel::Init() {
   if (s.ok()) s = stage("InitVariables", &DavinciModel::InitVariables);
   if (s.ok()) s = stage("InitNodes", &DavinciModel::InitNodes);
   if (s.ok()) s = stage("DoTaskSink", &DavinciModel::DoTaskSink);
+  if (s.ok()) s = StartExecutionPath();
   if (!s.ok()) (void)Unload();
   return s;
+}
+
+Status DavinciModel::StartExecutionPath() {
+  ExecutePath path = ExecutePath::kActor;
+  if (config_.execute_path) {
+    path = *config_.execute_path;
+  } else {
+    NPUFLOW_ASSIGN_OR_RETURN(path, DefaultExecutePath());
+  }
+  if (path == ExecutePath::kCallerThread) return Status::Ok();
+  own_io_.clear();
+  for (std::size_t i = 0; i < instances_.size(); ++i) {
+    std::vector<std::uint64_t> io = OwnIo(static_cast<int>(i));
+    // A zero-byte tensor has no address of its own; any non-null one will do.
+    for (std::uint64_t& a : io)
+      if (a == 0) a = instances_[i]->base[Seg(graph::Segment::kInput)].value;
+    own_io_.push_back(std::move(io));
+  }
+  actor_ = SpawnModelActor(*this);
+  return Status::Ok();
 }
 
 // ---- unload --------------------------------------------------------------------------------------
@@ -60,11 +93,23 @@ Status DavinciModel::FreeInstance(Instance& inst) {
 
 Status DavinciModel::Unload() {
   if (unloaded_.exchange(true)) return Status::Ok();
-  // Executions in flight end now (Aborted); then nothing uses the instances any more.
+  // A host-scheduled run in flight ends now (its streams are aborted).
   for (auto& inst : instances_) {
-    if (inst->has_model) (void)rt_->AbortModel(inst->model);
-    if (inst->exec_stream.device >= 0) (void)rt_->AbortStream(inst->exec_stream);
+    std::lock_guard<std::mutex> lock(host_streams_mu_);
     for (const npu_sim::Stream& s : inst->host_streams) (void)rt_->AbortStream(s);
+  }
+  if (actor_.valid()) {
+    // The actor fails what is queued, aborts what runs and answers once nothing runs any more.
+    if (actors::detail::InHandler())
+      NPUFLOW_LOG_WARN(kScheduler, "model {}: unloaded inside an actor handler; executions in flight are not waited for", id_);
+    else if (Status s = actor_.Ask(model_msg::Unload{&rt_->CurrentHostSide()}).Get(); !s.ok())
+      NPUFLOW_LOG_WARN(kScheduler, "model {}: unload: {}", id_, s.ToString());
+  } else {
+    // Executions in flight end now (Aborted); then nothing uses the instances any more.
+    for (auto& inst : instances_) {
+      if (inst->has_model) (void)rt_->AbortModel(inst->model);
+      if (inst->exec_stream.device >= 0) (void)rt_->AbortStream(inst->exec_stream);
+    }
   }
   std::unique_lock<std::shared_mutex> exec_lock(exec_mu_);
   Status first;

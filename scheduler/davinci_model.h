@@ -31,7 +31,10 @@
 // concurrent callers spread over them. A model that updates a Variable in place has one instance,
 // so its updates stay in call order.
 //
-// Thread-safety: NnExecute may be called from many threads at once.
+// Thread-safety: NnExecute may be called from many threads and fibers at once. Each execution is
+// a message to the model's ModelActor (model_actor.h), which owns the execution state (instances
+// in flight, exclusivity, the weight gate, timeouts, unload draining); the caller only checks its
+// arguments, stages host buffers, sends and waits.
 //
 // Units. One class in several files, one per stage group: davinci_model.cc (Init's outline and
 // the lifetime: construction, Unload), davinci_model_load.cc (Needs, InitModelMem, InitIoNodes,
@@ -59,6 +62,7 @@
 #include "base/status.h"
 #include "graph/model_file/compiled_model.h"
 #include "npu_sim/runtime.h"
+#include "scheduler/model_actor.h"
 #include "weights/external_weight_manager.h"
 
 namespace npuflow::scheduler {
@@ -93,6 +97,12 @@ struct FileConstantMem {
   std::uint64_t size = 0;
 };
 
+// Who runs an execution's bookkeeping: the model's ModelActor (the default), or the calling
+// thread under the model's locks (the path before the actor, kept for same-run comparisons).
+// NPUFLOW_EXECUTE_PATH=actor|caller sets the default.
+enum class ExecutePath { kActor, kCallerThread };
+StatusOr<ExecutePath> DefaultExecutePath();
+
 struct LoadConfig {
   int device = 0;
   std::uint64_t session_id = 0;
@@ -116,6 +126,8 @@ struct LoadConfig {
   std::optional<AesKey> weight_key;   // the weight files are AES-256-GCM envelopes under this key
   // The session's manager (ModelManager supplies its own when null).
   std::shared_ptr<weights::ExternalWeightManager> weight_manager;
+  // Unset: DefaultExecutePath().
+  std::optional<ExecutePath> execute_path;
 
   // User memory for the file `name`: ptr + offset holds a FileConstant's bytes, nothing is copied,
   // nothing is ever freed. A null pointer, a size of 0 or one that is not a multiple of 32 is a
@@ -221,7 +233,10 @@ class DavinciModel {
   static constexpr int Seg(graph::Segment s) { return static_cast<int>(s); }
 
   Status InitModelMem();
+  // The last stage: spawns the ModelActor unless the config asks for the caller-thread path.
+  Status StartExecutionPath();
   // PreProcessFileConstants and its stages (weight_binding.cc).
+  friend class ModelActor;
   struct FileConstantUse;
   using FileConstantsByFile = std::map<std::string, std::vector<const FileConstantUse*>>;
   Status PreProcessFileConstants();
@@ -242,6 +257,15 @@ class DavinciModel {
   // The FileConstant slot holding logical offset `offset` of the file_constant segment, or -1.
   int FileConstantSlotOf(std::uint64_t offset) const;
   Status CheckArgs(const ExecuteArgs& args) const;
+  // The execution paths (nn_execute.cc): through the ModelActor, or on the calling thread.
+  Status NnExecuteThroughActor(const ExecuteArgs& args);
+  Status NnExecuteOnCaller(const ExecuteArgs& args);
+  Status RunHostScheduled(const ExecuteArgs& args);
+  // A staged run as one submission: the input copies, the model execute, the output copies.
+  void FillStaging(const ExecuteArgs& args, Staging& staging) const;
+  std::vector<npu_sim::Task> StagedTasks(const std::vector<std::uint64_t>& io, std::uint32_t device_model,
+                                         const std::shared_ptr<Staging>& staging) const;
+  bool HasGates(int i) const;
   Instance& PickInstance();
   std::vector<std::uint64_t> IoFor(const Instance& inst, const ExecuteArgs& args) const;
   Status FreeInstance(Instance& inst);
@@ -293,6 +317,12 @@ class DavinciModel {
   std::atomic<int> run_loops_{0};
   std::atomic<std::uint64_t> last_used_{0};
   std::atomic<std::uint64_t> next_instance_{0};
+
+  // The execution path's actor (invalid on the caller path, and until Init has finished), and
+  // per instance the io that runs it on its own I/O blocks.
+  actors::Address<ModelMsg> actor_;
+  std::vector<std::vector<std::uint64_t>> own_io_;
+  std::mutex host_streams_mu_;  // Instance::host_streams: made by a host-scheduled run, aborted by Unload
 };
 
 }  // namespace npuflow::scheduler

@@ -1,279 +1,342 @@
+// ModelActor's handlers. The model's immutable parts (instances, their device models, streams
+// and gates) are read through DavinciModel; everything that changes per execution lives here.
 #include "scheduler/model_actor.h"
 
+#include <algorithm>
 #include <deque>
-#include <variant>
+#include <limits>
 
 #include <fmt/format.h>
 
-#include "graph/ir/tensor_access.h"
-#include "scheduler/model_manager.h"
+#include "base/logging.h"
+#include "base/timer.h"
+#include "scheduler/davinci_model.h"
 
 namespace npuflow::scheduler {
-namespace {
-
-struct Item {
-  std::vector<Tensor> inputs;
-  std::vector<Tensor> outputs;
-  RunCallback done;
-};
-
-struct PushItem {
-  static constexpr std::string_view kKind = "PushItem";
-  std::unique_ptr<Item> item;
-};
-struct ItemTimedOut {
-  static constexpr std::string_view kKind = "ItemTimedOut";
-  std::uint64_t seq = 0;
-};
-struct StopLoop {  // Ask<void>: answered once no item is in flight
-  static constexpr std::string_view kKind = "StopLoop";
-};
-using LoopMsg = std::variant<PushItem, ItemTimedOut, StopLoop>;
-
-}  // namespace
-
-struct RunLoop::Shared {
-  std::shared_ptr<DavinciModel> model;
-  npu_sim::Runtime* rt = nullptr;
-  DeadlineTimer* timer = nullptr;
-  npu_sim::Timeout timeout;
-  actors::Address<LoopMsg> actor;
-  mutable std::mutex mu;
-  Status status;  // Ok while running
-  bool running = true;
-
-  void SetStopped(Status why) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!running) return;
-    running = false;
-    status = std::move(why);
-  }
-};
-
-namespace {
 
 class ModelActor {
  public:
-  using Message = LoopMsg;
-  explicit ModelActor(std::shared_ptr<RunLoop::Shared> shared) : shared_(std::move(shared)) {}
+  using Message = ModelMsg;
+  using Ctx = actors::Context<Message>;
 
-  void Receive(Message& msg, actors::Context<Message>& ctx) {
-    std::visit(
-        [&](auto& m) {
-          using M = std::decay_t<decltype(m)>;
-          if constexpr (std::is_same_v<M, PushItem>) {
-            if (!m.item) {  // a nudge: the previous item finished outside a handler's context
-              if (!stopped_ && !current_) StartNext(ctx);
-              return;
-            }
-            if (stopped_) {
-              m.item->done(stop_status_, {});
-              return;
-            }
-            queue_.push_back(std::move(m.item));
-            if (!current_) StartNext(ctx);
-          } else if constexpr (std::is_same_v<M, ItemTimedOut>) {
-            if (!current_ || m.seq != seq_) return;  // answered in time
-            const auto ms = shared_->timeout ? shared_->timeout->count() : 0;
-            timed_out_ = true;
-            Stop(Status::Timeout("model {}: Run loop execution did not complete within {} ms; the device model was "
-                                 "aborted and the loop stopped",
-                                 shared_->model->id(), ms),
-                 ctx);
-            TryFinishStopped(ctx.self());
-          } else if constexpr (std::is_same_v<M, StopLoop>) {
-            if (!stopped_) Stop(Status::Aborted("model {}: Run loop stopped by the user", shared_->model->id()), ctx);
-            drains_.push_back(ctx.TakeReply());
-            TryFinishStopped(ctx.self());
-          }
-        },
-        msg);
+  explicit ModelActor(DavinciModel* model)
+      : model_(model), rt_(model->rt_), in_flight_(model->instances_.size(), 0),
+        gates_elided_(model->instances_.size(), false) {}
+
+  void Receive(Message& msg, Ctx& ctx) {
+    std::visit([&](auto& m) { On(m, ctx); }, msg);
   }
 
  private:
-  // Stops the loop: queued items get `why`; the run in flight is aborted on the device, and is
-  // answered (with `why`) once the abort has completed, so nothing of it is left running when a
-  // caller hears of it.
-  void Stop(Status why, actors::Context<Message>& ctx) {
-    stopped_ = true;
-    stop_status_ = why;
-    shared_->SetStopped(why);
-    for (auto& item : queue_) item->done(why, {});
-    queue_.clear();
-    if (current_) {
-      npu_sim::Runtime& rt = *shared_->rt;
-      abort_pending_ = true;
-      ctx.Then(rt.AbortModelAsync(shared_->model->device_model(0)), [this, self = ctx.self()](Status) {
-        abort_pending_ = false;
-        TryFinishStopped(self);
+  enum class Phase { kReady, kUnloading, kUnloaded };
+  struct Pending {
+    actors::Replier<ExecReply> reply;
+    npu_sim::HostSide* host = nullptr;
+    npu_sim::Timeout timeout;
+    DeadlineTimer::Id timer = 0;
+    std::uint32_t generation = 0;
+    int instance = -1;
+    bool live = false;
+    bool staged = false;
+    bool weights_settled = false;
+    bool timed_out = false;   // an abort for its timeout is under way
+    bool run_done = false;    // the device has answered the run
+    bool abort_done = false;  // the timeout's abort has completed
+    Status result;            // the run's outcome, once run_done
+  };
+  struct Held {
+    ExecRequest req;
+    actors::Replier<ExecReply> reply;
+  };
+
+  std::uint32_t id() const { return model_->id_; }
+  static std::uint64_t Ticket(std::size_t slot, std::uint32_t generation) {
+    return (static_cast<std::uint64_t>(generation) << 32) | slot;
+  }
+  Pending* Find(std::uint64_t ticket) {
+    const std::size_t slot = ticket & 0xffffffffu;
+    if (slot >= pending_.size()) return nullptr;
+    Pending& p = pending_[slot];
+    return p.live && p.generation == (ticket >> 32) ? &p : nullptr;
+  }
+
+  // ---- executions ------------------------------------------------------------------------------
+  void On(model_msg::Execute& m, Ctx& ctx) {
+    if (phase_ != Phase::kReady) {
+      ctx.ReplyError(Status::Aborted("model {} is unloaded", id()));
+      return;
+    }
+    actors::Replier<ExecReply> reply = ctx.TakeReply<ExecReply>();
+    if (exclusive_) {  // a host-scheduled run has the model: start when it ends
+      held_.push_back(Held{std::move(m.req), std::move(reply)});
+      return;
+    }
+    Start(std::move(m.req), std::move(reply), ctx);
+  }
+
+  void Start(ExecRequest req, actors::Replier<ExecReply> reply, Ctx& ctx) {
+    if (Status w = model_->WeightsStatus(); !w.ok()) {
+      reply.Fail(std::move(w));
+      return;
+    }
+    // Weights still streaming in: the run waits for them on the device, and its caller for the
+    // load's verdict (a load that failed records its latches anyway, so as not to hang).
+    const bool settled = model_->weights_landed_.load(std::memory_order_acquire);
+    model_->Touch();
+    npu_sim::ScopedHostClient charge(*req.host);
+    if (req.stream) {  // on the caller's stream: queued behind its work, answered once submitted
+      const int i = static_cast<int>(rr_++ % in_flight_.size());
+      Status s = rt_->ExecuteModelOnStream(model_->instances_[i]->model, *req.stream, FillIo(i, std::move(req.io)));
+      if (s.ok()) reply.Reply(ExecReply{});
+      else reply.Fail(s.WithContext(fmt::format("model {}", id())));
+      return;
+    }
+    const int i = PickInstance();
+    const DavinciModel::Instance& inst = *model_->instances_[i];
+    std::vector<std::uint64_t> io = FillIo(i, std::move(req.io));
+    actors::Future<StatusOr<npu_sim::VTime>> done;
+    if (req.staging == nullptr) {
+      done = rt_->ExecuteModelAsync(inst.model, std::move(io));
+    } else {
+      auto submitted = rt_->Submit(inst.exec_stream, model_->StagedTasks(io, inst.model.id, req.staging));
+      if (!submitted.ok()) {
+        reply.Fail(submitted.status().WithContext(fmt::format("model {}", id())));
+        return;
+      }
+      done = rt_->SynchronizeStreamAsync(inst.exec_stream);
+    }
+    const std::uint64_t ticket = Track(i, std::move(reply), req, settled);
+    if (req.timeout) {
+      pending_[ticket & 0xffffffffu].timer =
+          Timer().Schedule(*req.timeout, [self = ctx.self(), ticket] { self.Send(model_msg::TimedOut{ticket}); });
+    }
+    ctx.Then(std::move(done), [this, self = ctx.self(), ticket](StatusOr<npu_sim::VTime> end) {
+      RunDone(ticket, std::move(end), self);
+    });
+  }
+
+  std::uint64_t Track(int instance, actors::Replier<ExecReply> reply, const ExecRequest& req, bool settled) {
+    std::size_t slot;
+    if (!free_.empty()) {
+      slot = free_.back();
+      free_.pop_back();
+    } else {
+      slot = pending_.size();
+      pending_.emplace_back();
+    }
+    Pending& p = pending_[slot];
+    p.reply = std::move(reply);
+    p.host = req.host;
+    p.timeout = req.timeout;
+    p.timer = 0;
+    p.instance = instance;
+    p.live = true;
+    p.staged = req.staging != nullptr;
+    p.weights_settled = settled;
+    p.timed_out = p.run_done = p.abort_done = false;
+    p.result = Status::Ok();
+    ++in_flight_[instance];
+    model_->in_flight_.fetch_add(1, std::memory_order_relaxed);
+    return Ticket(slot, p.generation);
+  }
+
+  // The caller's io with the instance's own blocks where it gave host memory (0).
+  std::vector<std::uint64_t> FillIo(int i, std::vector<std::uint64_t> io) const {
+    const std::vector<std::uint64_t>& own = model_->own_io_[i];
+    for (std::size_t k = 0; k < io.size() && k < own.size(); ++k)
+      if (io[k] == 0) io[k] = own[k];
+    return io;
+  }
+
+  int PickInstance() {
+    // An idle instance, else the least busy; starting points rotate so load spreads.
+    const std::size_t n = in_flight_.size();
+    const std::size_t start = rr_++ % n;
+    std::size_t best = start;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = (start + k) % n;
+      if (in_flight_[i] == 0) return static_cast<int>(i);
+      if (in_flight_[i] < in_flight_[best]) best = i;
+    }
+    return static_cast<int>(best);
+  }
+
+  // The device answered ticket's run (a continuation: runs in this actor like a message).
+  void RunDone(std::uint64_t ticket, StatusOr<npu_sim::VTime> end, actors::Address<Message> self) {
+    Pending* p = Find(ticket);
+    if (p == nullptr) return;
+    if (p->timer != 0) (void)Timer().Cancel(p->timer);
+    p->timer = 0;
+    p->run_done = true;
+    --in_flight_[p->instance];
+    model_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    if (end.ok()) {
+      p->host->clock = std::max(p->host->clock, *end);  // the caller's clock merges the run's end
+    } else {
+      p->result = end.status().WithContext(fmt::format("model {}", id()));
+    }
+    if (p->timed_out) {
+      if (p->abort_done) Answer(*p, TimeoutError(*p));
+    } else if (!p->result.ok() || !p->weights_settled || gates_elided_[p->instance] || !model_->HasGates(p->instance)) {
+      Answer(*p, p->result);
+    } else {
+      self.Send(model_msg::GatesElided{ticket});  // elide first, then answer (below)
+    }
+    CheckDrained();
+  }
+
+  // After a run that started with every weight landed: the instance's gates become NOPs on the
+  // device before its caller hears of the run, so the caller's next run never meets them.
+  void On(model_msg::GatesElided& m, Ctx& ctx) {
+    Pending* p = Find(m.ticket);
+    if (p == nullptr) return;
+    const int i = p->instance;
+    if (gates_elided_[i]) {
+      Answer(*p, Status::Ok());
+      return;
+    }
+    gates_elided_[i] = true;
+    const DavinciModel::Instance& inst = *model_->instances_[i];
+    npu_sim::ScopedHostClient charge(*p->host);
+    auto left = std::make_shared<std::size_t>(0);
+    for (std::size_t s = 0; s < inst.streams.size() && s < inst.gates.size(); ++s)
+      if (!inst.gates[s].empty()) ++*left;
+    for (std::size_t s = 0; s < inst.streams.size() && s < inst.gates.size(); ++s) {
+      if (inst.gates[s].empty()) continue;
+      const npu_sim::Stream stream = inst.streams[s];
+      ctx.Then(rt_->ElideWaitsAsync(inst.model, stream, inst.gates[s]), [this, ticket = m.ticket, left, stream](Status st) {
+        if (!st.ok())
+          NPUFLOW_LOG_WARN(kScheduler, "model {}: its weight gates on stream {} stay: {}", id(), stream.id, st.ToString());
+        if (--*left == 0)
+          if (Pending* q = Find(ticket)) Answer(*q, Status::Ok());
       });
-      (void)rt.AbortStream(shared_->model->exec_stream(0));
     }
   }
 
-  void TryFinishStopped(actors::Address<Message> self) {
-    if (abort_pending_) return;
-    if (current_ && (current_sync_done_ || timed_out_)) CompleteCurrent(stop_status_, self);
-    if (!current_) {
-      for (auto& d : drains_) d.Reply();
-      drains_.clear();
-    }
+  void On(model_msg::TimedOut& m, Ctx& ctx) {
+    Pending* p = Find(m.ticket);
+    if (p == nullptr || p->run_done || p->timed_out) return;  // answered in time
+    p->timed_out = true;
+    p->timer = 0;
+    // As on hardware: nothing is left running. A staged run's copies after it go with its stream.
+    const DavinciModel::Instance& inst = *model_->instances_[p->instance];
+    npu_sim::ScopedHostClient charge(*p->host);
+    if (p->staged) (void)rt_->AbortStream(inst.exec_stream);
+    ctx.Then(rt_->AbortModelAsync(inst.model), [this, ticket = m.ticket](Status) {
+      Pending* q = Find(ticket);
+      if (q == nullptr) return;
+      q->abort_done = true;
+      if (q->run_done) Answer(*q, TimeoutError(*q));
+    });
   }
 
-  void StartNext(actors::Context<Message>& ctx) {
-    while (!queue_.empty() && !current_) {
-      current_ = std::move(queue_.front());
-      queue_.pop_front();
-      ++seq_;
-      current_sync_done_ = false;
-      timed_out_ = false;
-      Status s = Submit(current_);
-      if (!s.ok()) {
-        CompleteCurrent(s, ctx.self());
-        continue;
+  Status TimeoutError(const Pending& p) const {
+    return Status::Timeout("model {}: execution did not complete within {} ms; the device model was aborted", id(),
+                           p.timeout ? p.timeout->count() : 0);
+  }
+
+  void Answer(Pending& p, Status status) {
+    if (status.ok()) p.reply.Reply(ExecReply{!p.weights_settled});
+    else p.reply.Fail(std::move(status));
+    p.live = false;
+    p.host = nullptr;
+    ++p.generation;
+    free_.push_back(static_cast<std::size_t>(&p - pending_.data()));
+    CheckDrained();
+  }
+
+  // ---- host-scheduled runs -------------------------------------------------------------------
+  void On(model_msg::AcquireExclusive&, Ctx& ctx) {
+    if (phase_ != Phase::kReady) {
+      ctx.ReplyError(Status::Aborted("model {} is unloaded", id()));
+      return;
+    }
+    const int running = Running();
+    if (running > 0 || exclusive_) {
+      ctx.ReplyError(Status::ParamInvalid(
+          "model {}: host-scheduled execution needs the model to itself; {} executions in flight", id(),
+          running + (exclusive_ ? 1 : 0)));
+      return;
+    }
+    exclusive_ = true;
+    model_->in_flight_.fetch_add(1, std::memory_order_relaxed);
+    model_->Touch();
+    ctx.Reply();
+  }
+
+  void On(model_msg::ReleaseExclusive&, Ctx& ctx) {
+    if (!exclusive_) return;
+    exclusive_ = false;
+    model_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    std::deque<Held> held = std::move(held_);
+    held_.clear();
+    for (Held& h : held) {
+      if (phase_ == Phase::kReady) Start(std::move(h.req), std::move(h.reply), ctx);
+      else h.reply.Fail(Status::Aborted("model {} is unloaded", id()));
+    }
+    CheckDrained();
+  }
+
+  // ---- unload --------------------------------------------------------------------------------
+  void On(model_msg::Unload& m, Ctx& ctx) {
+    unload_waiters_.push_back(ctx.TakeReply());
+    if (phase_ == Phase::kUnloaded) {
+      CheckDrained();
+      return;
+    }
+    if (phase_ == Phase::kReady) {
+      phase_ = Phase::kUnloading;
+      for (Held& h : held_) h.reply.Fail(Status::Aborted("model {} is unloaded", id()));
+      held_.clear();
+      // Executions in flight end now (Aborted); they are answered as their runs come back.
+      npu_sim::ScopedHostClient charge(*m.host);
+      for (std::size_t i = 0; i < in_flight_.size(); ++i) {
+        if (in_flight_[i] == 0) continue;
+        const DavinciModel::Instance& inst = *model_->instances_[i];
+        (void)rt_->AbortModelAsync(inst.model);
+        (void)rt_->AbortStream(inst.exec_stream);
       }
-      npu_sim::Runtime& rt = *shared_->rt;
-      const std::uint64_t seq = seq_;
-      ctx.Then(rt.SynchronizeStreamAsync(shared_->model->exec_stream(0)),
-               [this, seq, self = ctx.self()](StatusOr<npu_sim::VTime> r) {
-                 if (!current_ || seq != seq_) return;  // answered already
-                 current_sync_done_ = true;
-                 if (stopped_) {  // the abort of a stop or timeout ended it
-                   TryFinishStopped(self);
-                   return;
-                 }
-                 // Device outcomes: end of sequence and other errors go to this item; the loop
-                 // goes on.
-                 CompleteCurrent(r.status(), self);
-               });
-      if (shared_->timeout) {
-        actors::Address<Message> self = ctx.self();
-        timer_ = shared_->timer->Schedule(*shared_->timeout, [self, seq] { self.Send(ItemTimedOut{seq}); });
-      }
     }
+    CheckDrained();
   }
 
-  // One submission: copy the inputs in, run, copy the outputs out.
-  Status Submit(const std::shared_ptr<Item>& owner) {
-    Item& item = *owner;
-    DavinciModel& model = *shared_->model;
-    const CompiledModel& m = model.compiled();
-    NPUFLOW_RETURN_IF_ERROR(model.WeightsStatus());  // an external weight load that failed
-    if (item.inputs.size() != m.inputs.size())
-      return Status::ParamInvalid("model {}: {} inputs given, the model takes {}", model.id(), item.inputs.size(),
-                                  m.inputs.size());
-    std::vector<std::uint64_t> io = model.OwnIo(0);
-    std::vector<npu_sim::Task> tasks;
-    for (std::size_t i = 0; i < m.inputs.size(); ++i) {
-      if (item.inputs[i].data.empty()) continue;
-      npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, item.inputs[i].data.size());
-      c.src_host = item.inputs[i].data.data();
-      c.dst_dev = npu_sim::DevicePtr{io[i]};
-      c.keep_alive = owner;
-      c.name = "input " + m.inputs[i].name;
-      tasks.push_back(std::move(c));
-    }
-    tasks.push_back(
-        npu_sim::Task::ModelExecute(model.device_model(0).id, std::make_shared<const std::vector<std::uint64_t>>(io)));
-    item.outputs.clear();
-    for (const graph::IoDef& d : m.outputs) item.outputs.push_back(graph::ZeroTensor(d.desc));
-    for (std::size_t i = 0; i < m.outputs.size(); ++i) {
-      if (item.outputs[i].data.empty()) continue;
-      npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, item.outputs[i].data.size());
-      c.src_dev = npu_sim::DevicePtr{io[m.inputs.size() + i]};
-      c.dst_host = item.outputs[i].data.data();
-      c.keep_alive = owner;
-      c.name = "output " + m.outputs[i].name;
-      tasks.push_back(std::move(c));
-    }
-    model.Touch();
-    return shared_->rt->Submit(model.exec_stream(0), std::move(tasks)).status();
+  int Running() const {
+    int n = 0;
+    for (int c : in_flight_) n += c;
+    return n;
   }
 
-  void CompleteCurrent(Status s, actors::Address<Message> self) {
-    if (timer_) shared_->timer->Cancel(timer_);
-    timer_ = 0;
-    std::shared_ptr<Item> item = std::move(current_);
-    const bool with_outputs = s.ok() || s.code() == StatusCode::kEndOfSequence;
-    item->done(s, with_outputs ? std::move(item->outputs) : std::vector<Tensor>{});
-    // Continue from a message, where StartNext has a context.
-    if (!stopped_ && !queue_.empty()) self.Send(PushItem{nullptr});
-    if (!abort_pending_) {
-      for (auto& d : drains_) d.Reply();
-      drains_.clear();
-    }
+  // Unloading and nothing runs any more: the host may free what the runs used.
+  void CheckDrained() {
+    if (phase_ == Phase::kReady || Running() > 0 || exclusive_) return;
+    for (const Pending& p : pending_)
+      if (p.live) return;  // a timed-out run still waiting for its abort
+    phase_ = Phase::kUnloaded;
+    for (auto& w : unload_waiters_) w.Reply();
+    unload_waiters_.clear();
   }
 
-  std::shared_ptr<RunLoop::Shared> shared_;
-  std::deque<std::shared_ptr<Item>> queue_;
-  std::shared_ptr<Item> current_;  // shared with its copies in flight (Task::keep_alive)
-  std::uint64_t seq_ = 0;
-  DeadlineTimer::Id timer_ = 0;
-  bool stopped_ = false;
-  bool abort_pending_ = false;     // a stop's device abort has not completed yet
-  bool current_sync_done_ = false; // the item in flight's synchronize has answered
-  bool timed_out_ = false;         // the item in flight timed out
-  Status stop_status_;
-  std::vector<actors::Replier<void>> drains_;
+  DeadlineTimer& Timer() {
+    if (!timer_) timer_.emplace();
+    return *timer_;
+  }
+
+  DavinciModel* model_;
+  npu_sim::Runtime* rt_;
+  Phase phase_ = Phase::kReady;
+  std::vector<int> in_flight_;        // per instance
+  std::vector<bool> gates_elided_;    // per instance
+  std::size_t rr_ = 0;
+  std::vector<Pending> pending_;      // by ticket slot; reused
+  std::vector<std::size_t> free_;
+  bool exclusive_ = false;
+  std::deque<Held> held_;
+  std::vector<actors::Replier<void>> unload_waiters_;
+  std::optional<DeadlineTimer> timer_;  // made on the first timeout (it starts the timer thread)
 };
 
-}  // namespace
-
-StatusOr<std::unique_ptr<RunLoop>> RunLoop::Start(std::shared_ptr<DavinciModel> model, npu_sim::Timeout timeout) {
-  ModelManager* mm = ModelManager::Get();
-  if (mm == nullptr) return Status::Failed("the Run loop needs an initialized ModelManager");
-  if (model == nullptr) return Status::ParamInvalid("RunLoop::Start: no model");
-  if (timeout && timeout->count() <= 0) return Status::ParamInvalid("Run loop timeout must be positive, got {} ms", timeout->count());
-  auto shared = std::make_shared<Shared>();
-  shared->model = std::move(model);
-  shared->rt = &shared->model->runtime();
-  shared->timer = &mm->timer();
-  shared->timeout = timeout;
-  shared->model->AddRunLoop(1);
-  shared->actor = shared->rt->system().Spawn<ModelActor>(fmt::format("model{}.runloop", shared->model->id()), shared);
-  std::unique_ptr<RunLoop> loop(new RunLoop());
-  loop->shared_ = std::move(shared);
-  return loop;
-}
-
-RunLoop::~RunLoop() { (void)Stop(); }
-
-Status RunLoop::Push(std::vector<Tensor> inputs, RunCallback done) {
-  if (!done) return Status::ParamInvalid("RunLoop::Push: no callback");
-  const CompiledModel& m = shared_->model->compiled();
-  if (inputs.size() != m.inputs.size())
-    return Status::ParamInvalid("model {}: {} inputs given, the model takes {}", shared_->model->id(), inputs.size(),
-                                m.inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const std::uint64_t want = m.inputs[i].desc.bytes().value_or(0);
-    if (inputs[i].desc.dtype != m.inputs[i].desc.dtype || inputs[i].data.size() != want)
-      return Status::ParamInvalid("model {}: input '{}' takes {} ({} bytes), got {} ({} bytes)", shared_->model->id(),
-                                  m.inputs[i].name, m.inputs[i].desc.ToString(), want, inputs[i].desc.ToString(),
-                                  inputs[i].data.size());
-  }
-  auto item = std::make_unique<Item>();
-  item->inputs = std::move(inputs);
-  item->done = std::move(done);
-  shared_->actor.Send(PushItem{std::move(item)});
-  return Status::Ok();
-}
-
-Status RunLoop::Stop() {
-  if (!shared_) return Status::Ok();
-  Status s = shared_->actor.Ask(StopLoop{}).Get();
-  if (!released_.exchange(true)) shared_->model->AddRunLoop(-1);
-  if (!s.ok() && s.code() != StatusCode::kAborted) return s;  // Aborted: the actor system is gone
-  return Status::Ok();
-}
-
-Status RunLoop::status() const {
-  std::lock_guard<std::mutex> lock(shared_->mu);
-  return shared_->status;
-}
-
-bool RunLoop::running() const {
-  std::lock_guard<std::mutex> lock(shared_->mu);
-  return shared_->running;
+actors::Address<ModelMsg> SpawnModelActor(DavinciModel& model) {
+  return model.runtime().system().Spawn<ModelActor>(fmt::format("model{}", model.id()), &model);
 }
 
 }  // namespace npuflow::scheduler

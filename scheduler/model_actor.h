@@ -1,60 +1,99 @@
-// ModelActor: the Run loop of a resident model (seed 002, 3.2), as an actor.
+// ModelActor: the execution state of one loaded model, as an actor (one per DavinciModel).
 //
-// The actor owns the model's input queue (the DataInputer of the documents). It takes one item at
-// a time: copy its inputs into the model's own input blocks, execute, synchronize with the
-// timeout, copy the outputs back, hand them to the item's callback. All of that is one submission
-// to the model's execution stream and one asynchronous synchronize, so the actor never blocks a
-// worker thread; the timeout comes from a DeadlineTimer.
+// DavinciModel::Init spawns it as its last step. From then on every execution is a message to it,
+// and NnExecute / Execute / ExecuteHostScheduled / Unload are thin host-side calls that send and
+// wait (a thread blocks, a Boost.Fiber fiber yields; a oneTBB worker never waits). What used to be
+// guarded by a shared_mutex and atomics is the actor's state:
 //
-// Outcomes per item, as the original's loop has them:
-//   success                      callback(Ok, outputs); the loop goes on
-//   end of sequence (device)     callback(EndOfSequence, outputs); the loop goes on
-//   another device error         callback(that error); the loop goes on
-//   timeout                      the device model is aborted; this item and every queued one get
-//                                a Timeout status, and the loop stops: later pushes fail with it
-//   Stop() by the user           a normal stop: the item in flight is aborted and, like the
-//                                queued ones, gets Aborted ("stopped by the user"); Stop returns Ok
+//   instances in flight   which instance runs what; a new execution takes an idle instance, else
+//                         the least loaded one (plain ints: one handler at a time)
+//   exclusivity           a host-scheduled run holds the model to itself; executions that arrive
+//                         meanwhile wait in the actor and start when it ends
+//   the weight gate       a run that started before every external weight landed is answered with
+//                         "weights pending" (the caller then waits for the load's verdict); the
+//                         first run of an instance that started with every weight landed turns the
+//                         instance's weight gates into NOPs before it is answered, so the next run
+//                         never waits on a latch again
+//   timeouts              the actor's timer aborts the device model (and, for a staged run, the
+//                         execution stream) and answers Timeout once the abort has completed
+//   unload                executions queued are failed, the ones in flight aborted and answered;
+//                         the host frees the device resources only once the actor says drained
 //
-// Callbacks run on an actor worker thread: they must not block.
+// Virtual time: the caller lends its host side (npu_sim::Runtime::CurrentHostSide) in the message,
+// and every host call the actor makes for that execution is charged to it, never to the worker
+// that runs the handler. The caller makes no host call until it has its answer.
+//
+// Blocking work (Init's stages, freeing) stays on the calling host thread or fiber.
 #pragma once
 
-#include <atomic>
-#include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include "actors/system.h"
 #include "base/status.h"
-#include "base/timer.h"
-#include "base/unique_function.h"
-#include "scheduler/davinci_model.h"
+#include "npu_sim/runtime.h"
 
 namespace npuflow::scheduler {
 
-using RunCallback = UniqueFunction<void(Status, std::vector<Tensor>)>;
+class DavinciModel;
 
-class RunLoop {
- public:
-  // Starts the loop of `model` on instance 0. `timeout`: per item; nullopt waits forever.
-  static StatusOr<std::unique_ptr<RunLoop>> Start(std::shared_ptr<DavinciModel> model, npu_sim::Timeout timeout);
-  ~RunLoop();  // Stop()
-
-  // Queues one inference. Inputs are checked here (count, sizes; errors name the input). If the
-  // loop has stopped, the callback gets the reason at once. An error returned here means the
-  // callback will never be called; otherwise it is called exactly once.
-  Status Push(std::vector<Tensor> inputs, RunCallback done);
-  // A normal stop. Waits until the item in flight has been answered. Idempotent.
-  Status Stop();
-  // Ok while running; the reason it stopped otherwise (Timeout, or Aborted after Stop).
-  Status status() const;
-  bool running() const;
-
-  struct Shared;  // state the actor and the timer share
-
- private:
-  RunLoop() = default;
-  std::shared_ptr<Shared> shared_;
-  std::atomic<bool> released_{false};
+// Host buffers of one staged execution: inputs copied in by the caller before it sends, outputs
+// filled by the device, then copied out by the caller. Owned by the tasks while they run.
+struct Staging {
+  std::vector<std::vector<std::uint8_t>> in, out;
 };
+
+// One execution as a message.
+struct ExecRequest {
+  // Per I/O slot: the caller's device address, or 0 for "the instance's own block" (host buffers).
+  std::vector<std::uint64_t> io;
+  std::shared_ptr<Staging> staging;       // host buffers (null: zero copy)
+  std::optional<npu_sim::Stream> stream;  // async on this user stream: answered once submitted
+  npu_sim::Timeout timeout;
+  npu_sim::HostSide* host = nullptr;      // the caller's host side, lent until the answer
+};
+struct ExecReply {
+  // The run started before every external weight had landed: the caller waits for the load's
+  // verdict before it reports success.
+  bool weights_pending = false;
+};
+
+namespace model_msg {
+struct Execute {
+  static constexpr std::string_view kKind = "Execute";
+  ExecRequest req;
+};
+struct TimedOut {  // internal: ticket's timeout expired
+  static constexpr std::string_view kKind = "TimedOut";
+  std::uint64_t ticket = 0;
+};
+struct GatesElided {  // internal: ticket's run ended with every weight landed; elide, then answer
+  static constexpr std::string_view kKind = "GatesElided";
+  std::uint64_t ticket = 0;
+};
+struct AcquireExclusive {  // Ask<void>: ParamInvalid while anything else runs
+  static constexpr std::string_view kKind = "AcquireExclusive";
+  npu_sim::HostSide* host = nullptr;
+};
+struct ReleaseExclusive {
+  static constexpr std::string_view kKind = "ReleaseExclusive";
+  npu_sim::HostSide* host = nullptr;
+};
+struct Unload {  // Ask<void>: answered once nothing of the model runs any more
+  static constexpr std::string_view kKind = "Unload";
+  npu_sim::HostSide* host = nullptr;
+};
+}  // namespace model_msg
+
+using ModelMsg = std::variant<model_msg::Execute, model_msg::TimedOut, model_msg::GatesElided,
+                              model_msg::AcquireExclusive, model_msg::ReleaseExclusive, model_msg::Unload>;
+
+// Spawns the actor of `model` on its runtime's actor system. The model outlives every message
+// the actor handles until Unload has been answered (DavinciModel::Unload waits for that).
+actors::Address<ModelMsg> SpawnModelActor(DavinciModel& model);
 
 }  // namespace npuflow::scheduler

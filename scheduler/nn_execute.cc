@@ -119,6 +119,42 @@ struct InFlight {
 }  // namespace
 
 Status DavinciModel::NnExecute(const ExecuteArgs& args) {
+  if (actor_.valid()) return NnExecuteThroughActor(args);
+  return NnExecuteOnCaller(args);
+}
+
+Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
+  NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
+  const CompiledModel& m = *model_;
+  ExecRequest req;
+  req.io.reserve(m.inputs.size() + m.outputs.size());
+  bool zero_copy = true;
+  for (const DataBuffer& b : args.inputs) {
+    req.io.push_back(b.device.value);  // 0 (host memory): the instance's own block
+    zero_copy = zero_copy && b.host == nullptr;
+  }
+  for (const DataBuffer& b : args.outputs) {
+    req.io.push_back(b.device.value);
+    zero_copy = zero_copy && b.host == nullptr;
+  }
+  if (!zero_copy) {  // the caller's only copy in: into staging the tasks own
+    req.staging = std::make_shared<Staging>();
+    FillStaging(args, *req.staging);
+  }
+  req.stream = args.stream;
+  req.timeout = args.timeout;
+  req.host = &rt_->CurrentHostSide();
+  std::shared_ptr<Staging> staging = req.staging;
+  StatusOr<ExecReply> r = actor_.Ask<ExecReply>(model_msg::Execute{std::move(req)}).Get();
+  if (!r.ok()) return r.status();
+  if (r->weights_pending) NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
+  if (staging != nullptr)
+    for (std::size_t i = 0; i < m.outputs.size(); ++i)
+      if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());
+  return Status::Ok();
+}
+
+Status DavinciModel::NnExecuteOnCaller(const ExecuteArgs& args) {
   std::shared_lock<std::shared_mutex> exec_lock(exec_mu_);
   if (unloaded_.load()) return Status::Aborted("model {} is unloaded", id_);
   NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
@@ -150,36 +186,36 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
   return ExecuteStaged(inst, std::move(io), args, weights_settled);
 }
 
-namespace {
-
-// Host staging for one run's copies, owned by the tasks (Task::keep_alive).
-struct Staging {
-  std::vector<std::vector<std::uint8_t>> in, out;
-};
-
-// The run as one submission: the input copies, the model execute, the output copies.
-std::vector<npu_sim::Task> StagedRun(const CompiledModel& m, const ExecuteArgs& args,
-                                     const std::vector<std::uint64_t>& io, std::uint32_t model_id,
-                                     const std::shared_ptr<Staging>& staging) {
-  staging->in.resize(m.inputs.size());
-  staging->out.resize(m.outputs.size());
-  std::vector<npu_sim::Task> tasks;
+void DavinciModel::FillStaging(const ExecuteArgs& args, Staging& staging) const {
+  const CompiledModel& m = *model_;
+  staging.in.resize(m.inputs.size());
+  staging.out.resize(m.outputs.size());
   for (std::size_t i = 0; i < m.inputs.size(); ++i) {
     if (args.inputs[i].host == nullptr || args.inputs[i].bytes == 0) continue;
     const auto* src = static_cast<const std::uint8_t*>(args.inputs[i].host);
-    staging->in[i].assign(src, src + args.inputs[i].bytes);
-    npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, args.inputs[i].bytes);
+    staging.in[i].assign(src, src + args.inputs[i].bytes);
+  }
+  for (std::size_t i = 0; i < m.outputs.size(); ++i)
+    if (args.outputs[i].host != nullptr && args.outputs[i].bytes > 0) staging.out[i].resize(args.outputs[i].bytes);
+}
+
+std::vector<npu_sim::Task> DavinciModel::StagedTasks(const std::vector<std::uint64_t>& io, std::uint32_t device_model,
+                                                     const std::shared_ptr<Staging>& staging) const {
+  const CompiledModel& m = *model_;
+  std::vector<npu_sim::Task> tasks;
+  for (std::size_t i = 0; i < m.inputs.size(); ++i) {
+    if (staging->in[i].empty()) continue;
+    npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, staging->in[i].size());
     c.src_host = staging->in[i].data();
     c.dst_dev = npu_sim::DevicePtr{io[i]};
     c.name = "input " + m.inputs[i].name;
     c.keep_alive = staging;
     tasks.push_back(std::move(c));
   }
-  tasks.push_back(npu_sim::Task::ModelExecute(model_id, std::make_shared<const std::vector<std::uint64_t>>(io)));
+  tasks.push_back(npu_sim::Task::ModelExecute(device_model, std::make_shared<const std::vector<std::uint64_t>>(io)));
   for (std::size_t i = 0; i < m.outputs.size(); ++i) {
-    if (args.outputs[i].host == nullptr || args.outputs[i].bytes == 0) continue;
-    staging->out[i].resize(args.outputs[i].bytes);
-    npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, args.outputs[i].bytes);
+    if (staging->out[i].empty()) continue;
+    npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, staging->out[i].size());
     c.src_dev = npu_sim::DevicePtr{io[m.inputs.size() + i]};
     c.dst_host = staging->out[i].data();
     c.name = "output " + m.outputs[i].name;
@@ -189,7 +225,11 @@ std::vector<npu_sim::Task> StagedRun(const CompiledModel& m, const ExecuteArgs& 
   return tasks;
 }
 
-}  // namespace
+bool DavinciModel::HasGates(int i) const {
+  for (const auto& g : instances_[i]->gates)
+    if (!g.empty()) return true;
+  return false;
+}
 
 Status DavinciModel::ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io, const ExecuteArgs& args,
                                    bool weights_settled) {
@@ -199,7 +239,8 @@ Status DavinciModel::ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io
   // after that.
   const CompiledModel& m = *model_;
   auto staging = std::make_shared<Staging>();
-  NPUFLOW_RETURN_IF_ERROR(rt_->Submit(inst.exec_stream, StagedRun(m, args, io, inst.model.id, staging)).status());
+  FillStaging(args, *staging);
+  NPUFLOW_RETURN_IF_ERROR(rt_->Submit(inst.exec_stream, StagedTasks(io, inst.model.id, staging)).status());
   Status s = rt_->SynchronizeStream(inst.exec_stream, args.timeout);
   if (s.code() == StatusCode::kTimeout) {
     // As on hardware: nothing is left running. The copies after the run are dropped with it.
@@ -241,9 +282,19 @@ StatusOr<std::vector<Tensor>> DavinciModel::Execute(const std::vector<Tensor>& i
 }
 
 Status DavinciModel::ExecuteHostScheduled(const ExecuteArgs& args) {
+  if (args.stream) return Status::ParamInvalid("model {}: host-scheduled execution runs on its own streams", id_);
+  if (actor_.valid()) {
+    // The model to itself: the actor refuses while anything runs, and holds back executions that
+    // arrive until this one ends.
+    NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
+    NPUFLOW_RETURN_IF_ERROR(actor_.Ask(model_msg::AcquireExclusive{&rt_->CurrentHostSide()}).Get());
+    Status s = WeightsStatus();
+    if (s.ok()) s = RunHostScheduled(args);
+    actor_.Send(model_msg::ReleaseExclusive{});
+    return s;
+  }
   std::shared_lock<std::shared_mutex> exec_lock(exec_mu_);
   if (unloaded_.load()) return Status::Aborted("model {} is unloaded", id_);
-  if (args.stream) return Status::ParamInvalid("model {}: host-scheduled execution runs on its own streams", id_);
   NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
   NPUFLOW_RETURN_IF_ERROR(WeightsStatus());
   // Claimed atomically: two callers that both saw no execution in flight would otherwise both
@@ -253,12 +304,18 @@ Status DavinciModel::ExecuteHostScheduled(const ExecuteArgs& args) {
     return Status::ParamInvalid("model {}: host-scheduled execution needs the model to itself; {} executions in flight",
                                 id_, idle);
   InFlight model_guard(in_flight_, /*adopt=*/true);
+  Touch();
+  return RunHostScheduled(args);
+}
+
+// Every task submitted by the host on its own, on instance 0's host streams (made on first use).
+Status DavinciModel::RunHostScheduled(const ExecuteArgs& args) {
   Instance& inst = *instances_[0];
   InFlight inst_guard(inst.in_flight);
-  Touch();
   const CompiledModel& m = *model_;
   while (inst.host_streams.size() < inst.lists.size()) {
     NPUFLOW_ASSIGN_OR_RETURN(npu_sim::Stream s, rt_->CreateStream(config_.device));
+    std::lock_guard<std::mutex> lock(host_streams_mu_);
     inst.host_streams.push_back(s);
   }
   const std::vector<std::uint64_t> io = IoFor(inst, args);

@@ -42,7 +42,7 @@
 
 #include "base/status.h"
 #include "graph/ir/compute_graph.h"
-#include "scheduler/model_actor.h"
+#include "scheduler/run_loop.h"
 #include "scheduler/model_manager.h"
 #include "weights/convert.h"
 

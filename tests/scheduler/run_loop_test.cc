@@ -25,7 +25,7 @@
 #include "graph/ir/tensor_access.h"
 #include "graph/ir/text_format.h"
 #include "scheduler/davinci_model.h"
-#include "scheduler/model_actor.h"
+#include "scheduler/run_loop.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
 #include "scheduler_testing.h"

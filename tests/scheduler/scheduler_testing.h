@@ -26,7 +26,7 @@
 #include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
 #include "scheduler/davinci_model.h"
-#include "scheduler/model_actor.h"
+#include "scheduler/run_loop.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
 
