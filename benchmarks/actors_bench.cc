@@ -11,6 +11,7 @@
 //     This is the mailbox design the runtime did not keep; it stays here so the choice can be
 //     re-measured.
 #include "benchmarks/actors_bench.h"
+#include "benchmarks/model_actor_bench.h"
 
 #include <atomic>
 #include <cstdint>
@@ -725,6 +726,7 @@ void RegisterActorBenchmarks() {
            {"BM_ActorFanOutFanIn", BM_ActorFanOutFanIn}}) {
     benchmark::RegisterBenchmark(name, fn)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
+  RegisterModelActorBenchmarks();
 }
 
 std::vector<Figure> ActorFigures(const Results& r) {
@@ -733,7 +735,7 @@ std::vector<Figure> ActorFigures(const Results& r) {
   const double flow_hop = NsPer(r, "BM_FlowNodeMailboxHop");
   const std::string ring = "ring of " + std::to_string(kRingSize) + " actors, a token each";
   const std::string fan = std::to_string(kItems) + " items over " + std::to_string(kFanWorkers) + " workers";
-  return {
+  std::vector<Figure> figures = {
       {"actor_hop", hop, "ns", raw_hop, "raw function_node ping-pong hop", "ratio <= 1.25"},
       {"actor_hop_vs_raw_best", hop, "ns", NsPer(r, "BM_RawHopOneWorker"),
        "raw ping-pong in a 1-worker arena (no stealing)", "ratio <= 1.25"},
@@ -758,6 +760,8 @@ std::vector<Figure> ActorFigures(const Results& r) {
        "raw serial function_node, 2 producers", "comparison"},
       {"mailbox_lockfree_vs_flow_node_hop", hop, "ns", flow_hop, "flow-node mailbox hop", "ratio < 1 keeps lockfree"},
   };
+  for (Figure& f : ModelActorFigures(r)) figures.push_back(std::move(f));
+  return figures;
 }
 
 }  // namespace npuflow::bench

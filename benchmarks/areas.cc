@@ -3,6 +3,7 @@
 #include "benchmarks/compile_bench.h"
 #include "benchmarks/gpt2_bench.h"
 #include "benchmarks/harness.h"
+#include "benchmarks/model_actor_bench.h"
 #include "benchmarks/npu_bench.h"
 #include "benchmarks/ops_bench.h"
 #include "benchmarks/v1_bench.h"

@@ -110,8 +110,10 @@ class ModelActor {
       pending_[ticket & 0xffffffffu].timer =
           Timer().Schedule(*req.timeout, [self = ctx.self(), ticket] { self.Send(model_msg::TimedOut{ticket}); });
     }
-    ctx.Then(std::move(done), [this, self = ctx.self(), ticket](StatusOr<npu_sim::VTime> end) {
-      RunDone(ticket, std::move(end), self);
+    // The device's answer comes back as a message (a plain post from the device model's worker; no
+    // closure queue). Safe at shutdown: posts to a stopping system are dropped.
+    (void)std::move(done).Then([self = ctx.self(), ticket](StatusOr<npu_sim::VTime>&& end) {
+      self.Send(model_msg::RunDone{ticket, std::move(end)});
     });
   }
 
@@ -161,50 +163,43 @@ class ModelActor {
     return static_cast<int>(best);
   }
 
-  // The device answered ticket's run (a continuation: runs in this actor like a message).
-  void RunDone(std::uint64_t ticket, StatusOr<npu_sim::VTime> end, actors::Address<Message> self) {
-    Pending* p = Find(ticket);
+  void On(model_msg::RunDone& m, Ctx& ctx) {
+    Pending* p = Find(m.ticket);
     if (p == nullptr) return;
     if (p->timer != 0) (void)Timer().Cancel(p->timer);
     p->timer = 0;
     p->run_done = true;
     --in_flight_[p->instance];
     model_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    if (end.ok()) {
-      p->host->clock = std::max(p->host->clock, *end);  // the caller's clock merges the run's end
+    if (m.end.ok()) {
+      p->host->clock = std::max(p->host->clock, *m.end);  // the caller's clock merges the run's end
     } else {
-      p->result = end.status().WithContext(fmt::format("model {}", id()));
+      p->result = m.end.status().WithContext(fmt::format("model {}", id()));
     }
     if (p->timed_out) {
       if (p->abort_done) Answer(*p, TimeoutError(*p));
     } else if (!p->result.ok() || !p->weights_settled || gates_elided_[p->instance] || !model_->HasGates(p->instance)) {
       Answer(*p, p->result);
     } else {
-      self.Send(model_msg::GatesElided{ticket});  // elide first, then answer (below)
+      ElideThenAnswer(*p, m.ticket, ctx);
     }
     CheckDrained();
   }
 
   // After a run that started with every weight landed: the instance's gates become NOPs on the
   // device before its caller hears of the run, so the caller's next run never meets them.
-  void On(model_msg::GatesElided& m, Ctx& ctx) {
-    Pending* p = Find(m.ticket);
-    if (p == nullptr) return;
-    const int i = p->instance;
-    if (gates_elided_[i]) {
-      Answer(*p, Status::Ok());
-      return;
-    }
+  void ElideThenAnswer(Pending& p, std::uint64_t ticket, Ctx& ctx) {
+    const int i = p.instance;
     gates_elided_[i] = true;
     const DavinciModel::Instance& inst = *model_->instances_[i];
-    npu_sim::ScopedHostClient charge(*p->host);
+    npu_sim::ScopedHostClient charge(*p.host);
     auto left = std::make_shared<std::size_t>(0);
     for (std::size_t s = 0; s < inst.streams.size() && s < inst.gates.size(); ++s)
       if (!inst.gates[s].empty()) ++*left;
     for (std::size_t s = 0; s < inst.streams.size() && s < inst.gates.size(); ++s) {
       if (inst.gates[s].empty()) continue;
       const npu_sim::Stream stream = inst.streams[s];
-      ctx.Then(rt_->ElideWaitsAsync(inst.model, stream, inst.gates[s]), [this, ticket = m.ticket, left, stream](Status st) {
+      ctx.Then(rt_->ElideWaitsAsync(inst.model, stream, inst.gates[s]), [this, ticket, left, stream](Status st) {
         if (!st.ok())
           NPUFLOW_LOG_WARN(kScheduler, "model {}: its weight gates on stream {} stay: {}", id(), stream.id, st.ToString());
         if (--*left == 0)

@@ -71,9 +71,10 @@ struct TimedOut {  // internal: ticket's timeout expired
   static constexpr std::string_view kKind = "TimedOut";
   std::uint64_t ticket = 0;
 };
-struct GatesElided {  // internal: ticket's run ended with every weight landed; elide, then answer
-  static constexpr std::string_view kKind = "GatesElided";
+struct RunDone {  // internal: the device answered ticket's run
+  static constexpr std::string_view kKind = "RunDone";
   std::uint64_t ticket = 0;
+  StatusOr<npu_sim::VTime> end;
 };
 struct AcquireExclusive {  // Ask<void>: ParamInvalid while anything else runs
   static constexpr std::string_view kKind = "AcquireExclusive";
@@ -89,7 +90,7 @@ struct Unload {  // Ask<void>: answered once nothing of the model runs any more
 };
 }  // namespace model_msg
 
-using ModelMsg = std::variant<model_msg::Execute, model_msg::TimedOut, model_msg::GatesElided,
+using ModelMsg = std::variant<model_msg::Execute, model_msg::TimedOut, model_msg::RunDone,
                               model_msg::AcquireExclusive, model_msg::ReleaseExclusive, model_msg::Unload>;
 
 // Spawns the actor of `model` on its runtime's actor system. The model outlives every message
