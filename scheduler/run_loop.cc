@@ -20,6 +20,7 @@ struct Item {
 struct PushItem {
   static constexpr std::string_view kKind = "PushItem";
   std::unique_ptr<Item> item;
+  npu_sim::VTime at = 0;  // the pusher's host clock: the item cannot start before it was pushed
 };
 struct ItemTimedOut {
   static constexpr std::string_view kKind = "ItemTimedOut";
@@ -55,9 +56,12 @@ namespace {
 class RunLoopActor {
  public:
   using Message = LoopMsg;
-  explicit RunLoopActor(std::shared_ptr<RunLoop::Shared> shared) : shared_(std::move(shared)) {}
+  explicit RunLoopActor(std::shared_ptr<RunLoop::Shared> shared)
+      : shared_(std::move(shared)), client_(fmt::format("model {} run loop", shared_->model->id())) {}
 
   void Receive(Message& msg, actors::Context<Message>& ctx) {
+    // Every host call the loop makes is its own: virtual time never depends on the worker.
+    npu_sim::ScopedHostClient charge(client_);
     std::visit(
         [&](auto& m) {
           using M = std::decay_t<decltype(m)>;
@@ -70,6 +74,7 @@ class RunLoopActor {
               m.item->done(stop_status_, {});
               return;
             }
+            client_.Merge(m.at);
             queue_.push_back(std::move(m.item));
             if (!current_) StartNext(ctx);
           } else if constexpr (std::is_same_v<M, ItemTimedOut>) {
@@ -104,6 +109,7 @@ class RunLoopActor {
       npu_sim::Runtime& rt = *shared_->rt;
       abort_pending_ = true;
       ctx.Then(rt.AbortModelAsync(shared_->model->device_model(0)), [this, self = ctx.self()](Status) {
+        npu_sim::ScopedHostClient charge(client_);
         abort_pending_ = false;
         TryFinishStopped(self);
       });
@@ -136,6 +142,8 @@ class RunLoopActor {
       const std::uint64_t seq = seq_;
       ctx.Then(rt.SynchronizeStreamAsync(shared_->model->exec_stream(0)),
                [this, seq, self = ctx.self()](StatusOr<npu_sim::VTime> r) {
+                 npu_sim::ScopedHostClient charge(client_);
+                 if (r.ok()) client_.Merge(*r);
                  if (!current_ || seq != seq_) return;  // answered already
                  current_sync_done_ = true;
                  if (stopped_) {  // the abort of a stop or timeout ended it
@@ -205,6 +213,7 @@ class RunLoopActor {
   }
 
   std::shared_ptr<RunLoop::Shared> shared_;
+  npu_sim::HostClient client_;  // the loop's own host clock and trace track
   std::deque<std::shared_ptr<Item>> queue_;
   std::shared_ptr<Item> current_;  // shared with its copies in flight (Task::keep_alive)
   std::uint64_t seq_ = 0;
@@ -254,7 +263,7 @@ Status RunLoop::Push(std::vector<Tensor> inputs, RunCallback done) {
   auto item = std::make_unique<Item>();
   item->inputs = std::move(inputs);
   item->done = std::move(done);
-  shared_->actor.Send(PushItem{std::move(item)});
+  shared_->actor.Send(PushItem{std::move(item), shared_->rt->HostClock()});
   return Status::Ok();
 }
 

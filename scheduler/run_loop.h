@@ -15,7 +15,9 @@
 //   Stop() by the user           a normal stop: the item in flight is aborted and, like the
 //                                queued ones, gets Aborted ("stopped by the user"); Stop returns Ok
 //
-// Callbacks run on an actor worker thread: they must not block.
+// Callbacks run on an actor worker thread: they must not block. The loop is a host client of its
+// own ("model N run loop"): its submissions advance its clock, never a worker's, and an item
+// starts no earlier (in virtual time) than its pusher's clock when it was pushed.
 #pragma once
 
 #include <atomic>
