@@ -175,6 +175,7 @@ class DavinciModel {
   Status Unload();
 
   std::uint32_t id() const { return id_; }
+  bool unloaded() const { return unloaded_.load(std::memory_order_acquire); }
   int device() const { return config_.device; }
   std::uint64_t session_id() const { return config_.session_id; }
   const CompiledModel& compiled() const { return *model_; }

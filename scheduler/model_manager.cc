@@ -28,6 +28,7 @@ Status ModelManager::Initialize(npu_sim::RuntimeOptions options) {
   NPUFLOW_ASSIGN_OR_RETURN(auto rt, npu_sim::Runtime::Create(std::move(options)));
   NPUFLOW_ASSIGN_OR_RETURN(auto loader, weights::WeightLoader::Create(rt.get()));
   g_instance.reset(new ModelManager(std::move(rt)));
+  g_instance->table_ = SpawnModelTable(g_instance->rt_->system());
   g_instance->weight_loader_ = std::move(loader);
   g_instance->weight_manager_ = g_instance->NewExternalWeightManager();
   g_current.store(g_instance.get());
@@ -46,8 +47,9 @@ Status ModelManager::Finalize() {
   std::lock_guard<std::mutex> lock(g_init_mu);
   if (!g_instance) return Status::Ok();
   g_current.store(nullptr);
-  // A load in progress (it may be waiting for its weights) finishes before anything goes.
-  { std::lock_guard<std::mutex> wait_for_loads(g_instance->load_mu_); }
+  // A load in progress (it may be waiting for its weights) finishes before anything goes; later
+  // loads fail.
+  (void)g_instance->table_.Ask(table_msg::DrainLoads{}).Get();
   Status first;
   for (std::uint32_t id : g_instance->LoadedModels()) {
     Status s = g_instance->Unload(id);
@@ -87,23 +89,9 @@ Status ModelManager::CheckAndRelease(int device, const ResourceNeeds& need, cons
     const bool short_events = need.events > free.events;
     if (!short_memory && !short_streams && !short_events) return Status::Ok();
 
-    std::shared_ptr<DavinciModel> victim;
-    std::size_t kept_comm = 0, kept_busy = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [id, model] : model_map_) {
-        if (model->device() != device) continue;
-        if (model->has_communication_tasks()) {
-          ++kept_comm;
-          continue;
-        }
-        if (model->busy()) {
-          ++kept_busy;
-          continue;
-        }
-        if (!victim || model->last_used() < victim->last_used()) victim = model;
-      }
-    }
+    NPUFLOW_ASSIGN_OR_RETURN(table_msg::Victim v, table_.Ask<table_msg::Victim>(table_msg::PickVictim{device}).Get());
+    std::shared_ptr<DavinciModel> victim = std::move(v.model);
+    const std::size_t kept_comm = v.kept_comm, kept_busy = v.kept_busy;
     if (!victim) {
       std::string what;
       auto add = [&](bool is_short, const char* resource, std::uint64_t needed, std::uint64_t available,
@@ -145,78 +133,46 @@ StatusOr<std::uint32_t> ModelManager::LoadModelOnline(std::shared_ptr<const Comp
             "which npuflow does not have yet",
             name, io.name, io.desc.ToString());
 
-  std::lock_guard<std::mutex> load_lock(load_mu_);
-  LoadConfig config = options;
-  if (!config.weight_manager) config.weight_manager = weight_manager_;
-  std::uint32_t id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    id = next_id_++;
-  }
-  // Weight sharing: the new model becomes a user of already loaded weights before anything is
-  // unloaded to make room, so recycling their last other user cannot free them under it.
   const bool share = options.share_weights && !options.const_memory_base;
-  const auto key = std::make_pair(model.get(), options.device);
-  bool new_shared = false;
-  if (share) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = weights_mem_ids_to_addr_info_.find(key);
-    if (it != weights_mem_ids_to_addr_info_.end()) {
-      config.shared_weights = it->second.ptr;
-      it->second.users.insert(id);
-    } else {
-      new_shared = true;
-    }
-  }
-  auto fail = [&](Status s) -> Status {
-    if (share) {
-      if (npu_sim::DevicePtr ptr = ReleaseSharedWeights(id)) (void)rt_->Free(options.device, ptr);
-    }
-    return s;
-  };
-  ResourceNeeds need = DavinciModel::Needs(*model, config);
-  if (Status s = CheckAndRelease(options.device, need, name, report); !s.ok()) return fail(s);
-
-  if (new_shared) {
-    const std::uint64_t bytes = std::max<std::uint64_t>(model->memory.bytes(graph::Segment::kWeights), 1);
-    auto ptr = rt_->Malloc(options.device, bytes, npu_sim::Placement::kHbm, "shared weights");
-    if (!ptr.ok()) return ptr.status();
-    if (!model->weights.empty()) {
-      Status s = rt_->MemcpyH2D(options.device, *ptr, model->weights.data(), model->weights.size());
-      if (!s.ok()) {
-        (void)rt_->Free(options.device, *ptr);
-        return s;
-      }
-    }
-    config.shared_weights = *ptr;
-    std::lock_guard<std::mutex> lock(mu_);
-    SharedWeights& sw = weights_mem_ids_to_addr_info_[key];
-    sw.ptr = *ptr;
-    sw.users.insert(id);
-  }
-
-  auto davinci = std::make_shared<DavinciModel>(rt_.get(), id, model, config);
-  if (Status s = davinci->Init(); !s.ok())
-    return fail(s.WithContext(fmt::format("loading model '{}' on device {}", name, options.device)));
-  std::lock_guard<std::mutex> lock(mu_);
-  model_map_[id] = davinci;
-  sess_id_to_device_ids_[options.session_id].insert(options.device);
-  sess_id_to_models_[options.session_id].insert(id);
-  return id;
+  NPUFLOW_ASSIGN_OR_RETURN(table_msg::LoadTicket ticket,
+                           table_.Ask<table_msg::LoadTicket>(table_msg::BeginLoad{model.get(), options.device, share}).Get());
+  npu_sim::DevicePtr created_shared;
+  StatusOr<std::shared_ptr<DavinciModel>> loaded =
+      LoadUnderLease(model, options, name, ticket, created_shared, report);
+  // The lease ends either way; a failed load's shared weights go if it was their last user.
+  table_msg::EndLoad end{ticket.id, loaded.ok() ? *loaded : nullptr, created_shared, options.device,
+                         options.session_id, share, model.get()};
+  StatusOr<npu_sim::DevicePtr> to_free = table_.Ask<npu_sim::DevicePtr>(std::move(end)).Get();
+  if (to_free.ok() && *to_free) (void)rt_->Free(options.device, *to_free);
+  if (!loaded.ok()) return loaded.status();
+  if (!to_free.ok()) return to_free.status();
+  return ticket.id;
 }
 
-// Drops `model_id` from the users of shared weights; returns them when it was the last user (the
-// caller frees them), else null.
-npu_sim::DevicePtr ModelManager::ReleaseSharedWeights(std::uint32_t model_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto sw = weights_mem_ids_to_addr_info_.begin(); sw != weights_mem_ids_to_addr_info_.end(); ++sw) {
-    if (sw->second.users.erase(model_id) == 0) continue;
-    if (!sw->second.users.empty()) return {};
-    const npu_sim::DevicePtr ptr = sw->second.ptr;
-    weights_mem_ids_to_addr_info_.erase(sw);
-    return ptr;
+StatusOr<std::shared_ptr<DavinciModel>> ModelManager::LoadUnderLease(const std::shared_ptr<const CompiledModel>& model,
+                                                                     const ModelLoadOptions& options,
+                                                                     const std::string& name,
+                                                                     const table_msg::LoadTicket& ticket,
+                                                                     npu_sim::DevicePtr& created_shared,
+                                                                     RecycleReport* report) {
+  LoadConfig config = options;
+  if (!config.weight_manager) config.weight_manager = weight_manager_;
+  if (ticket.shared_weights) config.shared_weights = ticket.shared_weights;
+  ResourceNeeds need = DavinciModel::Needs(*model, config);
+  NPUFLOW_RETURN_IF_ERROR(CheckAndRelease(options.device, need, name, report));
+  if (ticket.create_shared) {
+    const std::uint64_t bytes = std::max<std::uint64_t>(model->memory.bytes(graph::Segment::kWeights), 1);
+    NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr ptr,
+                             rt_->Malloc(options.device, bytes, npu_sim::Placement::kHbm, "shared weights"));
+    created_shared = ptr;
+    if (!model->weights.empty())
+      NPUFLOW_RETURN_IF_ERROR(rt_->MemcpyH2D(options.device, ptr, model->weights.data(), model->weights.size()));
+    config.shared_weights = ptr;
   }
-  return {};
+  auto davinci = std::make_shared<DavinciModel>(rt_.get(), ticket.id, model, config);
+  if (Status s = davinci->Init(); !s.ok())
+    return s.WithContext(fmt::format("loading model '{}' on device {}", name, options.device));
+  return davinci;
 }
 
 StatusOr<std::uint32_t> ModelManager::LoadModelFromData(std::string_view om, const ModelLoadOptions& options,
@@ -226,86 +182,48 @@ StatusOr<std::uint32_t> ModelManager::LoadModelFromData(std::string_view om, con
 }
 
 Status ModelManager::Unload(std::uint32_t model_id) {
-  std::shared_ptr<DavinciModel> model;
-  npu_sim::DevicePtr free_weights;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = model_map_.find(model_id);
-    if (it == model_map_.end()) {
-      auto hybrid = hybrid_model_map_.find(model_id);
-      if (hybrid == hybrid_model_map_.end()) return Status::NotFound("no loaded model {}", model_id);
-      auto h = hybrid->second;
-      hybrid_model_map_.erase(hybrid);
-      return h->Unload();
-    }
-    model = it->second;
-    model_map_.erase(it);
-    for (auto& [sess, ids] : sess_id_to_models_) ids.erase(model_id);
-  }
-  free_weights = ReleaseSharedWeights(model_id);
-  Status s = model->Unload();
-  if (free_weights) {
-    Status f = rt_->Free(model->device(), free_weights);
+  NPUFLOW_ASSIGN_OR_RETURN(table_msg::Taken taken, table_.Ask<table_msg::Taken>(table_msg::Take{model_id}).Get());
+  if (taken.hybrid) return taken.hybrid->Unload();
+  Status s = taken.model->Unload();
+  if (taken.free_weights) {
+    Status f = rt_->Free(taken.model->device(), taken.free_weights);
     if (s.ok()) s = f;
   }
   return s;
 }
 
 StatusOr<std::shared_ptr<DavinciModel>> ModelManager::GetModel(std::uint32_t model_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = model_map_.find(model_id);
-  if (it == model_map_.end()) return Status::NotFound("no loaded model {}", model_id);
-  return it->second;
+  return table_.Ask<std::shared_ptr<DavinciModel>>(table_msg::Get{model_id}).Get();
 }
 
 bool ModelManager::IsLoaded(std::uint32_t model_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return model_map_.count(model_id) > 0 || hybrid_model_map_.count(model_id) > 0;
+  return GetModel(model_id).ok() || GetHybridModel(model_id).ok();
 }
 
 std::vector<std::uint32_t> ModelManager::LoadedModels() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::uint32_t> ids;
-  for (const auto& [id, m] : model_map_) ids.push_back(id);
-  for (const auto& [id, m] : hybrid_model_map_) ids.push_back(id);
-  return ids;
+  return table_.Ask<std::vector<std::uint32_t>>(table_msg::List{}).Get().value_or(std::vector<std::uint32_t>{});
 }
 
 StatusOr<std::uint32_t> ModelManager::RegisterHybridModel(std::shared_ptr<HybridModel> model) {
   if (model == nullptr) return Status::ParamInvalid("RegisterHybridModel: no model");
-  std::lock_guard<std::mutex> lock(mu_);
-  const std::uint32_t id = next_id_++;
-  hybrid_model_map_[id] = std::move(model);
-  return id;
+  return table_.Ask<std::uint32_t>(table_msg::RegisterHybrid{std::move(model)}).Get();
 }
 
 StatusOr<std::shared_ptr<HybridModel>> ModelManager::GetHybridModel(std::uint32_t model_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = hybrid_model_map_.find(model_id);
-  if (it == hybrid_model_map_.end()) return Status::NotFound("no loaded dynamic-shape model {}", model_id);
-  return it->second;
+  return table_.Ask<std::shared_ptr<HybridModel>>(table_msg::GetHybrid{model_id}).Get();
 }
 
 void ModelManager::BindSession(std::uint64_t session_id, int device) {
-  std::lock_guard<std::mutex> lock(mu_);
-  sess_id_to_device_ids_[session_id].insert(device);
+  (void)table_.Ask(table_msg::BindSession{session_id, device}).Get();
 }
 
 std::set<int> ModelManager::SessionDevices(std::uint64_t session_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = sess_id_to_device_ids_.find(session_id);
-  return it == sess_id_to_device_ids_.end() ? std::set<int>{} : it->second;
+  return table_.Ask<std::set<int>>(table_msg::SessionDevices{session_id}).Get().value_or(std::set<int>{});
 }
 
 Status ModelManager::DestroySession(std::uint64_t session_id) {
-  std::set<std::uint32_t> ids;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = sess_id_to_models_.find(session_id);
-    if (it != sess_id_to_models_.end()) ids = it->second;
-    sess_id_to_models_.erase(session_id);
-    sess_id_to_device_ids_.erase(session_id);
-  }
+  NPUFLOW_ASSIGN_OR_RETURN(std::set<std::uint32_t> ids,
+                           table_.Ask<std::set<std::uint32_t>>(table_msg::TakeSession{session_id}).Get());
   Status first;
   for (std::uint32_t id : ids) {
     Status s = Unload(id);

@@ -20,14 +20,16 @@
 // Weight sharing: models loaded from the same compiled model onto the same device with
 // `share_weights` use one copy of the weights, freed with the last of them.
 //
-// Thread-safe.
+// Thread-safe, and fiber-friendly: the table, the sessions, the shared weights and the load lease
+// (one load at a time) are the state of an actor (scheduler/model_table.h); these methods ask it,
+// so a thread blocks and a fiber yields while it waits. A load's blocking work (recycling, Init)
+// runs on the caller while it holds the lease.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,6 +38,7 @@
 #include "base/timer.h"
 #include "npu_sim/runtime.h"
 #include "scheduler/davinci_model.h"
+#include "scheduler/model_table.h"
 #include "weights/external_weight_manager.h"
 #include "weights/weight_loader.h"
 
@@ -109,26 +112,18 @@ class ModelManager {
  private:
   explicit ModelManager(std::unique_ptr<npu_sim::Runtime> rt) : rt_(std::move(rt)) {}
   Status CheckAndRelease(int device, const ResourceNeeds& need, const std::string& name, RecycleReport* report);
-  npu_sim::DevicePtr ReleaseSharedWeights(std::uint32_t model_id);
+  // Loads under a lease already granted (`ticket`); the caller ends the lease.
+  StatusOr<std::shared_ptr<DavinciModel>> LoadUnderLease(const std::shared_ptr<const CompiledModel>& model,
+                                                         const ModelLoadOptions& options, const std::string& name,
+                                                         const table_msg::LoadTicket& ticket,
+                                                         npu_sim::DevicePtr& created_shared, RecycleReport* report);
 
   std::unique_ptr<npu_sim::Runtime> rt_;
   // Destroyed after the models (declared later) and before the runtime (declared earlier).
   std::unique_ptr<weights::WeightLoader> weight_loader_;
   std::shared_ptr<weights::ExternalWeightManager> weight_manager_;
   DeadlineTimer timer_;
-  mutable std::mutex mu_;
-  std::mutex load_mu_;  // one load (check, recycle, init) at a time
-  std::uint32_t next_id_ = 1;
-  std::map<std::uint32_t, std::shared_ptr<DavinciModel>> model_map_;
-  std::map<std::uint32_t, std::shared_ptr<HybridModel>> hybrid_model_map_;
-  std::map<std::uint64_t, std::set<int>> sess_id_to_device_ids_;
-  std::map<std::uint64_t, std::set<std::uint32_t>> sess_id_to_models_;
-  // Weight sharing: (compiled model, device) -> the shared weights and who uses them.
-  struct SharedWeights {
-    npu_sim::DevicePtr ptr;
-    std::set<std::uint32_t> users;
-  };
-  std::map<std::pair<const CompiledModel*, int>, SharedWeights> weights_mem_ids_to_addr_info_;
+  actors::Address<TableMsg> table_;  // ModelManagerActor: every loaded model and session
 };
 
 // GraphLoader: the loading facade (seed 002, 2.2): static functions over ModelManager::Get().

@@ -88,6 +88,7 @@ struct Session::GraphNode {
   std::unique_ptr<graph::ComputeGraph> graph;  // until built
   std::shared_ptr<const CompiledModel> compiled;
   std::optional<std::uint32_t> model_id;
+  std::shared_ptr<DavinciModel> model;  // the loaded model while it is loaded (no table lookup per run)
   std::unique_ptr<RunLoop> loop;
   npu_sim::DevicePtr const_base, feature_base;
   std::uint64_t const_size = 0, feature_size = 0;
@@ -187,10 +188,10 @@ StatusOr<std::shared_ptr<DavinciModel>> Session::EnsureLoaded(GraphNode& node) {
   ModelManager* mm = ModelManager::Get();
   if (mm == nullptr) return Status::Failed("session {}: ModelManager is finalized", id_);
   if (node.model_id) {
-    auto model = mm->GetModel(*node.model_id);
-    if (model.ok()) return model;
+    if (node.model != nullptr && !node.model->unloaded()) return node.model;
     // Unloaded meanwhile (resource recycling): its Run loop went with it; load again.
     node.model_id.reset();
+    node.model.reset();
     if (node.loop) {
       (void)node.loop->Stop();
       node.loop.reset();
@@ -214,7 +215,8 @@ StatusOr<std::shared_ptr<DavinciModel>> Session::EnsureLoaded(GraphNode& node) {
   lo.name = fmt::format("{} (session {} graph {})", graph_name, id_, node.id);
   NPUFLOW_ASSIGN_OR_RETURN(std::uint32_t id, mm->LoadModelOnline(node.compiled, lo));
   node.model_id = id;
-  return mm->GetModel(id);
+  NPUFLOW_ASSIGN_OR_RETURN(node.model, mm->GetModel(id));
+  return node.model;
 }
 
 Status Session::LoadGraph(std::uint32_t graph_id) {
@@ -323,6 +325,7 @@ Status Release(Session::GraphNode& node) {
     }
     node.model_id.reset();
   }
+  node.model.reset();
   return first;
 }
 }  // namespace

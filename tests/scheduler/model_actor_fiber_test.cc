@@ -17,6 +17,7 @@
 #include "lowering/compiler.h"
 #include "npu_sim/runtime.h"
 #include "scheduler/davinci_model.h"
+#include "scheduler/model_manager.h"
 #include "synthetic/graphs.h"
 
 namespace npuflow::scheduler {
@@ -77,6 +78,41 @@ TEST(ModelActorFibers, SixtyFourFibersOnOneThreadShareAModelWithOneWorker) {
     }
     ASSERT_TRUE(model.Unload().ok());
   }
+}
+
+// Loads through the ModelManager from fibers of one thread: the load lease is a queued message, so
+// a fiber waiting for it yields; with a mutex instead, the second fiber would block the thread that
+// the first one needs to finish its load.
+TEST(ModelActorFibers, LoadsFromFibersOnOneThreadDoNotDeadlock) {
+  constexpr int kFibers = 8;
+  graph::RegisterBuiltinOps();
+  auto graph = synthetic::MakeChainGraph(6, 16);
+  ASSERT_TRUE(graph.ok());
+  auto compiled = lowering::CompileV1(std::move(*graph), {});
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto m = std::make_shared<const CompiledModel>(std::move(*compiled));
+  ASSERT_TRUE(ModelManager::Initialize({.chips = {m->chip}, .workers = 1}).ok());
+  ModelManager& mm = *ModelManager::Get();
+  std::vector<Status> errors(kFibers);
+  auto done = std::async(std::launch::async, [&] {
+    std::vector<boost::fibers::fiber> fibers;
+    for (int f = 0; f < kFibers; ++f)
+      fibers.emplace_back([&, f] {
+        auto id = mm.LoadModelOnline(m, {});
+        if (!id.ok()) {
+          errors[f] = id.status();
+          return;
+        }
+        auto model = mm.GetModel(*id);
+        auto out = model.ok() ? (*model)->Execute(Inputs(*m, static_cast<float>(f))).status() : model.status();
+        errors[f] = out.ok() ? mm.Unload(*id) : out;
+      });
+    for (auto& fiber : fibers) fiber.join();
+  });
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(120)), std::future_status::ready) << "deadlock";
+  for (int f = 0; f < kFibers; ++f) EXPECT_TRUE(errors[f].ok()) << "fiber " << f << ": " << errors[f];
+  EXPECT_TRUE(mm.LoadedModels().empty());
+  EXPECT_TRUE(ModelManager::Finalize().ok());
 }
 
 }  // namespace
