@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/future.h"
 #include "base/sha256.h"
 
 namespace npuflow::weights {
@@ -13,11 +14,19 @@ void RegionLoadState::Set(StatusOr<WeightLoadReport> result) {
     std::lock_guard<std::mutex> lock(mu_);
     if (result_) return;
     result_ = std::move(result);
+    ready_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
+  // A fiber that saw ready_ false under fiber_mu_ is inside wait() before this lock is ours.
+  { std::lock_guard<boost::fibers::mutex> lock(fiber_mu_); }
+  fiber_cv_.notify_all();
 }
 
 StatusOr<WeightLoadReport> RegionLoadState::Wait() const {
+  if (!ready_.load(std::memory_order_acquire) && actors::detail::InNonMainFiber()) {
+    std::unique_lock<boost::fibers::mutex> lock(fiber_mu_);
+    fiber_cv_.wait(lock, [&] { return ready_.load(std::memory_order_acquire); });
+  }
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return result_.has_value(); });
   return *result_;
