@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/fibers.h"
 #include "actors/future.h"
 #include "base/sha256.h"
 
@@ -23,7 +24,7 @@ void RegionLoadState::Set(StatusOr<WeightLoadReport> result) {
 }
 
 StatusOr<WeightLoadReport> RegionLoadState::Wait() const {
-  if (!ready_.load(std::memory_order_acquire) && actors::detail::InNonMainFiber()) {
+  if (!ready_.load(std::memory_order_acquire) && actors::detail::WaitSuspendsFiber()) {
     std::unique_lock<boost::fibers::mutex> lock(fiber_mu_);
     fiber_cv_.wait(lock, [&] { return ready_.load(std::memory_order_acquire); });
   }

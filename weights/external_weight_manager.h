@@ -39,8 +39,8 @@ namespace npuflow::weights {
 class RegionLoadState {
  public:
   void Set(StatusOr<WeightLoadReport> result);
-  // Until the load has ended: blocks a host thread; inside a fiber, suspends only that fiber (the
-  // other fibers of its thread run meanwhile).
+  // Until the load has ended: blocks a host thread; inside a fiber (or the main context of a
+  // fiber thread, actors/fibers.h), suspends only that context (the thread's fibers run meanwhile).
   StatusOr<WeightLoadReport> Wait() const;
   // The outcome if the load has ended.
   std::optional<Status> Peek() const;
