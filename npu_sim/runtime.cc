@@ -21,18 +21,38 @@ std::atomic<std::uint64_t> g_runtime_uid{1};
 thread_local HostSide tl_host;
 thread_local HostClient* tl_scoped = nullptr;
 
+// The scoped client of the current context. A fiber has its own slot: fibers sharing a thread
+// must not see each other's scopes (a fiber suspended inside its scope would otherwise charge
+// the next fiber's calls to its client). The slot object is never destroyed, so it outlives
+// every fiber.
+HostClient*& ScopedSlot(bool in_fiber) {
+  if (!in_fiber) return tl_scoped;
+  static auto* fiber_scoped = new boost::fibers::fiber_specific_ptr<HostClient*>();
+  HostClient** slot = fiber_scoped->get();
+  if (slot == nullptr) {
+    fiber_scoped->reset(new HostClient*(nullptr));
+    slot = fiber_scoped->get();
+  }
+  return *slot;
+}
+
 }  // namespace
 
-ScopedHostClient::ScopedHostClient(HostClient& client) : previous_(tl_scoped) { tl_scoped = &client; }
-ScopedHostClient::~ScopedHostClient() { tl_scoped = previous_; }
+ScopedHostClient::ScopedHostClient(HostClient& client) {
+  HostClient*& slot = ScopedSlot(actors::detail::InNonMainFiber());
+  previous_ = slot;
+  slot = &client;
+}
+ScopedHostClient::~ScopedHostClient() { ScopedSlot(actors::detail::InNonMainFiber()) = previous_; }
 
 // Which host side the current call is charged to: a scoped client, else the fiber's own, else
 // the thread's own. A side last used with another runtime starts afresh at 0.
 HostSide& Runtime::CurrentHost() const {
   HostSide* side = nullptr;
-  if (tl_scoped != nullptr) {
-    side = &tl_scoped->side_;
-  } else if (actors::detail::InNonMainFiber()) {
+  const bool in_fiber = actors::detail::InNonMainFiber();
+  if (HostClient* scoped = ScopedSlot(in_fiber); scoped != nullptr) {
+    side = &scoped->side_;
+  } else if (in_fiber) {
     side = fiber_host_->get();
     if (side == nullptr) {
       fiber_host_->reset(new HostSide{});
