@@ -1,5 +1,6 @@
 #include "actors/fibers.h"
 
+#include <algorithm>
 #include <exception>
 #include <memory>
 #include <system_error>
