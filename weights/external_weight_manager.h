@@ -53,6 +53,7 @@ class RegionLoadState {
   mutable boost::fibers::mutex fiber_mu_;
   mutable boost::fibers::condition_variable fiber_cv_;
   std::atomic<bool> ready_{false};
+  mutable std::atomic<bool> fiber_waiter_{false};  // a fiber (or fiber-thread main context) waits or waited
   std::optional<StatusOr<WeightLoadReport>> result_;
 };
 
