@@ -2,7 +2,8 @@
 //
 // T is status-like: Status or StatusOr<R>, so that every way a future can end (value, error,
 // dropped promise, shutdown) is a value of T. A Future is waited on from a plain thread (blocks
-// the thread) or from a Boost.Fiber fiber (yields to the thread's other fibers), and takes one
+// the thread) or from a Boost.Fiber fiber (yields to the thread's other fibers; so does the main
+// context of a thread running fibers, see actors/fibers.h), and takes one
 // continuation (Then) that runs on the thread that completes it.
 //
 // Invariants: a core is completed at most once (TryComplete claims it); the continuation, the
@@ -48,6 +49,10 @@ namespace detail {
 
 // True when the caller runs inside a Boost.Fiber fiber other than the thread's main context.
 bool InNonMainFiber();
+// True when a wait here suspends a fiber context rather than blocking the OS thread: inside a
+// fiber, or in the main context of a thread running fibers (actors/fibers.h), whose fibers must
+// keep running while it waits.
+bool WaitSuspendsFiber();
 
 // True while an actor's handler (or a continuation it runs) executes on this thread. Such code
 // runs on a oneTBB worker and must never wait: a blocking wait there holds a worker that the
@@ -111,7 +116,7 @@ class CoreBase {
   // Blocks until ready or until `deadline`; returns whether it is ready.
   bool WaitUntil(std::optional<std::chrono::steady_clock::time_point> deadline) {
     if (ready()) return true;
-    if (InNonMainFiber()) {
+    if (WaitSuspendsFiber()) {
       std::call_once(fiber_once_, [this] { fiber_ = std::make_unique<FiberWait>(); });
       state_.fetch_or(kFiberWaiter, std::memory_order_acq_rel);
       std::unique_lock<boost::fibers::mutex> lock(fiber_->mu);

@@ -4,7 +4,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/fibers.h"
 #include "base/files.h"
 #include "models/gpt2/engine.h"
 #include "models/gpt2/sampling.h"
@@ -80,7 +80,41 @@ struct Gpt2Run {
   std::vector<gpt2::SamplingOptions> samplings;
   bool print_ids = false;
   std::string trace;
+  gpt2::HostOptions host;
 };
+
+struct LoadAndGenerations {
+  Status load_status;
+  double load_ms = -1;  // from the load's start to the weights on the device
+  StatusOr<std::vector<Generation>> gens = Status::Failed("not run");
+};
+
+// Runs the generations while the weights stream in, and times the load meanwhile: as a fiber of
+// the main thread when the generations are fibers, else on a thread of its own.
+LoadAndGenerations RunGenerations(gpt2::Gpt2Engine& engine, const Gpt2Run& run) {
+  LoadAndGenerations r;
+  auto time_load = [&] {
+    r.load_status = engine.WaitForWeights();
+    r.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - engine.load_started()).count();
+  };
+  auto generate = [&] { r.gens = engine.GenerateConcurrently(run.prompts, run.n_predict, run.samplings, {}, run.host); };
+  if (run.host.mode == gpt2::HostOptions::Mode::kThreads) {
+    std::thread load_timer(time_load);
+    generate();
+    load_timer.join();
+    return r;
+  }
+  // Fiber 0 times the load (it waits, yielding); fiber 1 runs the generations' fibers.
+  Status s = actors::RunFibers(2, {.threads = 1, .stack_bytes = run.host.fiber_stack_bytes}, [&](int i) {
+    if (i == 0)
+      time_load();
+    else
+      generate();
+    return Status::Ok();
+  });
+  if (!s.ok()) r.gens = s;
+  return r;
+}
 
 // Everything between ModelManager::Initialize and Finalize.
 // `file_read` came from gpt2::ReadGpt2File, which started at t0.
@@ -99,17 +133,12 @@ Status GenerateAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const G
                      hp.weight_type() == graph::DataType::kFloat16 ? "f16" : "f32",
                      static_cast<double>(file.weight_bytes()) / 1e6);
 
-  // The weights stream in while the generations start; this thread only times the load.
-  std::atomic<double> load_ms{-1};
-  Status load_status;
-  std::thread load_timer([&] {
-    load_status = engine->WaitForWeights();
-    load_ms = std::chrono::duration<double, std::milli>(Clock::now() - engine->load_started()).count();
-  });
-  auto gens = engine->GenerateConcurrently(run.prompts, run.n_predict, run.samplings);
-  load_timer.join();
-  NPUFLOW_RETURN_IF_ERROR(load_status);
+  // The weights stream in while the generations start.
+  LoadAndGenerations done = RunGenerations(*engine, run);
+  NPUFLOW_RETURN_IF_ERROR(done.load_status);
+  StatusOr<std::vector<Generation>>& gens = done.gens;
   if (!gens.ok()) return gens.status();
+  const double load_ms = done.load_ms;
 
   // Decode figures over all streams: the tokens after each stream's first, over the window from
   // the earliest first token to the latest end (wall, and the host clocks' virtual time).
@@ -136,7 +165,7 @@ Status GenerateAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const G
   const double mb = static_cast<double>(file.weight_bytes()) / 1e6;
   out << fmt::format("load: read, build and compile {:.1f} ms; weights on the device {:.1f} ms after the load started "
                      "({:.2f} GB/s)\n",
-                     create_ms, load_ms.load(), load_ms > 0 ? mb / load_ms : 0.0);
+                     create_ms, load_ms, load_ms > 0 ? mb / load_ms : 0.0);
   if (tokens > 0 || ttft > 0) {
     const double wall_s = std::chrono::duration<double>(last - first).count();
     const double virtual_s = static_cast<double>(v_last - v_first) / 1e9;
@@ -170,6 +199,10 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
     return Status::ParamInvalid("give one of --prompt TEXT or --prompt-ids \"464 2068 ...\"");
   if (args.n_predict < 0) return Status::ParamInvalid("-n {}: expected >= 0", args.n_predict);
   if (args.streams < 1 || args.streams > 64) return Status::ParamInvalid("--streams {}: expected 1..64", args.streams);
+  if (args.host_threads < 1 || args.host_threads > 64)
+    return Status::ParamInvalid("--host-threads {}: expected 1..64", args.host_threads);
+  if (args.host_mode != "fibers" && args.host_mode != "threads")
+    return Status::ParamInvalid("--host-mode '{}': expected fibers or threads", args.host_mode);
   gpt2::SamplingOptions base{.greedy = args.greedy,
                              .top_k = args.top_k,
                              .top_p = static_cast<float>(args.top_p),
@@ -184,6 +217,8 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
   run.n_predict = args.n_predict;
   run.print_ids = args.print_ids;
   run.trace = args.trace;
+  run.host.threads = args.host_threads;
+  if (args.host_mode == "threads") run.host.mode = gpt2::HostOptions::Mode::kThreads;
   std::vector<std::vector<int>> given;
   if (!args.prompt_ids.empty()) {
     NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> ids, ParseIds(args.prompt_ids, file.hparams.n_vocab));

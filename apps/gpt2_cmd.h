@@ -8,7 +8,9 @@
 // the load time and throughput, the time to first token and tokens per second (wall and
 // virtual). With --streams K, K generations run at once on K streams of one device that share
 // one device copy of the weights: prompt i (--prompt may be given several times) goes to stream
-// i (cycling); when sampling, stream i uses seed S + i.
+// i (cycling); when sampling, stream i uses seed S + i. The K generations are fibers on
+// --host-threads host threads (default 1: the main thread), not K OS threads; --host-mode threads
+// runs one OS thread each instead, for comparison.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,8 @@ struct Gpt2Args {
   std::uint64_t seed = 0;
   int streams = 1;
   int threads = 0;  // the device runtime's worker threads; 0: one per hardware thread
+  int host_threads = 1;               // the generations run as fibers on this many host threads, 1..64
+  std::string host_mode = "fibers";   // fibers | threads (one OS thread per generation, for comparison)
   bool print_ids = false;
   std::string trace;
   std::string device_chip = "910B";

@@ -160,6 +160,10 @@ Command AddGpt2Command(CLI::App& app) {
   gpt2->add_option("--seed", args->seed, "sampling seed; stream i uses seed + i (default 0)");
   gpt2->add_option("--streams", args->streams, "concurrent generations on as many streams (default 1)");
   gpt2->add_option("--threads", args->threads, "device runtime worker threads (default: one per core)");
+  gpt2->add_option("--host-threads", args->host_threads,
+                   "host threads running the generations as fibers, 1..64 (default 1)");
+  gpt2->add_option("--host-mode", args->host_mode,
+                   "fibers (default), or threads: one OS thread per generation, for comparison");
   gpt2->add_flag("--print-ids", args->print_ids, "also print the generated token ids");
   gpt2->add_option("--trace", args->trace, "write a Chrome trace of the run to this file");
   gpt2->add_option("--device-chip", args->device_chip, "the simulated chip (default 910B)");

@@ -57,7 +57,8 @@ class HostClient {
 };
 
 // Charges the host calls of the current thread (or fiber) to `client` while it lives. Scopes
-// nest; the innermost wins.
+// nest; the innermost wins. A scope opened in a fiber is that fiber's only: the other fibers of
+// its thread do not see it while it is suspended.
 class ScopedHostClient {
  public:
   explicit ScopedHostClient(HostClient& client);

@@ -21,19 +21,39 @@ std::atomic<std::uint64_t> g_runtime_uid{1};
 thread_local HostSide tl_host;
 thread_local HostSide* tl_scoped = nullptr;
 
+// The scoped client of the current context. A fiber has its own slot: fibers sharing a thread
+// must not see each other's scopes (a fiber suspended inside its scope would otherwise charge
+// the next fiber's calls to its client). The slot object is never destroyed, so it outlives
+// every fiber.
+HostSide*& ScopedSlot(bool in_fiber) {
+  if (!in_fiber) return tl_scoped;
+  static auto* fiber_scoped = new boost::fibers::fiber_specific_ptr<HostSide*>();
+  HostSide** slot = fiber_scoped->get();
+  if (slot == nullptr) {
+    fiber_scoped->reset(new HostSide*(nullptr));
+    slot = fiber_scoped->get();
+  }
+  return *slot;
+}
+
 }  // namespace
 
-ScopedHostClient::ScopedHostClient(HostClient& client) : previous_(tl_scoped) { tl_scoped = &client.side_; }
-ScopedHostClient::ScopedHostClient(HostSide& side) : previous_(tl_scoped) { tl_scoped = &side; }
-ScopedHostClient::~ScopedHostClient() { tl_scoped = previous_; }
+ScopedHostClient::ScopedHostClient(HostClient& client) : ScopedHostClient(client.side_) {}
+ScopedHostClient::ScopedHostClient(HostSide& side) {
+  HostSide*& slot = ScopedSlot(actors::detail::InNonMainFiber());
+  previous_ = slot;
+  slot = &side;
+}
+ScopedHostClient::~ScopedHostClient() { ScopedSlot(actors::detail::InNonMainFiber()) = previous_; }
 
 // Which host side the current call is charged to: a scoped client, else the fiber's own, else
 // the thread's own. A side last used with another runtime starts afresh at 0.
 HostSide& Runtime::CurrentHost() const {
   HostSide* side = nullptr;
-  if (tl_scoped != nullptr) {
-    side = tl_scoped;
-  } else if (actors::detail::InNonMainFiber()) {
+  const bool in_fiber = actors::detail::InNonMainFiber();
+  if (HostSide* scoped = ScopedSlot(in_fiber); scoped != nullptr) {
+    side = scoped;
+  } else if (in_fiber) {
     side = fiber_host_->get();
     if (side == nullptr) {
       fiber_host_->reset(new HostSide{});

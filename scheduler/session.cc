@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/wait_mutex.h"
 #include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
 #include "weights/convert.h"
@@ -84,7 +85,7 @@ StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOpti
 struct Session::GraphNode {
   std::uint32_t id = 0;
   GraphOptions options;
-  std::mutex mu;  // build and load, one at a time
+  actors::WaitMutex mu;  // build and load, one at a time (a waiting fiber yields)
   std::unique_ptr<graph::ComputeGraph> graph;  // until built
   std::shared_ptr<const CompiledModel> compiled;
   std::optional<std::uint32_t> model_id;
@@ -180,7 +181,7 @@ Status Session::Build(GraphNode& node) {
 
 Status Session::BuildGraph(std::uint32_t graph_id) {
   NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<std::mutex> lock(node->mu);
+  std::lock_guard<actors::WaitMutex> lock(node->mu);
   return Build(*node);
 }
 
@@ -221,7 +222,7 @@ StatusOr<std::shared_ptr<DavinciModel>> Session::EnsureLoaded(GraphNode& node) {
 
 Status Session::LoadGraph(std::uint32_t graph_id) {
   NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<std::mutex> lock(node->mu);
+  std::lock_guard<actors::WaitMutex> lock(node->mu);
   return EnsureLoaded(*node).status();
 }
 
@@ -229,7 +230,7 @@ StatusOr<std::vector<Tensor>> Session::RunGraph(std::uint32_t graph_id, const st
   NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
   std::shared_ptr<DavinciModel> model;
   {
-    std::lock_guard<std::mutex> lock(node->mu);
+    std::lock_guard<actors::WaitMutex> lock(node->mu);
     NPUFLOW_ASSIGN_OR_RETURN(model, EnsureLoaded(*node));
   }
   const CompiledModel& m = model->compiled();
@@ -249,7 +250,7 @@ StatusOr<std::vector<Tensor>> Session::RunGraph(std::uint32_t graph_id, const st
 Status Session::RunGraphAsync(std::uint32_t graph_id, std::vector<Tensor> inputs, RunCallback done) {
   if (!done) return Status::ParamInvalid("session {}: RunGraphAsync without a callback", id_);
   NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<std::mutex> lock(node->mu);
+  std::lock_guard<actors::WaitMutex> lock(node->mu);
   NPUFLOW_ASSIGN_OR_RETURN(auto model, EnsureLoaded(*node));
   if (!node->loop) {
     NPUFLOW_ASSIGN_OR_RETURN(node->loop, RunLoop::Start(model, node->options.timeout));
@@ -263,7 +264,7 @@ Status Session::RunGraphWithStreamAsync(std::uint32_t graph_id, npu_sim::Stream 
   NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
   std::shared_ptr<DavinciModel> model;
   {
-    std::lock_guard<std::mutex> lock(node->mu);
+    std::lock_guard<actors::WaitMutex> lock(node->mu);
     NPUFLOW_ASSIGN_OR_RETURN(model, EnsureLoaded(*node));
   }
   const CompiledModel& m = model->compiled();
@@ -292,7 +293,7 @@ Status Session::ForkGraph(std::uint32_t origin_id, std::uint32_t fork_id) {
   std::shared_ptr<const CompiledModel> compiled;
   GraphOptions options;
   {
-    std::lock_guard<std::mutex> lock(origin->mu);
+    std::lock_guard<actors::WaitMutex> lock(origin->mu);
     if (!origin->compiled)
       return Status::Failed("session {}: cannot fork graph {}: it is not built (BuildGraph it first)", id_, origin_id);
     compiled = origin->compiled;
@@ -340,13 +341,13 @@ Status Session::RemoveGraph(std::uint32_t graph_id) {
     node = it->second;
     graphs_.erase(it);
   }
-  std::lock_guard<std::mutex> lock(node->mu);
+  std::lock_guard<actors::WaitMutex> lock(node->mu);
   return Release(*node);
 }
 
 Status Session::SetGraphConstMemoryBase(std::uint32_t graph_id, npu_sim::DevicePtr ptr, std::uint64_t size) {
   NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<std::mutex> lock(node->mu);
+  std::lock_guard<actors::WaitMutex> lock(node->mu);
   if (!ptr || size == 0) return Status::ParamInvalid("session {} graph {}: const memory base is null or empty", id_, graph_id);
   if (node->model_id) return Status::ParamInvalid("session {} graph {}: is loaded; set its const memory before the first run", id_, graph_id);
   node->const_base = ptr;
@@ -356,7 +357,7 @@ Status Session::SetGraphConstMemoryBase(std::uint32_t graph_id, npu_sim::DeviceP
 
 Status Session::UpdateGraphFeatureMemoryBase(std::uint32_t graph_id, npu_sim::DevicePtr ptr, std::uint64_t size) {
   NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<std::mutex> lock(node->mu);
+  std::lock_guard<actors::WaitMutex> lock(node->mu);
   if (!ptr || size == 0) return Status::ParamInvalid("session {} graph {}: feature memory base is null or empty", id_, graph_id);
   if (node->model_id) return Status::ParamInvalid("session {} graph {}: is loaded; set its feature memory before the first run", id_, graph_id);
   node->feature_base = ptr;
@@ -374,7 +375,7 @@ Status Session::Finalize() {
   }
   Status first;
   for (auto& [id, node] : graphs) {
-    std::lock_guard<std::mutex> lock(node->mu);
+    std::lock_guard<actors::WaitMutex> lock(node->mu);
     Status s = Release(*node);
     if (first.ok() && !s.ok()) first = s;
   }
@@ -397,7 +398,7 @@ Status Session::Finalize() {
 
 StatusOr<std::shared_ptr<const CompiledModel>> Session::GetCompiledModel(std::uint32_t graph_id) const {
   NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<std::mutex> lock(node->mu);
+  std::lock_guard<actors::WaitMutex> lock(node->mu);
   if (!node->compiled) return Status::Failed("session {}: graph {} is not built", id_, graph_id);
   return node->compiled;
 }
@@ -410,10 +411,14 @@ StatusOr<std::vector<weights::ExternalWeightDesc>> Session::GetExternalWeightPat
 
 StatusOr<std::shared_ptr<DavinciModel>> Session::GetLoadedModel(std::uint32_t graph_id) const {
   NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<std::mutex> lock(node->mu);
+  std::optional<std::uint32_t> id;
+  {
+    std::lock_guard<actors::WaitMutex> lock(node->mu);
+    id = node->model_id;
+  }
   ModelManager* mm = ModelManager::Get();
-  if (!node->model_id || mm == nullptr) return Status::NotFound("session {}: graph {} is not loaded", id_, graph_id);
-  return mm->GetModel(*node->model_id);
+  if (!id || mm == nullptr) return Status::NotFound("session {}: graph {} is not loaded", id_, graph_id);
+  return mm->GetModel(*id);
 }
 
 }  // namespace npuflow::scheduler

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "actors/fibers.h"
+#include "actors/future.h"
 #include "base/sha256.h"
 
 namespace npuflow::weights {
@@ -13,11 +15,23 @@ void RegionLoadState::Set(StatusOr<WeightLoadReport> result) {
     std::lock_guard<std::mutex> lock(mu_);
     if (result_) return;
     result_ = std::move(result);
+    ready_.store(true, std::memory_order_seq_cst);
   }
   cv_.notify_all();
+  // Fiber primitives only when a fiber may wait: they set up Boost.Fiber's scheduler on the calling
+  // thread (a oneTBB worker, here). With both accesses seq_cst, a waiter that Set does not see
+  // here sees ready_ before it sleeps; one it sees is inside wait() once fiber_mu_ is ours.
+  if (!fiber_waiter_.load(std::memory_order_seq_cst)) return;
+  { std::lock_guard<boost::fibers::mutex> lock(fiber_mu_); }
+  fiber_cv_.notify_all();
 }
 
 StatusOr<WeightLoadReport> RegionLoadState::Wait() const {
+  if (!ready_.load(std::memory_order_acquire) && actors::detail::WaitSuspendsFiber()) {
+    fiber_waiter_.store(true, std::memory_order_seq_cst);
+    std::unique_lock<boost::fibers::mutex> lock(fiber_mu_);
+    fiber_cv_.wait(lock, [&] { return ready_.load(std::memory_order_seq_cst); });
+  }
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return result_.has_value(); });
   return *result_;

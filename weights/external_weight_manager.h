@@ -12,6 +12,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -23,6 +24,9 @@
 #include <tuple>
 #include <vector>
 
+#include <boost/fiber/condition_variable.hpp>
+#include <boost/fiber/mutex.hpp>
+
 #include "base/aes_gcm.h"
 #include "base/status.h"
 #include "npu_sim/runtime.h"
@@ -30,18 +34,26 @@
 
 namespace npuflow::weights {
 
-// The outcome of one region's load, shared by every model that uses the region.
+// The outcome of one region's load, shared by every model that uses the region. Set from any
+// thread (the loader's, a worker); waited on from a host thread or a Boost.Fiber fiber.
 class RegionLoadState {
  public:
   void Set(StatusOr<WeightLoadReport> result);
-  // Blocks (a host thread) until the load has ended.
+  // Until the load has ended: blocks a host thread; inside a fiber (or the main context of a
+  // fiber thread, actors/fibers.h), suspends only that context (the thread's fibers run meanwhile).
   StatusOr<WeightLoadReport> Wait() const;
   // The outcome if the load has ended.
   std::optional<Status> Peek() const;
 
  private:
+  // Invariant: ready_ goes true once, after result_ is written under mu_, and before either
+  // condition variable is notified; result_ is never written again.
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
+  mutable boost::fibers::mutex fiber_mu_;
+  mutable boost::fibers::condition_variable fiber_cv_;
+  std::atomic<bool> ready_{false};
+  mutable std::atomic<bool> fiber_waiter_{false};  // a fiber (or fiber-thread main context) waits or waited
   std::optional<StatusOr<WeightLoadReport>> result_;
 };
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "actors/fibers.h"
 #include "graph/ops/op_registry.h"
 #include "scheduler/model_manager.h"
 
@@ -147,21 +148,33 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
 StatusOr<std::vector<Generation>> Gpt2Engine::GenerateConcurrently(const std::vector<std::vector<int>>& prompts,
                                                                    int n_predict,
                                                                    const std::vector<SamplingOptions>& samplings,
-                                                                   const TokenCallback& on_token) {
+                                                                   const TokenCallback& on_token,
+                                                                   const HostOptions& host) {
   if (prompts.empty()) return Status::ParamInvalid("no prompts given");
   if (static_cast<int>(prompts.size()) > streams())
     return Status::ParamInvalid("{} prompts but the engine has {} streams", prompts.size(), streams());
   if (samplings.size() != 1 && samplings.size() != prompts.size())
     return Status::ParamInvalid("{} sampling settings for {} prompts: give one, or one per prompt", samplings.size(),
                                 prompts.size());
+  if (host.mode == HostOptions::Mode::kFibers && (host.threads < 1 || host.threads > 64))
+    return Status::ParamInvalid("host threads {}: expected 1..64", host.threads);
   std::vector<StatusOr<Generation>> results(prompts.size(), Status::Failed("not run"));
-  std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < prompts.size(); ++i)
-    threads.emplace_back([&, i] {
-      results[i] = Generate(static_cast<int>(i), prompts[i], n_predict, samplings.size() == 1 ? samplings[0] : samplings[i],
-                            on_token);
-    });
-  for (std::thread& t : threads) t.join();
+  // Generation i: on stream i, charged to its own host client.
+  auto run_one = [&](int i) -> Status {
+    const auto k = static_cast<std::size_t>(i);
+    npu_sim::HostClient client(fmt::format("generation {}", i));
+    npu_sim::ScopedHostClient scope(client);
+    results[k] = Generate(i, prompts[k], n_predict, samplings.size() == 1 ? samplings[0] : samplings[k], on_token);
+    return Status::Ok();
+  };
+  if (host.mode == HostOptions::Mode::kFibers) {
+    NPUFLOW_RETURN_IF_ERROR(actors::RunFibers(static_cast<int>(prompts.size()),
+                                              {.threads = host.threads, .stack_bytes = host.fiber_stack_bytes}, run_one));
+  } else {
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < prompts.size(); ++i) threads.emplace_back([&, i] { (void)run_one(static_cast<int>(i)); });
+    for (std::thread& t : threads) t.join();
+  }
   std::vector<Generation> out;
   for (std::size_t i = 0; i < results.size(); ++i) {
     if (!results[i].ok()) return results[i].status().WithContext(fmt::format("generation {}", i));

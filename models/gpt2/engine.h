@@ -3,7 +3,7 @@
 //
 //   scheduler::ModelManager::Initialize({...});
 //   auto engine = Gpt2Engine::Create("gpt2.bin", {.streams = 4}).value();
-//   auto gens = engine->GenerateConcurrently(prompts, 32, sampling).value();
+//   auto gens = engine->GenerateConcurrently(prompts, 32, sampling).value();  // K fibers, 1 host thread
 //
 // How it runs: the file is read and checked (models/gpt2/ggml_file.h), the decode step built as a graph
 // whose weights are FileConstants pointing into the file, compiled by the v1 compiler in a
@@ -13,11 +13,14 @@
 // generation feeds the prompt token by token through the decode step, then samples; each step is
 // one RunGraph (NnExecute: one model execute message to the device).
 //
-// Thread-safe across streams: generations on different streams run concurrently; one stream runs
-// one generation at a time (its KV cache is the state).
+// Thread-safe across streams: generations on different streams run concurrently (threads or
+// fibers); one stream runs one generation at a time (its KV cache is the state). Every model is
+// loaded in Create, before any generation runs: the load path holds std mutexes across waits, which
+// a fiber must not do (docs/actors.md, "Fibers").
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,7 +47,8 @@ struct Generation {
   double first_token_ms = 0;      // wall, from the start to the first generated token
   double wall_ms = 0;             // the whole generation, prompt included
   double decode_wall_ms = 0;      // the steps after the first generated token
-  double virtual_ms = 0;          // the same span on this thread's virtual host clock
+  double virtual_ms = 0;          // the same span on the caller's virtual host clock (GenerateConcurrently:
+                                  // the generation's own host client, "generation i")
   double decode_virtual_ms = 0;
   int steps = 0;                  // decode steps run (prompt tokens + generated - 1)
   // When it happened (for figures over several streams): wall, and virtual (host clock, ns).
@@ -52,8 +56,21 @@ struct Generation {
   std::int64_t virtual_first_token_at = 0, virtual_finished = 0;
 };
 
-// Called after each generated token (stream, token); return false to stop early.
+// Called after each generated token (stream, token); return false to stop early. With several
+// generations it is called from each of them: concurrently from several host threads, and
+// interleaved between fibers.
 using TokenCallback = std::function<bool(int stream, int token)>;
+
+// How GenerateConcurrently runs its K generations on the host.
+struct HostOptions {
+  enum class Mode {
+    kFibers,   // one Boost.Fiber fiber each, on `threads` host threads (actors::RunFibers)
+    kThreads,  // one OS thread each (for comparison, and for ThreadSanitizer, which cannot follow fibers)
+  };
+  Mode mode = Mode::kFibers;
+  int threads = 1;                          // kFibers: host threads, the caller's included (1..64)
+  std::size_t fiber_stack_bytes = 512 * 1024;  // kFibers: each generation's stack (guard page below it)
+};
 
 class Gpt2Engine {
  public:
@@ -82,11 +99,15 @@ class Gpt2Engine {
   StatusOr<Generation> Generate(int stream, std::span<const int> prompt, int n_predict, const SamplingOptions& sampling,
                                 const TokenCallback& on_token = {});
 
-  // One generation per prompt, prompt i on stream i, all at once (one host thread each).
-  // samplings: one per prompt, or one for all.
+  // One generation per prompt, prompt i on stream i, all at once: by default K fibers on one host
+  // thread (host.threads; a generation waits on every step and yields meanwhile), or K OS threads.
+  // Each generation charges its own host client, named "generation i": its virtual figures and its
+  // trace track are its own. samplings: one per prompt, or one for all. Must not be called inside
+  // an actor's handler.
   StatusOr<std::vector<Generation>> GenerateConcurrently(const std::vector<std::vector<int>>& prompts, int n_predict,
                                                          const std::vector<SamplingOptions>& samplings,
-                                                         const TokenCallback& on_token = {});
+                                                         const TokenCallback& on_token = {},
+                                                         const HostOptions& host = {});
 
  private:
   Gpt2Engine() = default;

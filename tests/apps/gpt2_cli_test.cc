@@ -65,6 +65,13 @@ TEST_F(Gpt2CliTest, StreamsGiveWhatEachGivesAlone) {
   const auto lines = IdLines(three.output);
   ASSERT_EQ(lines.size(), 3u) << three.output;
   for (const std::string& l : lines) EXPECT_EQ(l, IdLines(one.output)[0]);
+  // The same on 2 host threads (fibers), and with one OS thread per generation.
+  for (const char* host : {"--host-threads 2", "--host-mode threads"}) {
+    CommandRun r = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids '5 6 7' -n 10 --greedy --print-ids --streams 3 " +
+                           host);
+    ASSERT_EQ(r.exit_code, 0) << host << "\n" << r.output;
+    EXPECT_EQ(IdLines(r.output), lines) << host;
+  }
   // Sampling: stream i uses seed + i, so stream 1 of a run with seed 4 is stream 0 of seed 5.
   CommandRun s4 = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids 9 -n 12 --seed 4 --streams 2 --print-ids");
   CommandRun s5 = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids 9 -n 12 --seed 5 --print-ids");
@@ -141,6 +148,8 @@ TEST_F(Gpt2CliTest, BadInputsAreClearErrors) {
            {"--prompt hi --top-p 1.5", "top_p"},
            {"--prompt hi --temp 0", "temp"},
            {"--prompt hi --threads -1", "--threads"},
+           {"--prompt hi --host-threads 0", "--host-threads 0"},
+           {"--prompt hi --host-mode pool", "--host-mode 'pool'"},
        }) {
     SCOPED_TRACE(c.args);
     CommandRun e = Npuflow("gpt2 --model " + ShellQuote(model_) + " " + c.args);

@@ -1,0 +1,110 @@
+#include "actors/fibers.h"
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include <boost/context/detail/exception.hpp>
+#include <boost/fiber/all.hpp>
+#include <boost/fiber/protected_fixedsize_stack.hpp>
+#include <fmt/format.h>
+
+#include "actors/future.h"
+
+namespace npuflow::actors {
+namespace {
+
+thread_local int tl_fiber_thread_depth = 0;
+
+constexpr std::size_t kMinStack = 16 * 1024;
+constexpr std::size_t kMaxStack = 64 * 1024 * 1024;
+
+Status RunBody(int i, const std::function<Status(int)>& body) {
+  try {
+    return body(i);
+  } catch (const boost::context::detail::forced_unwind&) {
+    throw;  // Boost.Context unwinding a stack: not an error of the body
+  } catch (const std::exception& e) {
+    return Status::Internal("fiber {} threw: {}", i, e.what());
+  } catch (...) {
+    return Status::Internal("fiber {} threw a non-standard exception", i);
+  }
+}
+
+// Runs fibers t, t + threads, t + 2 * threads, ... on the calling thread (or fiber) and joins them.
+void RunShare(int t, int n, int threads, std::size_t stack_bytes, const std::function<Status(int)>& body,
+              std::vector<Status>& results) {
+  ScopedFiberThread mark;
+  std::vector<boost::fibers::fiber> fibers;
+  fibers.reserve(static_cast<std::size_t>((n - t + threads - 1) / threads));
+  for (int i = t; i < n; i += threads) {
+    try {
+      fibers.emplace_back(std::allocator_arg, boost::fibers::protected_fixedsize_stack(stack_bytes),
+                          [&body, &results, i] { results[static_cast<std::size_t>(i)] = RunBody(i, body); });
+    } catch (const std::exception& e) {
+      results[static_cast<std::size_t>(i)] =
+          Status::MemoryAllocation("fiber {}: could not create it ({} bytes of stack): {}", i, stack_bytes, e.what());
+    }
+  }
+  for (boost::fibers::fiber& f : fibers) f.join();
+}
+
+Status Summarize(const std::vector<Status>& results) {
+  int failed = 0;
+  const Status* first = nullptr;
+  for (const Status& s : results) {
+    if (s.ok()) continue;
+    ++failed;
+    if (first == nullptr) first = &s;
+  }
+  if (first == nullptr) return Status::Ok();
+  const auto index = static_cast<int>(first - results.data());
+  if (failed == 1) return first->WithContext(fmt::format("fiber {}", index));
+  return first->WithContext(fmt::format("fiber {} (and {} more of {} fibers failed)", index, failed - 1,
+                                        results.size()));
+}
+
+}  // namespace
+
+namespace detail {
+
+bool WaitSuspendsFiber() { return tl_fiber_thread_depth > 0 || InNonMainFiber(); }
+
+}  // namespace detail
+
+bool InFiber() { return detail::InNonMainFiber(); }
+
+ScopedFiberThread::ScopedFiberThread() { ++tl_fiber_thread_depth; }
+ScopedFiberThread::~ScopedFiberThread() { --tl_fiber_thread_depth; }
+
+Status RunFibers(int n, const FiberOptions& options, const std::function<Status(int)>& body) {
+  if (n < 0) return Status::ParamInvalid("RunFibers: {} fibers: expected >= 0", n);
+  if (options.threads < 1) return Status::ParamInvalid("RunFibers: {} threads: expected >= 1", options.threads);
+  if (options.stack_bytes < kMinStack || options.stack_bytes > kMaxStack)
+    return Status::ParamInvalid("RunFibers: a stack of {} bytes: expected {} .. {}", options.stack_bytes, kMinStack,
+                                kMaxStack);
+  if (!body) return Status::ParamInvalid("RunFibers: no body given");
+  if (detail::InHandler()) return detail::WaitInHandlerError("RunFibers");
+  if (n == 0) return Status::Ok();
+  const int threads = std::min(options.threads, n);
+  std::vector<Status> results(static_cast<std::size_t>(n));
+  std::vector<std::thread> helpers;
+  helpers.reserve(static_cast<std::size_t>(threads - 1));
+  for (int t = 1; t < threads; ++t) {
+    try {
+      helpers.emplace_back(RunShare, t, n, threads, options.stack_bytes, std::cref(body), std::ref(results));
+    } catch (const std::system_error& e) {
+      for (int i = t; i < n; i += threads)
+        results[static_cast<std::size_t>(i)] = Status::Failed("fiber {}: could not start host thread {}: {}", i, t,
+                                                              e.what());
+    }
+  }
+  RunShare(0, n, threads, options.stack_bytes, body, results);
+  for (std::thread& h : helpers) h.join();
+  return Summarize(results);
+}
+
+}  // namespace npuflow::actors
