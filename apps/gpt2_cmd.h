@@ -9,6 +9,9 @@
 // virtual). With --streams K, K generations run at once on K streams of one device that share
 // one device copy of the weights: prompt i (--prompt may be given several times) goes to stream
 // i (cycling); when sampling, stream i uses seed S + i.
+// With -v it also prints a stage report: the process's memory (VmRSS, RssAnon, RssFile, VmHWM)
+// at each stage of the run, the loader's read/hash/decrypt and DMA copy times, and the kernel's
+// page-fault counters (/proc/vmstat) over the load.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,7 @@ struct Gpt2Args {
   bool print_ids = false;
   std::string trace;
   std::string device_chip = "910B";
+  bool verbose = false;  // also print where the load time and the memory go (stage report)
 };
 
 Status RunGpt2(const Gpt2Args& args, std::ostream& out);

@@ -593,6 +593,8 @@ StatusOr<DeviceStats> Runtime::Stats(int device) const {
   s.host_interactions = dev->device->host_interactions.load(std::memory_order_relaxed);
   s.tasks_executed = dev->device->tasks_executed.load(std::memory_order_relaxed);
   s.kernels_executed = dev->device->kernels_executed.load(std::memory_order_relaxed);
+  s.dma_copy_ns = dev->device->dma_copy_ns.load(std::memory_order_relaxed);
+  s.dma_copy_bytes = dev->device->dma_copy_bytes.load(std::memory_order_relaxed);
   s.memory = dev->device->memory().Stats();
   s.streams = dev->device->live_streams();
   s.events = dev->device->live_events.load(std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 #include "npu_sim/units.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -179,7 +180,11 @@ void DmaChannelActor::On(CopyRequest& req, Ctx&) {
                               req.stream.id(), req.task, req.name, index_);
   }
   if (status.ok()) {
+    const auto t0 = std::chrono::steady_clock::now();
     status = Copy(req);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    device_->dma_copy_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+    device_->dma_copy_bytes.fetch_add(req.bytes, std::memory_order_relaxed);
     if (!status.ok())
       status = status.WithContext(fmt::format("device {} task {} ({} {} bytes) on dma {}", device_->id(), req.task,
                                               CopyKindName(req.kind), req.bytes, index_));

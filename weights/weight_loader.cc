@@ -21,6 +21,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Adds the wall time since `t0` to `seconds`.
+void AddSince(Clock::time_point t0, double& seconds) {
+  seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 // Reads exactly `bytes` at `offset`, or says why not.
 Status ReadAt(int fd, void* out, std::uint64_t bytes, std::uint64_t offset, const std::string& path) {
   auto* p = static_cast<std::uint8_t*>(out);
@@ -215,6 +220,9 @@ class WeightLoaderActor {
       shared_->stats.loads += 1;
       shared_->stats.chunks += job.report.chunks;
       shared_->stats.bytes += job.report.bytes;
+      shared_->stats.read_seconds += job.report.read_seconds;
+      shared_->stats.hash_seconds += job.report.hash_seconds;
+      shared_->stats.decrypt_seconds += job.report.decrypt_seconds;
     }
     if (status.ok()) job.done.Set(job.report);
     else job.done.Set(std::move(status));
@@ -229,12 +237,18 @@ class WeightLoaderActor {
     Touch(b, n);
     auto* buf = reinterpret_cast<std::uint8_t*>(buffers_[b].get());
     if (n > 0) {
+      const Clock::time_point t0 = Clock::now();
       if (Status s = ReadAt(fd_, buf, n, region.file_offset + job.pos, job.req.path); !s.ok()) {
         GiveBack(b);
         return s;
       }
+      AddSince(t0, job.report.read_seconds);
       job.report.bytes_read += n;
-      if (job.req.verify) job.hasher.Update(buf, n);
+      if (job.req.verify) {
+        const Clock::time_point t1 = Clock::now();
+        job.hasher.Update(buf, n);
+        AddSince(t1, job.report.hash_seconds);
+      }
       if (Status s = Copy(job, b, region.dst + job.pos, buf, n); !s.ok()) return s;
     } else {
       GiveBack(b);
@@ -255,15 +269,19 @@ class WeightLoaderActor {
     const std::uint64_t n = std::min(shared_->options.chunk_bytes, job.end - job.pos);
     Touch(b, n);
     auto* buf = reinterpret_cast<std::uint8_t*>(buffers_[b].get());
+    const Clock::time_point t0 = Clock::now();
     if (Status s = ReadAt(fd_, buf, n, kEncryptedHeaderBytes + job.pos, job.req.path); !s.ok()) {
       GiveBack(b);
       return s;
     }
+    const Clock::time_point t1 = Clock::now();
+    job.report.read_seconds += std::chrono::duration<double>(t1 - t0).count();
     job.report.bytes_read += n;
     if (Status s = job.gcm->Update(buf, n, buf); !s.ok()) {
       GiveBack(b);
       return s;
     }
+    AddSince(t1, job.report.decrypt_seconds);
     const std::uint64_t lo = job.pos, hi = job.pos + n;
     // The staging buffer goes back once every copy from it has ended: one keep-alive for all.
     std::shared_ptr<void> keep = Lease(b);
@@ -271,7 +289,11 @@ class WeightLoaderActor {
       const WeightRegion& r = job.req.regions[i];
       const std::uint64_t a = std::max(lo, r.file_offset), z = std::min(hi, r.file_offset + r.length);
       if (a >= z) continue;
-      if (job.req.verify) job.hashers[i].Update(buf + (a - lo), z - a);
+      if (job.req.verify) {
+        const Clock::time_point t2 = Clock::now();
+        job.hashers[i].Update(buf + (a - lo), z - a);
+        AddSince(t2, job.report.hash_seconds);
+      }
       if (Status s = Submit(job, keep, r.dst + (a - r.file_offset), buf + (a - lo), z - a); !s.ok()) return s;
     }
     job.pos = hi;

@@ -72,6 +72,11 @@ struct WeightLoadReport {
   std::uint64_t bytes_read = 0;    // read from the file (the whole file when encrypted)
   double seconds = 0;              // wall time from Load to the last copy's completion
   npu_sim::VTime device_end = 0;   // virtual time the last copy ended
+  // Wall time inside the loader's own work (where the load time goes): reading the file (pread,
+  // including first touches of the staging pages), SHA-256, AES-GCM.
+  double read_seconds = 0;
+  double hash_seconds = 0;
+  double decrypt_seconds = 0;
 };
 
 struct WeightLoaderOptions {
@@ -84,6 +89,9 @@ struct WeightLoaderStats {
   std::uint64_t chunks = 0;
   std::uint64_t bytes = 0;
   std::uint64_t peak_staging_bytes = 0;  // the most host staging memory held at once
+  double read_seconds = 0;     // summed over loads, as in WeightLoadReport
+  double hash_seconds = 0;
+  double decrypt_seconds = 0;
 };
 
 class WeightLoader {
