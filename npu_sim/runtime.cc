@@ -162,10 +162,12 @@ Status Runtime::WaitStatus(actors::Future<Status>& future, Timeout timeout, std:
 }
 
 // ---- memory -------------------------------------------------------------------------------------
-StatusOr<DevicePtr> Runtime::Malloc(int device, std::uint64_t bytes, Placement placement, std::string tag) {
+StatusOr<DevicePtr> Runtime::Malloc(int device, std::uint64_t bytes, Placement placement, std::string tag,
+                                    PagePolicy pages) {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   HostCall(*dev, "malloc");
-  return dev->device->memory().Allocate(bytes, placement, tag.empty() ? fmt::format("malloc {} bytes", bytes) : tag);
+  return dev->device->memory().Allocate(bytes, placement, tag.empty() ? fmt::format("malloc {} bytes", bytes) : tag,
+                                        pages);
 }
 
 Status Runtime::Free(int device, DevicePtr ptr) {

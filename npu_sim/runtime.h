@@ -78,7 +78,7 @@ class Runtime {
 
   // ---- memory
   StatusOr<DevicePtr> Malloc(int device, std::uint64_t bytes, Placement placement = Placement::kHbm,
-                             std::string tag = "");
+                             std::string tag = "", PagePolicy pages = PagePolicy::kHugeFirst);
   Status Free(int device, DevicePtr ptr);
   // Synchronous copies, through the device's default stream.
   Status MemcpyH2D(int device, DevicePtr dst, const void* src, std::uint64_t bytes);
