@@ -278,7 +278,7 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
   }
   NPUFLOW_ASSIGN_OR_RETURN(gpt2::Gpt2File file, gpt2::ReadGpt2File(args.model));
   if (stages) stages->Stage("header read");
-  gpt2::Vocab vocab(file.vocab);
+  gpt2::Vocab vocab(std::move(file.vocab));  // the engine needs only the weights' directory
   if (stages) stages->Stage("tokenizer built");
 
   Gpt2Run run;
@@ -366,7 +366,7 @@ Status RunDemo(const DemoArgs& args, std::ostream& out) {
     out << "demo: using the model in " << model.string() << "\n";
   }
   gpt2::Gpt2File file = std::move(*cached);
-  gpt2::Vocab vocab(file.vocab);
+  gpt2::Vocab vocab(std::move(file.vocab));
   Gpt2Run run;
   run.n_predict = args.n_predict;
   run.print_ids = true;
