@@ -589,6 +589,11 @@ Status Runtime::InjectFault(int device, FaultTarget target, int index, Fault fau
   return Status::ParamInvalid("npu_sim: unknown fault target");
 }
 
+StatusOr<DeviceMemory::Mapping> Runtime::MapForHostWrite(int device, DevicePtr ptr, std::uint64_t bytes) const {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  return dev->device->memory().Map(ptr, bytes);
+}
+
 StatusOr<DeviceStats> Runtime::Stats(int device) const {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   DeviceStats s;

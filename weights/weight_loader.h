@@ -7,14 +7,18 @@
 //   ... kernels that read dst wait (on the device) for the latch event `ready` ...
 //   StatusOr<WeightLoadReport> r = done.Get();
 //
-// The actor owns a pool of `staging_chunks` host buffers of `chunk_bytes` each. For each chunk it
-// reads the file into a free buffer (pread), then submits one H2D copy to the device's loader
-// stream; the copy holds the buffer (Task::keep_alive), and the buffer comes back to the pool, as
-// a message to the actor, when the DMA engine has finished with it. So at most
-// staging_chunks * chunk_bytes of host memory is in use however large the file, and reading the
-// next chunk overlaps the copies of the previous ones. A region's `ready` latch is recorded on the
-// loader stream after its last chunk, so a consuming task that waits on it starts once the bytes
-// are on the device and not before.
+// Plain files: each chunk is read from the file straight into its device slot
+// (Runtime::MapForHostWrite: one copy, page cache -> device memory, no staging), then one H2D copy
+// task with data_in_place goes to the device's loader stream: it moves nothing and takes the
+// transfer's virtual time. The handler reads one chunk per message and yields in between.
+// Encrypted files go through staging, because their plaintext must be authenticated before any
+// of it is exposed: the actor owns a pool of `staging_chunks` host buffers of `chunk_bytes` each;
+// for each chunk it reads and decrypts into a free buffer, then submits H2D copies that hold the
+// buffer (Task::keep_alive), and the buffer comes back to the pool, as a message to the actor,
+// when the DMA engine has finished with it. So at most staging_chunks * chunk_bytes of host
+// memory is in use however large the file. A region's `ready` latch is recorded on the loader
+// stream after its last chunk, so a consuming task that waits on it starts once the bytes are on
+// the device (in virtual time) and not before.
 //
 // Checks. Load checks at once, on the caller's thread, that the file exists and holds every
 // region (a file shorter than offset + length is an error naming the file, the region and both
