@@ -4,17 +4,22 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "actors/fibers.h"
 #include "base/files.h"
+#include "weights/weight_loader.h"
 #include "models/gpt2/engine.h"
 #include "models/gpt2/sampling.h"
 #include "models/gpt2/tokenizer.h"
@@ -73,6 +78,84 @@ double PeakRssMb() {
   return 0;
 }
 
+// `-v`: where the load time and the memory go. Each stage records the process's memory
+// (/proc/self/status, decimal MB) and the time since the run started; the load's page-fault
+// counters (/proc/vmstat) are taken at the start and once the weights are on the device. Stages
+// may be recorded from any thread.
+class StageReport {
+ public:
+  explicit StageReport(Clock::time_point t0) : t0_(t0), vm_start_(VmCounters()) {}
+
+  void Stage(const std::string& name) {
+    std::map<std::string, double> kb = ProcStatus("VmRSS:", "RssAnon:", "RssFile:", "VmHWM:");
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0_).count();
+    auto mb = [&](const char* k) { return kb[k] * 1.024 / 1000; };
+    std::lock_guard<std::mutex> lock(mu_);
+    lines_.push_back(fmt::format("stage {:<22} {:8.1f} ms  VmRSS {:6.1f} MB (anon {:6.1f}, file {:5.1f})  VmHWM {:6.1f} MB",
+                                 name, ms, mb("VmRSS:"), mb("RssAnon:"), mb("RssFile:"), mb("VmHWM:")));
+  }
+  // Called once the weights are on the device: the page-fault counters over the load.
+  void LoadEnded() {
+    std::map<std::string, long long> end = VmCounters();
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string line = "page faults over the load (/proc/vmstat, whole machine):";
+    for (const auto& [k, v] : end) line += fmt::format(" {} +{}", k, v - vm_start_[k]);
+    lines_.push_back(line);
+  }
+  void Add(std::string line) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lines_.push_back(std::move(line));
+  }
+  void Print(std::ostream& out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& l : lines_) out << l << "\n";
+  }
+
+ private:
+  template <typename... Keys>
+  static std::map<std::string, double> ProcStatus(Keys... keys) {
+    std::map<std::string, double> kb;
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+      for (const char* k : {keys...})
+        if (line.rfind(k, 0) == 0) kb[k] = std::strtod(line.c_str() + std::strlen(k), nullptr);
+    return kb;
+  }
+  static std::map<std::string, long long> VmCounters() {
+    std::map<std::string, long long> v;
+    std::ifstream in("/proc/vmstat");
+    std::string key;
+    long long value = 0;
+    while (in >> key >> value)
+      if (key == "thp_fault_alloc" || key == "thp_fault_fallback" || key == "compact_stall" || key == "pgfault")
+        v[key] = value;
+    return v;
+  }
+
+  Clock::time_point t0_;
+  std::map<std::string, long long> vm_start_;
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+// The loader's and the DMA channels' share of the load, for the stage report.
+std::string LoadSplit(scheduler::ModelManager& mm) {
+  const weights::WeightLoaderStats ls = mm.weight_loader().stats();
+  std::uint64_t dma_ns = 0, dma_bytes = 0;
+  for (int d = 0; d < mm.runtime().device_count(); ++d) {
+    if (auto st = mm.runtime().Stats(d); st.ok()) {
+      dma_ns += st->dma_copy_ns;
+      dma_bytes += st->dma_copy_bytes;
+    }
+  }
+  return fmt::format("load split: loader pread {:.1f} ms, SHA-256 {:.1f} ms, AES-GCM {:.1f} ms (in its handler); "
+                     "DMA copies {:.1f} ms for {:.1f} MB (their memcpy, with the first touch of device pages); "
+                     "peak staging {:.1f} MB",
+                     ls.read_seconds * 1e3, ls.hash_seconds * 1e3, ls.decrypt_seconds * 1e3, dma_ns / 1e6,
+                     static_cast<double>(dma_bytes) / 1e6, static_cast<double>(ls.peak_staging_bytes) / 1e6);
+}
+
 struct Gpt2Run {
   std::vector<std::string> labels;  // what each generation started from (the prompt)
   std::vector<std::vector<int>> prompts;
@@ -91,11 +174,15 @@ struct LoadAndGenerations {
 
 // Runs the generations while the weights stream in, and times the load meanwhile: as a fiber of
 // the main thread when the generations are fibers, else on a thread of its own.
-LoadAndGenerations RunGenerations(gpt2::Gpt2Engine& engine, const Gpt2Run& run) {
+LoadAndGenerations RunGenerations(gpt2::Gpt2Engine& engine, const Gpt2Run& run, StageReport* stages) {
   LoadAndGenerations r;
   auto time_load = [&] {
     r.load_status = engine.WaitForWeights();
     r.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - engine.load_started()).count();
+    if (stages) {
+      stages->Stage("weights on the device");
+      stages->LoadEnded();
+    }
   };
   auto generate = [&] { r.gens = engine.GenerateConcurrently(run.prompts, run.n_predict, run.samplings, {}, run.host); };
   if (run.host.mode == gpt2::HostOptions::Mode::kThreads) {
@@ -118,13 +205,16 @@ LoadAndGenerations RunGenerations(gpt2::Gpt2Engine& engine, const Gpt2Run& run) 
 
 // Everything between ModelManager::Initialize and Finalize.
 // `file_read` came from gpt2::ReadGpt2File, which started at t0.
+// `stages` (may be null) gets the stage report.
 Status GenerateAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const Gpt2Run& run, const gpt2::Vocab& vocab,
-                         std::ostream& out) {
+                         std::ostream& out, StageReport* stages = nullptr) {
   scheduler::ModelManager& mm = *scheduler::ModelManager::Get();
   const std::string model_path = file_read.path;
+  if (stages) stages->Stage("runtime up");
   NPUFLOW_ASSIGN_OR_RETURN(
       std::unique_ptr<gpt2::Gpt2Engine> engine,
       gpt2::Gpt2Engine::Create(std::move(file_read), {.streams = static_cast<int>(run.prompts.size())}));
+  if (stages) stages->Stage("model loaded");
   const double create_ms = std::chrono::duration<double, std::milli>(engine->load_started() - t0).count();
   const gpt2::Gpt2File& file = engine->file();
   const gpt2::Gpt2HParams& hp = file.hparams;
@@ -134,7 +224,7 @@ Status GenerateAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const G
                      static_cast<double>(file.weight_bytes()) / 1e6);
 
   // The weights stream in while the generations start.
-  LoadAndGenerations done = RunGenerations(*engine, run);
+  LoadAndGenerations done = RunGenerations(*engine, run, stages);
   NPUFLOW_RETURN_IF_ERROR(done.load_status);
   StatusOr<std::vector<Generation>>& gens = done.gens;
   if (!gens.ok()) return gens.status();
@@ -178,6 +268,11 @@ Status GenerateAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const G
                        gens->size() == 1 ? "" : "s",
                        wall_s > 0 ? tokens / static_cast<double>(gens->size()) / wall_s : 0.0);
   }
+  if (stages) {
+    stages->Stage("end");
+    stages->Add(LoadSplit(mm));
+    stages->Print(out);
+  }
   if (const double peak = PeakRssMb(); peak > 0) out << fmt::format("peak RSS: {:.1f} MB\n", peak);
   if (!run.trace.empty()) {
     NPUFLOW_RETURN_IF_ERROR(mm.runtime().WriteTrace(run.trace).WithContext("--trace"));
@@ -210,8 +305,15 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
                              .seed = args.seed};
   NPUFLOW_RETURN_IF_ERROR(base.Validate());
   const auto t0 = Clock::now();
+  std::optional<StageReport> stages;
+  if (args.verbose) {
+    stages.emplace(t0);
+    stages->Stage("start");
+  }
   NPUFLOW_ASSIGN_OR_RETURN(gpt2::Gpt2File file, gpt2::ReadGpt2File(args.model));
-  gpt2::Vocab vocab(file.vocab);
+  if (stages) stages->Stage("header read");
+  gpt2::Vocab vocab(std::move(file.vocab));  // the engine needs only the weights' directory
+  if (stages) stages->Stage("tokenizer built");
 
   Gpt2Run run;
   run.n_predict = args.n_predict;
@@ -241,7 +343,7 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
     run.samplings.push_back(s);
   }
   return WithRuntime(args.device_chip, args.threads, !args.trace.empty(),
-                     [&] { return GenerateAndReport(std::move(file), t0, run, vocab, out); });
+                     [&] { return GenerateAndReport(std::move(file), t0, run, vocab, out, stages ? &*stages : nullptr); });
 }
 
 Status RunMakeGpt2(const MakeGpt2Args& args, std::ostream& out) {
@@ -300,7 +402,7 @@ Status RunDemo(const DemoArgs& args, std::ostream& out) {
     out << "demo: using the model in " << model.string() << "\n";
   }
   gpt2::Gpt2File file = std::move(*cached);
-  gpt2::Vocab vocab(file.vocab);
+  gpt2::Vocab vocab(std::move(file.vocab));
   Gpt2Run run;
   run.n_predict = args.n_predict;
   run.print_ids = true;

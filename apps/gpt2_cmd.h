@@ -11,6 +11,9 @@
 // i (cycling); when sampling, stream i uses seed S + i. The K generations are fibers on
 // --host-threads host threads (default 1: the main thread), not K OS threads; --host-mode threads
 // runs one OS thread each instead, for comparison.
+// With -v it also prints a stage report: the process's memory (VmRSS, RssAnon, RssFile, VmHWM)
+// at each stage of the run, the loader's read/hash/decrypt and DMA copy times, and the kernel's
+// page-fault counters (/proc/vmstat) over the load.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +42,7 @@ struct Gpt2Args {
   bool print_ids = false;
   std::string trace;
   std::string device_chip = "910B";
+  bool verbose = false;  // also print where the load time and the memory go (stage report)
 };
 
 Status RunGpt2(const Gpt2Args& args, std::ostream& out);

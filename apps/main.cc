@@ -167,6 +167,8 @@ Command AddGpt2Command(CLI::App& app) {
   gpt2->add_flag("--print-ids", args->print_ids, "also print the generated token ids");
   gpt2->add_option("--trace", args->trace, "write a Chrome trace of the run to this file");
   gpt2->add_option("--device-chip", args->device_chip, "the simulated chip (default 910B)");
+  gpt2->add_flag("-v,--verbose", args->verbose,
+                 "also print a stage report: memory at each stage, where the load time went, page faults");
   return {gpt2, [args] { return npuflow::apps::RunGpt2(*args, std::cout); }};
 }
 

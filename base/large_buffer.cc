@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace npuflow {
 namespace {
@@ -21,7 +22,7 @@ void LargeBufferDeleter::operator()(void* p) const {
   ::munmap(p, bytes);
 }
 
-LargeBuffer AllocateLargeBuffer(std::size_t bytes) {
+LargeBuffer AllocateLargeBuffer(std::size_t bytes, HugePages huge) {
   if (bytes < kLargeBufferThreshold) {
     void* p = std::calloc(1, bytes == 0 ? 1 : bytes);
     return LargeBuffer(static_cast<std::byte*>(p), LargeBufferDeleter{0});
@@ -37,8 +38,21 @@ LargeBuffer AllocateLargeBuffer(std::size_t bytes) {
   const std::uintptr_t end = base + mapped, keep_end = aligned + rounded;
   if (end > keep_end) ::munmap(reinterpret_cast<void*>(keep_end), end - keep_end);
   void* p = reinterpret_cast<void*>(aligned);
-  (void)::madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without THP the pages are just 4 KiB
+  // A hint: without THP the pages are just 4 KiB.
+  (void)::madvise(p, rounded, huge == HugePages::kYes ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   return LargeBuffer(static_cast<std::byte*>(p), LargeBufferDeleter{rounded});
+}
+
+std::size_t ResidentBytes(const void* data, std::size_t bytes) {
+  constexpr std::uintptr_t kPage = 4096;
+  if (data == nullptr || bytes == 0) return 0;
+  const auto begin = reinterpret_cast<std::uintptr_t>(data) / kPage * kPage;
+  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(data) + bytes + kPage - 1) / kPage * kPage;
+  std::vector<unsigned char> pages((end - begin) / kPage);
+  if (::mincore(reinterpret_cast<void*>(begin), end - begin, pages.data()) != 0) return 0;
+  std::size_t resident = 0;
+  for (unsigned char p : pages) resident += (p & 1) ? kPage : 0;
+  return resident;
 }
 
 void ReleaseLargeBufferPages(const LargeBuffer& buffer, std::size_t offset, std::size_t bytes) {

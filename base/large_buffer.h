@@ -21,8 +21,18 @@ using LargeBuffer = std::unique_ptr<std::byte[], LargeBufferDeleter>;
 // Buffers at least this big are mapped; smaller ones come from the heap (zeroed too).
 inline constexpr std::size_t kLargeBufferThreshold = std::size_t{1} << 20;
 
+// kYes: transparent huge pages where the kernel allows them (fewer faults and TLB misses, but a
+// first touch anywhere in 2 MiB makes all of it resident). kNo: 4 KiB pages only (MADV_NOHUGEPAGE,
+// which also keeps khugepaged away), for memory used sparsely, such as a KV cache whose heads'
+// rows grow one position at a time: only the pages written become resident.
+enum class HugePages : bool { kNo, kYes };
+
 // `bytes` zeroed bytes (null when the memory cannot be had). bytes > 0.
-LargeBuffer AllocateLargeBuffer(std::size_t bytes);
+LargeBuffer AllocateLargeBuffer(std::size_t bytes, HugePages huge = HugePages::kYes);
+
+// How many bytes of [data, data + bytes) are resident (mincore; 4 KiB pages partly inside count
+// whole). For tests and reports; 0 when the kernel does not say.
+std::size_t ResidentBytes(const void* data, std::size_t bytes);
 
 // Gives the pages of [offset, offset + bytes) of a mapped buffer (one of at least
 // kLargeBufferThreshold bytes) back to the kernel: they read as zero and take no memory until

@@ -13,11 +13,14 @@
 //                         threads (SumStream) done immediately before and immediately after that
 //                         generation, the higher of the two (a decode step is a GEMV over every
 //                         weight: no engine can beat it on this machine at that moment).
-//   load_<ftype>          GB/s from reading the file (header, graph, compile, load) until every
-//                         weight region has landed, against `cat FILE > /dev/null` (warm page
-//                         cache) in the same run.
+//   load_<ftype>          GB/s of a fresh `npuflow gpt2` process from reading the file (header,
+//                         graph, compile, load) until every weight region has landed (median of
+//                         3 back to back), against `cat FILE > /dev/null` (warm page cache).
+//   load_<ftype>_after_idle  the same, one process after 6 s idle, against what a fresh process
+//                         gets writing as many bytes of fresh memory after the same idle time.
+//   load_<ftype>_warm_process  the old in-process figure (after a warm-up engine), against cat.
 //   rss_<ftype>           peak RSS (VmHWM) of a `npuflow gpt2` process (16 tokens) against
-//                         weights + KV cache + activations.
+//                         weights + the KV-cache pages 16 positions use + activations.
 //   ttft_<ftype>_streaming  time to first token when the first step runs while the weights stream
 //                         in, against loading everything first.
 //   gen_<ftype>_4streams_fibers  tokens/s over 4 concurrent greedy 32-token generations (2 device
@@ -27,14 +30,18 @@
 // docs/benchmarks.md:
 //   gen_<ftype>_<T>t_vs_ggml  the same tokens/s against the reference CPU engine's figure of
 //                         issue 7 (97 / 68 tok/s f32, 150 / 128 f16 at 2 / 1 threads).
-//   load_f32_seconds      the f32 load in seconds against the reference engine's 1.4 s.
+//   load_f32_seconds[_after_idle]  the fresh-process f32 load in seconds against the reference
+//                         engine's 1.7 s (issue 16, this machine, 2026-11-23).
+//   rss_f32_vs_reference  rss_f32 against the reference engine's 518 MB (issue 16).
 #include "benchmarks/gpt2_bench.h"
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -164,6 +171,75 @@ double BytesPerToken(const gpt2::Gpt2File& f) {
 // The prompt: GPT-2's "The" (464), or the last id of a smaller vocabulary.
 int FirstToken(const gpt2::Gpt2File& f) { return std::min(464, f.hparams.n_vocab - 1); }
 
+// The `npuflow` program, which sits next to this one (npuflow-bench, or a test binary's build tree).
+std::string NpuflowProgram() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path next = self.parent_path() / "npuflow";
+  if (!ec && fs::exists(next)) return next.string();
+  return (self.parent_path().parent_path() / "apps" / "npuflow").string();
+}
+
+// Runs `npuflow <args>` as a fresh process; its output, or an error. The process reports its own
+// figures (VmHWM, load times): rusage would also count pages it shared with this process
+// between fork and exec.
+StatusOr<std::string> RunNpuflow(const std::string& args) {
+  std::FILE* pipe = ::popen(fmt::format("'{}' {} 2>&1", NpuflowProgram(), args).c_str(), "r");
+  if (pipe == nullptr) return Status::Failed("cannot start npuflow {}", args);
+  std::string output;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof(buf), pipe)) output.append(buf, n);
+  if (::pclose(pipe) != 0) return Status::Failed("npuflow {} failed: {}", args, output);
+  return output;
+}
+
+// The number after `key` in `text`, or -1.
+double NumberAfter(const std::string& text, const std::string& key) {
+  const std::size_t at = text.find(key);
+  return at == std::string::npos ? -1 : std::strtod(text.c_str() + at + key.size(), nullptr);
+}
+
+// A fresh `npuflow gpt2` process (one prompt token, no generated token): seconds from reading the
+// header until every weight is on the device, as the process reports it (its "read, build and
+// compile" plus "weights on the device ... after the load started").
+StatusOr<double> FreshProcessLoadSeconds(const std::string& path, int token) {
+  NPUFLOW_ASSIGN_OR_RETURN(std::string out,
+                           RunNpuflow(fmt::format("gpt2 --model '{}' --prompt-ids {} -n 0 --greedy", path, token)));
+  const double create_ms = NumberAfter(out, "read, build and compile ");
+  const double weights_ms = NumberAfter(out, "weights on the device ");
+  if (create_ms < 0 || weights_ms < 0) return Status::Failed("npuflow gpt2 printed no load time: {}", out);
+  return (create_ms + weights_ms) / 1e3;
+}
+
+// What this machine gives a fresh process for `bytes` of memory it has never touched: a forked
+// child maps them as the device does (2 MiB-aligned, THP hint) and writes every page. Bytes/s.
+// On a VM whose balloon takes freed memory back (free page reporting), this is the floor of any
+// load into fresh anonymous memory.
+double FreshMemoryBandwidth(std::size_t bytes) {
+  int fds[2];
+  if (::pipe(fds) != 0) return 0;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    const auto t0 = Clock::now();
+    LargeBuffer b = AllocateLargeBuffer(bytes);
+    for (std::size_t i = 0; b && i < bytes; i += 4096) b[i] = std::byte{1};
+    const double rate = b ? static_cast<double>(bytes) / Seconds(t0, Clock::now()) : 0;
+    (void)!::write(fds[1], &rate, sizeof(rate));
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  double rate = 0;
+  if (pid < 0 || ::read(fds[0], &rate, sizeof(rate)) != static_cast<ssize_t>(sizeof(rate))) rate = 0;
+  ::close(fds[0]);
+  if (pid > 0) ::waitpid(pid, nullptr, 0);
+  return rate;
+}
+
+// Long enough for the VM's free page reporting (2 s after memory is freed) to have taken back
+// what the previous processes freed: the state of a machine that has not just run a load.
+constexpr auto kIdle = std::chrono::seconds(6);
+
 Status WithRuntime(int threads, const std::function<Status()>& body) {
   return scheduler::ModelManager::RunInitialized({.chips = {"910B"}, .workers = threads}, body);
 }
@@ -243,8 +319,9 @@ void BM_Gpt2Load(benchmark::State& state) {
   const ModelSpec* model = ModelFor(state);
   if (model == nullptr) return;
   const std::string& path = model->path;
-  std::vector<double> load, cat, seconds, ttft_stream, ttft_wait;
+  std::vector<double> load, cat, seconds, ttft_stream, ttft_wait, fresh, idle, fresh_memory_idle;
   double weight_bytes = 0;
+  int token = 0;
   for (auto _ : state) {
     const auto c0 = Clock::now();
     const int rc = std::system(fmt::format("cat '{}' > /dev/null", path).c_str());
@@ -276,12 +353,31 @@ void BM_Gpt2Load(benchmark::State& state) {
       NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
       const auto t1 = Clock::now();
       weight_bytes = static_cast<double>(engine->file().weight_bytes());
+      token = FirstToken(engine->file());
       seconds.push_back(Seconds(t0, t1));
       load.push_back(weight_bytes / Seconds(t0, t1));
       return Status::Ok();
     });
     if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+    // Fresh processes, as a user runs `npuflow gpt2`: three back to back, then one after the
+    // machine was idle, next to the fresh-memory floor after the same idle time.
+    for (int round = 0; round < 3; ++round) {
+      auto f = FreshProcessLoadSeconds(path, token);
+      if (!f.ok()) return state.SkipWithError(std::string(f.status().message()).c_str());
+      fresh.push_back(*f);
+    }
+    std::this_thread::sleep_for(kIdle);
+    fresh_memory_idle.push_back(FreshMemoryBandwidth(static_cast<std::size_t>(weight_bytes)));
+    std::this_thread::sleep_for(kIdle);
+    auto f = FreshProcessLoadSeconds(path, token);
+    if (!f.ok()) return state.SkipWithError(std::string(f.status().message()).c_str());
+    idle.push_back(*f);
   }
+  state.counters["fresh_seconds"] = MedianOf(fresh);
+  state.counters["fresh_bytes_per_second"] = weight_bytes / MedianOf(fresh);
+  state.counters["idle_seconds"] = MedianOf(idle);
+  state.counters["idle_bytes_per_second"] = weight_bytes / MedianOf(idle);
+  state.counters["fresh_memory_idle_bytes_per_second"] = MedianOf(fresh_memory_idle);
   state.counters["load_bytes_per_second"] = MedianOf(load);
   state.counters["load_seconds"] = MedianOf(seconds);
   state.counters["cat_bytes_per_second"] = MedianOf(cat);
@@ -297,24 +393,22 @@ void BM_Gpt2PeakRss(benchmark::State& state) {
   auto file = gpt2::ReadGpt2File(path);
   if (!file.ok()) return state.SkipWithError(std::string(file.status().message()).c_str());
   const gpt2::Gpt2HParams& hp = file->hparams;
-  const double kv = 2.0 * hp.n_layer * hp.n_ctx * hp.n_embd * 4;
+  // The KV cache a 16-position run uses: per layer, K and V hold each head's rows ([H, C, D],
+  // f32), so each head touches ceil(16 * D * 4 / 4096) pages of each; the rest is never touched.
+  constexpr double kPage = 4096;
+  const double positions = 16;  // the prompt's token, then 15 generated ones fed back (the 16th is not)
+  const double head_bytes = positions * (hp.n_embd / hp.n_head) * 4.0;
+  const double kv = 2.0 * hp.n_layer * hp.n_head * std::ceil(head_bytes / kPage) * kPage;
   // Activations: the decode step's feature map (a few vectors of n_embd, 4 n_embd and n_vocab).
   const double act = 4.0 * (8.0 * hp.n_embd + 4.0 * hp.n_embd + 2.0 * hp.n_vocab);
   std::vector<double> rss;
-  const std::string command = fmt::format("/proc/{}/exe gpt2 --model '{}' --prompt-ids {} -n 16 --greedy 2>&1", ::getpid(),
-                                          path, FirstToken(*file));
+  const std::string args = fmt::format("gpt2 --model '{}' --prompt-ids {} -n 16 --greedy", path, FirstToken(*file));
   for (auto _ : state) {
-    // The process reports its own VmHWM: rusage would also count the pages it shared with this
-    // process between fork and exec.
-    std::FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) return state.SkipWithError("cannot start npuflow gpt2");
-    std::string output;
-    char buf[4096];
-    while (std::size_t n = std::fread(buf, 1, sizeof(buf), pipe)) output.append(buf, n);
-    const int status = ::pclose(pipe);
-    const std::size_t at = output.find("peak RSS: ");
-    if (status != 0 || at == std::string::npos) return state.SkipWithError(("npuflow gpt2 failed: " + output).c_str());
-    rss.push_back(std::strtod(output.c_str() + at + 10, nullptr) * 1e6);
+    auto output = RunNpuflow(args);
+    if (!output.ok()) return state.SkipWithError(std::string(output.status().message()).c_str());
+    const double mb = NumberAfter(*output, "peak RSS: ");
+    if (mb <= 0) return state.SkipWithError(("npuflow gpt2 printed no peak RSS: " + *output).c_str());
+    rss.push_back(mb * 1e6);
   }
   state.counters["peak_rss_bytes"] = MedianOf(rss);
   state.counters["needed_bytes"] = static_cast<double>(file->weight_bytes()) + kv + act;
@@ -362,16 +456,35 @@ std::vector<Figure> Gpt2Figures(const Results& r) {
                        Counter(r, st, "threads_tokens_per_second"),
                        "the same 4 generations with one OS thread each (same engine, rounds alternated)", "ratio >= 0.95"});
     const std::string l = fmt::format("BM_Gpt2Load/{}", m);
-    figures.push_back({fmt::format("load_{}", ft), Counter(r, l, "load_bytes_per_second") / 1e9, "GB/s",
-                       Counter(r, l, "cat_bytes_per_second") / 1e9, "cat FILE > /dev/null (warm), same run", "value >= 1.5"});
-    if (ft == "f32")  // the reference figure is for the 500 MB f32 file
-      figures.push_back({"load_f32_seconds", Counter(r, l, "load_seconds"), "s", 1.4,
-                         std::string(kReferenceEngine) + ": its f32 load", "ratio <= 0.2", true});
+    const double cat_gbs = Counter(r, l, "cat_bytes_per_second") / 1e9;
+    figures.push_back({fmt::format("load_{}", ft), Counter(r, l, "fresh_bytes_per_second") / 1e9, "GB/s", cat_gbs,
+                       "cat FILE > /dev/null (warm), same run; the load: a fresh npuflow gpt2 process, header read "
+                       "to every weight on the device, median of 3 back to back",
+                       "value >= 1.5"});
+    figures.push_back({fmt::format("load_{}_after_idle", ft), Counter(r, l, "idle_bytes_per_second") / 1e9, "GB/s",
+                       Counter(r, l, "fresh_memory_idle_bytes_per_second") / 1e9,
+                       "a fresh process writing as many bytes of fresh memory (THP), after the same idle time, same "
+                       "run; the load: a fresh npuflow gpt2 process after 6 s idle (the VM has taken freed memory back)",
+                       "value >= 1.5"});
+    figures.push_back({fmt::format("load_{}_warm_process", ft), Counter(r, l, "load_bytes_per_second") / 1e9, "GB/s",
+                       cat_gbs, "cat FILE > /dev/null (warm), same run; the load: in-process, after a warm-up engine",
+                       "-"});
+    if (ft == "f32") {  // the reference figure is for the 500 MB f32 file
+      constexpr const char* kLoadReference = "issue 16, reference engine on this machine 2026-11-23 (1.7-1.9 s)";
+      figures.push_back({"load_f32_seconds", Counter(r, l, "fresh_seconds"), "s", 1.7, kLoadReference, "ratio <= 0.2",
+                         true});
+      figures.push_back({"load_f32_seconds_after_idle", Counter(r, l, "idle_seconds"), "s", 1.7, kLoadReference,
+                         "ratio <= 0.2", true});
+    }
     figures.push_back({fmt::format("ttft_{}_streaming", ft), Counter(r, l, "ttft_stream_seconds") * 1e3, "ms",
                        Counter(r, l, "ttft_wait_seconds") * 1e3, "loading every weight first, same run", "ratio < 1"});
     const std::string p = fmt::format("BM_Gpt2PeakRss/{}", m);
     figures.push_back({fmt::format("rss_{}", ft), Counter(r, p, "peak_rss_bytes") / 1e6, "MB",
-                       Counter(r, p, "needed_bytes") / 1e6, "weights + KV cache + activations", "ratio <= 1.15"});
+                       Counter(r, p, "needed_bytes") / 1e6,
+                       "weights + the KV-cache pages 16 positions use + activations", "ratio <= 1.04"});
+    if (ft == "f32")  // decimal MB like ours is assumed for the given figure (docs/benchmarks.md)
+      figures.push_back({"rss_f32_vs_reference", Counter(r, p, "peak_rss_bytes") / 1e6, "MB", 518,
+                         "issue 16, reference engine's peak RSS on the same file, 2026-11-23", "ratio <= 1.0", true});
   }
   return figures;
 }

@@ -5,9 +5,10 @@
 //               vs the same SHA-256 (base/sha256.h, OpenSSL) over the same bytes in memory on
 //               one thread: what hashing alone costs, without the threads or the writing
 //   load        the 500 MB combined file into device memory through the WeightLoaderActor (10 MiB
-//               chunks, 2 staging buffers), from a warm page cache
+//               chunks read straight into device memory), from a warm page cache
 //               vs `cat FILE > /dev/null`
-//   staging     the most host staging memory the load held, vs the file size
+//   staging     the most host staging memory the load held, vs the file size (0: a plain file
+//               needs no staging; encrypted files do)
 // The weight directory is under $NPUFLOW_BENCH_DIR, else the system temp directory.
 #include "benchmarks/weights_bench.h"
 

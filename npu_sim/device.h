@@ -21,6 +21,10 @@ struct DeviceStats {
   std::uint64_t host_interactions = 0;  // host API calls that reached the device
   std::uint64_t tasks_executed = 0;
   std::uint64_t kernels_executed = 0;
+  // Wall time the DMA channels spent moving bytes (the memcpy of each copy, including first
+  // touches of fresh destination pages), and the bytes they moved.
+  std::uint64_t dma_copy_ns = 0;
+  std::uint64_t dma_copy_bytes = 0;
   MemoryStats memory;
   std::size_t streams = 0;
   std::size_t events = 0;
@@ -98,6 +102,8 @@ class Device {
   std::atomic<std::uint64_t> host_interactions{0};
   std::atomic<std::uint64_t> tasks_executed{0};
   std::atomic<std::uint64_t> kernels_executed{0};
+  std::atomic<std::uint64_t> dma_copy_ns{0};
+  std::atomic<std::uint64_t> dma_copy_bytes{0};
   std::atomic<std::size_t> live_events{0};
 
  private:

@@ -38,7 +38,8 @@ DeviceMemory::DeviceMemory(int device, std::uint64_t capacity) : device_(device)
 
 DeviceMemory::~DeviceMemory() = default;
 
-StatusOr<DevicePtr> DeviceMemory::Allocate(std::uint64_t bytes, Placement placement, std::string tag) {
+StatusOr<DevicePtr> DeviceMemory::Allocate(std::uint64_t bytes, Placement placement, std::string tag,
+                                           PagePolicy pages) {
   if (bytes == 0) return Status::ParamInvalid("device {}: allocation of 0 bytes ('{}')", device_, tag);
   if (bytes > DevicePtr::kOffsetMask)
     return Status::MemoryAllocation("device {}: allocation of {} bytes ('{}') exceeds the largest allocation", device_,
@@ -57,7 +58,8 @@ StatusOr<DevicePtr> DeviceMemory::Allocate(std::uint64_t bytes, Placement placem
   // allocations are mapped from the kernel, on huge pages where it allows (base/large_buffer.h).
   std::shared_ptr<void> backing;
   if (rounded >= kLargeBufferThreshold) {
-    LargeBuffer buffer = AllocateLargeBuffer(rounded);
+    LargeBuffer buffer =
+        AllocateLargeBuffer(rounded, pages == PagePolicy::kDefaultOnly ? HugePages::kNo : HugePages::kYes);
     if (buffer) {
       LargeBufferDeleter deleter = buffer.get_deleter();
       backing = std::shared_ptr<void>(buffer.release(), deleter);
@@ -103,6 +105,11 @@ Status DeviceMemory::Free(DevicePtr ptr) {
   table_[id].reset();  // Mappings still alive keep the backing
   free_ids_.push_back(id);
   return Status::Ok();
+}
+
+StatusOr<std::uint64_t> DeviceMemory::ResidentBytes(DevicePtr ptr, std::uint64_t bytes) const {
+  NPUFLOW_ASSIGN_OR_RETURN(Mapping m, Map(ptr, bytes));
+  return static_cast<std::uint64_t>(npuflow::ResidentBytes(m.data(), m.size()));
 }
 
 StatusOr<DeviceMemory::Mapping> DeviceMemory::Map(DevicePtr ptr, std::uint64_t bytes) const {

@@ -34,6 +34,10 @@ struct DevicePtr {
 std::string ToString(DevicePtr ptr);  // "dev:0x0000030000000040" style, stable for messages
 
 enum class Placement : std::uint8_t { kHbm, kP2p, kHost };
+// How the host memory behind an allocation is paged (rtMalloc's RT_MEMORY_POLICY_HUGE_PAGE_FIRST /
+// RT_MEMORY_POLICY_DEFAULT_PAGE_ONLY): kHugeFirst for memory read whole (weights, feature maps);
+// kDefaultOnly (4 KiB pages) for memory used sparsely, so only the pages touched become resident.
+enum class PagePolicy : std::uint8_t { kHugeFirst, kDefaultOnly };
 std::string_view PlacementName(Placement placement);
 
 struct MemoryStats {
@@ -54,7 +58,8 @@ class DeviceMemory {
   ~DeviceMemory();
 
   // Over capacity: a MemoryAllocation status naming the request and what is free.
-  StatusOr<DevicePtr> Allocate(std::uint64_t bytes, Placement placement, std::string tag);
+  StatusOr<DevicePtr> Allocate(std::uint64_t bytes, Placement placement, std::string tag,
+                               PagePolicy pages = PagePolicy::kHugeFirst);
   // Freeing a pointer that is not the start of a live allocation is a ParamInvalid.
   Status Free(DevicePtr ptr);
 
@@ -76,6 +81,9 @@ class DeviceMemory {
   // The bytes [ptr, ptr + bytes). Outside any live allocation: a ParamInvalid naming the address
   // and the allocation (or its absence).
   StatusOr<Mapping> Map(DevicePtr ptr, std::uint64_t bytes) const;
+
+  // How many bytes of [ptr, ptr + bytes) the host holds resident (4 KiB granularity).
+  StatusOr<std::uint64_t> ResidentBytes(DevicePtr ptr, std::uint64_t bytes) const;
 
   MemoryStats Stats() const;
   int device() const { return device_; }

@@ -191,6 +191,7 @@ struct CopyRequest {
   std::uint64_t epoch = 0;
   std::uint32_t task = 0;
   VTime at = 0;
+  bool data_in_place = false;  // Task::data_in_place
 };
 struct AttachChannels;
 using DmaMsg = std::variant<CopyRequest, SetUnitFault, AttachChannels>;

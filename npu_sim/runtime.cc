@@ -184,10 +184,12 @@ Status Runtime::WaitStatus(actors::Future<Status>& future, Timeout timeout, std:
 }
 
 // ---- memory -------------------------------------------------------------------------------------
-StatusOr<DevicePtr> Runtime::Malloc(int device, std::uint64_t bytes, Placement placement, std::string tag) {
+StatusOr<DevicePtr> Runtime::Malloc(int device, std::uint64_t bytes, Placement placement, std::string tag,
+                                    PagePolicy pages) {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   HostCall(*dev, "malloc");
-  return dev->device->memory().Allocate(bytes, placement, tag.empty() ? fmt::format("malloc {} bytes", bytes) : tag);
+  return dev->device->memory().Allocate(bytes, placement, tag.empty() ? fmt::format("malloc {} bytes", bytes) : tag,
+                                        pages);
 }
 
 Status Runtime::Free(int device, DevicePtr ptr) {
@@ -628,12 +630,19 @@ Status Runtime::InjectFault(int device, FaultTarget target, int index, Fault fau
   return Status::ParamInvalid("npu_sim: unknown fault target");
 }
 
+StatusOr<DeviceMemory::Mapping> Runtime::MapForHostWrite(int device, DevicePtr ptr, std::uint64_t bytes) const {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  return dev->device->memory().Map(ptr, bytes);
+}
+
 StatusOr<DeviceStats> Runtime::Stats(int device) const {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   DeviceStats s;
   s.host_interactions = dev->device->host_interactions.load(std::memory_order_relaxed);
   s.tasks_executed = dev->device->tasks_executed.load(std::memory_order_relaxed);
   s.kernels_executed = dev->device->kernels_executed.load(std::memory_order_relaxed);
+  s.dma_copy_ns = dev->device->dma_copy_ns.load(std::memory_order_relaxed);
+  s.dma_copy_bytes = dev->device->dma_copy_bytes.load(std::memory_order_relaxed);
   s.memory = dev->device->memory().Stats();
   s.streams = dev->device->live_streams();
   s.events = dev->device->live_events.load(std::memory_order_relaxed);

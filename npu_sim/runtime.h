@@ -78,7 +78,7 @@ class Runtime {
 
   // ---- memory
   StatusOr<DevicePtr> Malloc(int device, std::uint64_t bytes, Placement placement = Placement::kHbm,
-                             std::string tag = "");
+                             std::string tag = "", PagePolicy pages = PagePolicy::kHugeFirst);
   Status Free(int device, DevicePtr ptr);
   // Synchronous copies, through the device's default stream.
   Status MemcpyH2D(int device, DevicePtr dst, const void* src, std::uint64_t bytes);
@@ -149,6 +149,14 @@ class Runtime {
   // or unit / channel index.
   Status InjectFault(int device, FaultTarget target, int index, Fault fault);
   StatusOr<DeviceStats> Stats(int device) const;
+
+  // Host-visible device memory, the simulator's GPUDirect-Storage-style path: the bytes
+  // [ptr, ptr + bytes) of a live allocation, range checked, the allocation kept alive while the
+  // Mapping lives. Only the weight loader writes through it (a file read straight into its
+  // device slot), before it submits a Task with data_in_place for the same range and records the
+  // region's latch after that task, so kernels that wait on the latch see the bytes then, as
+  // with a copy. Not a host call: it does not advance the host clock.
+  StatusOr<DeviceMemory::Mapping> MapForHostWrite(int device, DevicePtr ptr, std::uint64_t bytes) const;
   TraceRecorder& trace() { return *trace_; }
   Status WriteTrace(const std::string& path) const { return trace_->WriteFile(path); }
   VTime HostClock() const;  // the current host client's virtual clock (host_client.h)

@@ -55,6 +55,10 @@ struct Task {
   // The owner of the host memory the copy reads or writes: the DMA engine holds it until the copy
   // is done, so an aborted stream's caller may drop its buffers while a copy is still in flight.
   std::shared_ptr<const void> keep_alive;
+  // kHostToDevice only: the host has already written the bytes at dst_dev through
+  // Runtime::MapForHostWrite (src_host is unused). The copy checks the range, moves nothing and
+  // costs the same virtual time: the device-side order (a latch recorded after it) is unchanged.
+  bool data_in_place = false;
 
   // kEventRecord, kEventWait
   EventId event = 0;

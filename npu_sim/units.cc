@@ -1,6 +1,7 @@
 #include "npu_sim/units.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -140,6 +141,7 @@ Status DmaChannelActor::Copy(const CopyRequest& req) {
   DeviceMemory& mem = device_->memory();
   switch (req.kind) {
     case CopyKind::kHostToDevice: {
+      if (req.data_in_place) return mem.Map(req.dst_dev, req.bytes).status();  // already written by the host
       if (req.src_host == nullptr) return Status::ParamInvalid("H2D copy with a null host source");
       NPUFLOW_ASSIGN_OR_RETURN(auto dst, mem.Map(req.dst_dev, req.bytes));
       std::memcpy(dst.data(), req.src_host, req.bytes);
@@ -179,7 +181,13 @@ void DmaChannelActor::On(CopyRequest& req, Ctx&) {
                               req.stream.id(), req.task, req.name, index_);
   }
   if (status.ok()) {
+    const auto t0 = std::chrono::steady_clock::now();
     status = Copy(req);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    if (!req.data_in_place) {
+      device_->dma_copy_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+      device_->dma_copy_bytes.fetch_add(req.bytes, std::memory_order_relaxed);
+    }
     if (!status.ok())
       status = status.WithContext(fmt::format("device {} task {} ({} {} bytes) on dma {}", device_->id(), req.task,
                                               CopyKindName(req.kind), req.bytes, index_));

@@ -87,7 +87,11 @@ Status DavinciModel::InitModelMem() {
     }
     if (!m.weights.empty()) NPUFLOW_RETURN_IF_ERROR(rt_->MemcpyH2D(device, weights_, m.weights.data(), m.weights.size()));
   }
-  NPUFLOW_ASSIGN_OR_RETURN(variables_, alloc(Segment::kVariables, "variables"));
+  // Variables (a decoder's KV cache) on 4 KiB pages: only the pages the context has reached
+  // become resident, instead of whole 2 MiB huge pages at the first write.
+  NPUFLOW_ASSIGN_OR_RETURN(variables_, rt_->Malloc(device, std::max<std::uint64_t>(m.memory.bytes(Segment::kVariables), 1),
+                                                   npu_sim::Placement::kHbm, fmt::format("model{}.variables", id_),
+                                                   npu_sim::PagePolicy::kDefaultOnly));
   owns_variables_ = true;
 
   for (int i = 0; i < n; ++i) {

@@ -7,14 +7,18 @@
 //   ... kernels that read dst wait (on the device) for the latch event `ready` ...
 //   StatusOr<WeightLoadReport> r = done.Get();
 //
-// The actor owns a pool of `staging_chunks` host buffers of `chunk_bytes` each. For each chunk it
-// reads the file into a free buffer (pread), then submits one H2D copy to the device's loader
-// stream; the copy holds the buffer (Task::keep_alive), and the buffer comes back to the pool, as
-// a message to the actor, when the DMA engine has finished with it. So at most
-// staging_chunks * chunk_bytes of host memory is in use however large the file, and reading the
-// next chunk overlaps the copies of the previous ones. A region's `ready` latch is recorded on the
-// loader stream after its last chunk, so a consuming task that waits on it starts once the bytes
-// are on the device and not before.
+// Plain files: each chunk is read from the file straight into its device slot
+// (Runtime::MapForHostWrite: one copy, page cache -> device memory, no staging), then one H2D copy
+// task with data_in_place goes to the device's loader stream: it moves nothing and takes the
+// transfer's virtual time. The handler reads one chunk per message and yields in between.
+// Encrypted files go through staging, because their plaintext must be authenticated before any
+// of it is exposed: the actor owns a pool of `staging_chunks` host buffers of `chunk_bytes` each;
+// for each chunk it reads and decrypts into a free buffer, then submits H2D copies that hold the
+// buffer (Task::keep_alive), and the buffer comes back to the pool, as a message to the actor,
+// when the DMA engine has finished with it. So at most staging_chunks * chunk_bytes of host
+// memory is in use however large the file. A region's `ready` latch is recorded on the loader
+// stream after its last chunk, so a consuming task that waits on it starts once the bytes are on
+// the device (in virtual time) and not before.
 //
 // Checks. Load checks at once, on the caller's thread, that the file exists and holds every
 // region (a file shorter than offset + length is an error naming the file, the region and both
@@ -72,6 +76,11 @@ struct WeightLoadReport {
   std::uint64_t bytes_read = 0;    // read from the file (the whole file when encrypted)
   double seconds = 0;              // wall time from Load to the last copy's completion
   npu_sim::VTime device_end = 0;   // virtual time the last copy ended
+  // Wall time inside the loader's own work (where the load time goes): reading the file (pread,
+  // including first touches of the staging pages), SHA-256, AES-GCM.
+  double read_seconds = 0;
+  double hash_seconds = 0;
+  double decrypt_seconds = 0;
 };
 
 struct WeightLoaderOptions {
@@ -84,6 +93,9 @@ struct WeightLoaderStats {
   std::uint64_t chunks = 0;
   std::uint64_t bytes = 0;
   std::uint64_t peak_staging_bytes = 0;  // the most host staging memory held at once
+  double read_seconds = 0;     // summed over loads, as in WeightLoadReport
+  double hash_seconds = 0;
+  double decrypt_seconds = 0;
 };
 
 class WeightLoader {

@@ -50,7 +50,13 @@ class Vocab {
  public:
   // `id_to_token[id]` is the raw bytes of token `id`. When two ids have the same bytes, lookups find
   // the last of them (ggml's token_to_id[word] = i overwrites). An empty token is never matched.
+  // Move the file's vocabulary in (Vocab(std::move(file.vocab))): the tokens are held once, and
+  // the lookup table's keys are views of them.
   explicit Vocab(std::vector<std::string> id_to_token);
+  Vocab(Vocab&&) = default;  // the strings stay where they are, so the views stay valid
+  Vocab& operator=(Vocab&&) = default;
+  Vocab(const Vocab&) = delete;  // a copy's views would point into the original
+  Vocab& operator=(const Vocab&) = delete;
 
   std::size_t size() const { return id_to_token_.size(); }
   // The id Tokenize would emit for exactly these bytes, if any token has them.
@@ -76,7 +82,7 @@ class Vocab {
   };
 
   std::vector<std::string> id_to_token_;
-  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> token_to_id_;
+  std::unordered_map<std::string_view, TokenId, StringHash, std::equal_to<>> token_to_id_;  // views of id_to_token_
   std::size_t max_token_bytes_ = 0;  // no token is longer, so longer candidates are not looked up
 };
 

@@ -54,6 +54,15 @@ TEST_F(Gpt2CliTest, GeneratesAndReportsTimings) {
     EXPECT_NE(r.output.find(what), std::string::npos) << what << "\n" << r.output;
 }
 
+TEST_F(Gpt2CliTest, VerboseReportsStagesAndWhereTheLoadWent) {
+  CommandRun r = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids 5 -n 2 --greedy -v");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* what : {"stage start", "stage header read", "stage model loaded", "stage weights on the device",
+                           "stage end", "VmHWM", "anon", "page faults over the load", "thp_fault_alloc",
+                           "load split: loader pread", "DMA copies", "peak staging"})
+    EXPECT_NE(r.output.find(what), std::string::npos) << what << "\n" << r.output;
+}
+
 TEST_F(Gpt2CliTest, StreamsGiveWhatEachGivesAlone) {
   // Greedy, the same prompt on 3 streams: every stream the single run's ids.
   CommandRun one = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids '5 6 7' -n 10 --greedy --print-ids");

@@ -88,6 +88,24 @@ TEST(DeviceMemory, OverCapacityIsAMemoryAllocationError) {
   EXPECT_EQ(mem.Stats().peak, 600u * 1024);
 }
 
+TEST(DeviceMemory, DefaultPagesOnlyMakeResidentThePagesWritten) {
+  // A KV cache's pattern: one row per head written, the heads 256 KiB apart. On 4 KiB pages only
+  // those pages become resident (on huge pages each write would take 2 MiB).
+  constexpr std::uint64_t kBytes = 64ull << 20, kStride = 256 << 10;
+  DeviceMemory mem(0, kBytes);
+  auto ptr = mem.Allocate(kBytes, Placement::kHbm, "kv", PagePolicy::kDefaultOnly);
+  ASSERT_TRUE(ptr.ok()) << ptr.status();
+  EXPECT_EQ(*mem.ResidentBytes(*ptr, kBytes), 0u);
+  for (std::uint64_t at = 0; at < kBytes; at += kStride) {
+    auto m = mem.Map(*ptr + at, 256);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(std::to_integer<int>(m->data()[0]), 0);  // zeroed
+    std::memset(m->data(), 7, 256);
+  }
+  EXPECT_EQ(*mem.ResidentBytes(*ptr, kBytes), kBytes / kStride * 4096);
+  EXPECT_FALSE(mem.ResidentBytes(*ptr + kBytes, 1).ok());  // outside: an error, as Map
+}
+
 TEST(DeviceMemory, AccessOutsideAnAllocationNamesAddressAndAllocation) {
   DeviceMemory mem(0, 1 << 20);
   DevicePtr p = mem.Allocate(100, Placement::kHbm, "weights").value();
