@@ -289,6 +289,17 @@ void BM_Gpt2Load(benchmark::State& state) {
   state.counters["ttft_wait_seconds"] = MedianOf(ttft_wait);
 }
 
+// The npuflow program: next to this one (npuflow-bench sits next to npuflow), or in ../apps for
+// the standalone build/benchmarks/npuflow_benchmarks.
+StatusOr<std::string> NpuflowBinary() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return Status::NotFound("cannot read /proc/self/exe: {}", ec.message());
+  for (const fs::path& candidate : {self.parent_path() / "npuflow", self.parent_path().parent_path() / "apps" / "npuflow"})
+    if (fs::is_regular_file(candidate, ec)) return candidate.string();
+  return Status::NotFound("no npuflow program next to {} (nor in ../apps): build the npuflow target", self.string());
+}
+
 // Peak RSS of a whole `npuflow gpt2` process, against what it must hold.
 void BM_Gpt2PeakRss(benchmark::State& state) {
   const ModelSpec* model = ModelFor(state);
@@ -301,8 +312,10 @@ void BM_Gpt2PeakRss(benchmark::State& state) {
   // Activations: the decode step's feature map (a few vectors of n_embd, 4 n_embd and n_vocab).
   const double act = 4.0 * (8.0 * hp.n_embd + 4.0 * hp.n_embd + 2.0 * hp.n_vocab);
   std::vector<double> rss;
-  const std::string command = fmt::format("/proc/{}/exe gpt2 --model '{}' --prompt-ids {} -n 16 --greedy 2>&1", ::getpid(),
-                                          path, FirstToken(*file));
+  StatusOr<std::string> npuflow = NpuflowBinary();
+  if (!npuflow.ok()) return state.SkipWithError(std::string(npuflow.status().message()).c_str());
+  const std::string command =
+      fmt::format("'{}' gpt2 --model '{}' --prompt-ids {} -n 16 --greedy 2>&1", *npuflow, path, FirstToken(*file));
   for (auto _ : state) {
     // The process reports its own VmHWM: rusage would also count the pages it shared with this
     // process between fork and exec.
