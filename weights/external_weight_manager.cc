@@ -185,6 +185,7 @@ void ExternalWeightManager::StartLoads(int device, const std::string& path, cons
   request.path = path;
   request.verify = flags.verify;
   request.key = flags.key;
+  request.at = rt_->HostClock();  // the loading client's clock: no chunk goes earlier
   std::vector<std::shared_ptr<RegionLoadState>> started;
   for (std::size_t i = 0; i < needs.size(); ++i) {
     const RegionNeed& n = needs[i];

@@ -82,10 +82,14 @@ namespace {
 class WeightLoaderActor {
  public:
   using Message = LoaderMsg;
-  explicit WeightLoaderActor(std::shared_ptr<WeightLoader::Shared> shared) : shared_(std::move(shared)) {}
+  explicit WeightLoaderActor(std::shared_ptr<WeightLoader::Shared> shared)
+      : shared_(std::move(shared)), client_("weight loader") {}
   ~WeightLoaderActor() { CloseFile(); }
 
   void Receive(Message& msg, actors::Context<Message>& ctx) {
+    // Every host call the loader makes is its own: a chunk's virtual time is a function of the
+    // requests, never of the worker that ran this handler.
+    npu_sim::ScopedHostClient charge(client_);
     if (auto* start = std::get_if<StartLoad>(&msg)) {
       if (stopped_) start->done.Set(Status::Aborted("weight file '{}': the weight loader is stopped", start->request.path));
       else queue_.push_back(std::move(*start));
@@ -159,6 +163,8 @@ class WeightLoaderActor {
       job.syncing = true;
       npu_sim::Runtime& rt = *shared_->rt;
       ctx.Then(rt.SynchronizeStreamAsync(Stream()), [this, self = ctx.self()](StatusOr<npu_sim::VTime> r) {
+        npu_sim::ScopedHostClient charge(client_);
+        if (r.ok()) client_.Merge(*r);
         Finish(std::move(r));
         self.Send(StagingFreed{-1});  // a nudge: start the next load (-1 is not a buffer)
       });
@@ -171,6 +177,7 @@ class WeightLoaderActor {
     queue_.pop_front();
     auto job = std::make_unique<Job>();
     job->req = std::move(next.request);
+    client_.Merge(job->req.at);
     job->stream = next.stream;
     job->done = std::move(next.done);
     job->start = next.start;
@@ -416,6 +423,7 @@ class WeightLoaderActor {
   }
 
   std::shared_ptr<WeightLoader::Shared> shared_;  // outlives the handle: copies may end after it is gone
+  npu_sim::HostClient client_;  // the loader's own host clock and trace track
   std::deque<StartLoad> queue_;
   std::unique_ptr<Job> job_;
   bool stopped_ = false;

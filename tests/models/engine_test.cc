@@ -285,6 +285,8 @@ TEST_F(Gpt2DeterminismTest, TheSameRunGivesAByteIdenticalTraceTwice) {
   const std::string second = RunOnce(path, {1, 2, 3});
   ASSERT_FALSE(first.empty());
   EXPECT_NE(first.find("weight chunk"), std::string::npos) << "the weights did not stream";
+  EXPECT_NE(first.find("\"name\":\"weight loader\""), std::string::npos) << "the loader has no host track of its own";
+  EXPECT_EQ(first.find("\"name\":\"host thread 1\""), std::string::npos) << "a worker's host calls were traced";
   EXPECT_EQ(first.find("wall_us"), std::string::npos) << "deterministic traces carry no wall time";
   EXPECT_TRUE(first == second) << "two identical runs gave different traces (" << first.size() << " and "
                                << second.size() << " bytes)";
