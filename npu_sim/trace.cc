@@ -1,5 +1,6 @@
 #include "npu_sim/trace.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
@@ -58,10 +59,10 @@ void AppendMicros(std::string& out, std::int64_t ns) {
   fmt::format_to(std::back_inserter(out), "{}.{:03}", ns / 1000, ns % 1000);
 }
 
-void AppendEvent(std::string& out, const TraceTrack& t, const TraceEvent& e) {
+void AppendEvent(std::string& out, const TraceTrack& t, int tid, const TraceEvent& e) {
   out += "{\"name\":";
   AppendJsonString(out, e.name);
-  fmt::format_to(std::back_inserter(out), ",\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":", t.device(), t.tid());
+  fmt::format_to(std::back_inserter(out), ",\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":", t.device(), tid);
   AppendMicros(out, e.start);
   out += ",\"dur\":";
   AppendMicros(out, e.duration);
@@ -81,7 +82,36 @@ void AppendEvent(std::string& out, const TraceTrack& t, const TraceEvent& e) {
   out += "}}";
 }
 
+// "stream 10" after "stream 2": the name's text, then its trailing number.
+bool NaturalLess(const std::string& a, const std::string& b) {
+  auto split = [](const std::string& n) {
+    std::size_t i = n.size();
+    while (i > 0 && n[i - 1] >= '0' && n[i - 1] <= '9') --i;
+    const std::string_view digits = std::string_view(n).substr(i);
+    return std::make_pair(n.substr(0, i), digits.empty() || digits.size() > 18 ? -1LL : std::stoll(std::string(digits)));
+  };
+  const auto ka = split(a), kb = split(b);
+  return ka != kb ? ka < kb : a < b;
+}
+
 }  // namespace
+
+// Tracks in creation order; without wall times (deterministic mode), ordered by device and name
+// instead: a host client's track may be created before or after a device actor's, depending on
+// real time, and the trace must not depend on that.
+std::vector<std::pair<TraceTrack*, int>> TraceRecorder::Ordered() const {
+  std::vector<TraceTrack*> order;
+  for (const auto& t : tracks_) order.push_back(t.get());
+  if (!wall_times_)
+    std::stable_sort(order.begin(), order.end(), [](const TraceTrack* a, const TraceTrack* b) {
+      if (a->device() != b->device()) return a->device() < b->device();
+      return NaturalLess(a->name(), b->name());
+    });
+  std::vector<std::pair<TraceTrack*, int>> out;
+  std::map<int, int> next;  // per device
+  for (TraceTrack* t : order) out.emplace_back(t, wall_times_ ? t->tid() : next[t->device()]++);
+  return out;
+}
 
 std::string TraceRecorder::ToJson() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -100,22 +130,23 @@ std::string TraceRecorder::ToJson() const {
     AppendJsonString(out, fmt::format("device {}", device));
     out += "}}";
   }
-  for (const auto& t : tracks_) {
+  const auto ordered = Ordered();
+  for (const auto& [t, tid] : ordered) {
     sep();
     fmt::format_to(std::back_inserter(out), "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":",
-                   t->device(), t->tid());
+                   t->device(), tid);
     AppendJsonString(out, t->name());
     out += "}}";
     sep();
     fmt::format_to(std::back_inserter(out),
                    "{{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"sort_index\":{}}}}}",
-                   t->device(), t->tid(), t->tid());
+                   t->device(), tid, tid);
   }
-  for (const auto& t : tracks_) {
+  for (const auto& [t, tid] : ordered) {
     std::lock_guard<std::mutex> track_lock(t->mu_);
     for (const TraceEvent& e : t->events_) {
       sep();
-      AppendEvent(out, *t, e);
+      AppendEvent(out, *t, tid, e);
     }
   }
   out += "\n]}\n";

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -75,6 +76,8 @@ class TraceRecorder {
   const bool enabled_;
   const bool wall_times_;
   mutable std::mutex mu_;
+  // The tracks in output order, each with its output tid.
+  std::vector<std::pair<TraceTrack*, int>> Ordered() const;
   std::vector<std::unique_ptr<TraceTrack>> tracks_;
 };
 

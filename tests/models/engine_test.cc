@@ -288,8 +288,14 @@ TEST_F(Gpt2DeterminismTest, TheSameRunGivesAByteIdenticalTraceTwice) {
   EXPECT_NE(first.find("\"name\":\"weight loader\""), std::string::npos) << "the loader has no host track of its own";
   EXPECT_EQ(first.find("\"name\":\"host thread 1\""), std::string::npos) << "a worker's host calls were traced";
   EXPECT_EQ(first.find("wall_us"), std::string::npos) << "deterministic traces carry no wall time";
-  EXPECT_TRUE(first == second) << "two identical runs gave different traces (" << first.size() << " and "
-                               << second.size() << " bytes)";
+  if (first != second) {
+    std::size_t at = 0;
+    while (at < first.size() && at < second.size() && first[at] == second[at]) ++at;
+    const std::size_t from = first.rfind('\n', at) == std::string::npos ? 0 : first.rfind('\n', at) + 1;
+    ADD_FAILURE() << "two identical runs gave different traces (" << first.size() << " and " << second.size()
+                  << " bytes); first difference at byte " << at << ":\n  " << first.substr(from, at - from + 120)
+                  << "\n  " << second.substr(from, at - from + 120);
+  }
   // A longer prompt is one more step: another trace (kernel timing does not depend on values).
   const std::string other = RunOnce(path, {1, 2, 3, 4});
   EXPECT_TRUE(first != other) << "another run gave the same trace: the comparison cannot fail";
