@@ -19,8 +19,7 @@
 #include <boost/fiber/all.hpp>
 #include <fmt/format.h>
 
-#include "graph/ops/op_registry.h"
-#include "lowering/compiler.h"
+#include "benchmarks/loaded_model.h"
 #include "npu_sim/runtime.h"
 #include "scheduler/davinci_model.h"
 #include "synthetic/graphs.h"
@@ -38,44 +37,12 @@ constexpr int kExecutionsPerRound = 512;
 constexpr int kClientCounts[] = {1, 8, 64};
 constexpr int kStreamCounts[] = {1, 4};
 
-struct Tiny {
-  std::unique_ptr<npu_sim::Runtime> rt;
-  std::unique_ptr<DavinciModel> model;
-  std::vector<ExecuteArgs> args;  // per client: device buffers (zero copy)
-  ~Tiny() {
-    model.reset();  // unloads while the runtime is alive
-    rt.reset();
-  }
-};
+using Tiny = LoadedModel;
 
 StatusOr<std::unique_ptr<Tiny>> LoadTiny(int instances, int clients, ExecutePath path) {
-  graph::RegisterBuiltinOps();
-  NPUFLOW_ASSIGN_OR_RETURN(auto graph, synthetic::MakeChainGraph(4, 16));
-  NPUFLOW_ASSIGN_OR_RETURN(graph::CompiledModel compiled, lowering::CompileV1(std::move(graph), {}));
-  auto model = std::make_shared<const graph::CompiledModel>(std::move(compiled));
-  auto t = std::make_unique<Tiny>();
-  NPUFLOW_ASSIGN_OR_RETURN(t->rt, npu_sim::Runtime::Create({.chips = {model->chip}, .workers = 2}));
   scheduler::LoadConfig config{.instances = instances};
   config.execute_path = path;
-  t->model = std::make_unique<DavinciModel>(t->rt.get(), 1, model, std::move(config));
-  NPUFLOW_RETURN_IF_ERROR(t->model->Init());
-  for (int c = 0; c < clients; ++c) {
-    ExecuteArgs args;
-    for (const graph::IoDef& io : model->inputs) {
-      const std::uint64_t bytes = io.desc.bytes().value_or(0);
-      NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p, t->rt->Malloc(0, bytes, npu_sim::Placement::kHbm, "bench input"));
-      std::vector<float> values(bytes / sizeof(float), 0.5f);
-      NPUFLOW_RETURN_IF_ERROR(t->rt->MemcpyH2D(0, p, values.data(), bytes));
-      args.inputs.push_back(DataBuffer::Device(p, bytes));
-    }
-    for (const graph::IoDef& io : model->outputs) {
-      const std::uint64_t bytes = io.desc.bytes().value_or(0);
-      NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p, t->rt->Malloc(0, bytes, npu_sim::Placement::kHbm, "bench output"));
-      args.outputs.push_back(DataBuffer::Device(p, bytes));
-    }
-    t->args.push_back(std::move(args));
-  }
-  return t;
+  return LoadModelForBench(synthetic::MakeChainGraph(4, 16), {}, std::move(config), clients);
 }
 
 // One round: `clients` fibers on one fresh host thread, `per_client` executions each. The first

@@ -34,9 +34,8 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "graph/ops/op_registry.h"
+#include "benchmarks/loaded_model.h"
 #include "synthetic/graphs.h"
-#include "lowering/compiler.h"
 #include "npu_sim/runtime.h"
 #include "scheduler/davinci_model.h"
 
@@ -53,47 +52,11 @@ constexpr int kDagOps = 200;
 constexpr int kRequestsPerRound = 32;  // per throughput iteration, spread evenly over the clients
 constexpr int kStreamCounts[] = {1, 2, 4, 8};
 
-// A compiled model loaded on a runtime of its own, with device I/O buffers per client.
-struct Loaded {
-  std::unique_ptr<npu_sim::Runtime> rt;
-  std::unique_ptr<DavinciModel> model;
-  std::vector<ExecuteArgs> args;  // per client: device buffers (zero copy)
-  Loaded() = default;
-  Loaded(const Loaded&) = delete;
-  Loaded& operator=(const Loaded&) = delete;
-  ~Loaded() {
-    model.reset();  // unloads while the runtime is alive
-    rt.reset();
-  }
-};
+using Loaded = LoadedModel;
 
 StatusOr<std::unique_ptr<Loaded>> Load(StatusOr<std::unique_ptr<graph::ComputeGraph>> graph,
                                        graph::CompileOptions options, int instances, int clients) {
-  graph::RegisterBuiltinOps();
-  if (!graph.ok()) return graph.status();
-  NPUFLOW_ASSIGN_OR_RETURN(graph::CompiledModel compiled, lowering::CompileV1(std::move(*graph), options));
-  auto model = std::make_shared<const graph::CompiledModel>(std::move(compiled));
-  auto l = std::make_unique<Loaded>();
-  NPUFLOW_ASSIGN_OR_RETURN(l->rt, npu_sim::Runtime::Create({.chips = {model->chip}, .workers = 2}));
-  l->model = std::make_unique<DavinciModel>(l->rt.get(), 1, model, scheduler::LoadConfig{.instances = instances});
-  NPUFLOW_RETURN_IF_ERROR(l->model->Init());
-  for (int c = 0; c < clients; ++c) {
-    ExecuteArgs args;
-    for (const graph::IoDef& io : model->inputs) {
-      const std::uint64_t bytes = io.desc.bytes().value_or(0);
-      NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p, l->rt->Malloc(0, bytes, npu_sim::Placement::kHbm, "bench input"));
-      std::vector<float> values(bytes / sizeof(float), 0.5f);
-      NPUFLOW_RETURN_IF_ERROR(l->rt->MemcpyH2D(0, p, values.data(), bytes));
-      args.inputs.push_back(DataBuffer::Device(p, bytes));
-    }
-    for (const graph::IoDef& io : model->outputs) {
-      const std::uint64_t bytes = io.desc.bytes().value_or(0);
-      NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DevicePtr p, l->rt->Malloc(0, bytes, npu_sim::Placement::kHbm, "bench output"));
-      args.outputs.push_back(DataBuffer::Device(p, bytes));
-    }
-    l->args.push_back(std::move(args));
-  }
-  return l;
+  return LoadModelForBench(std::move(graph), std::move(options), scheduler::LoadConfig{.instances = instances}, clients);
 }
 
 StatusOr<std::unique_ptr<Loaded>> LoadChain() {

@@ -12,36 +12,21 @@
 
 #include <boost/fiber/all.hpp>
 
-#include "graph/ir/tensor_access.h"
-#include "graph/ops/op_registry.h"
-#include "lowering/compiler.h"
 #include "npu_sim/runtime.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"
 #include "synthetic/graphs.h"
+#include "scheduler_testing.h"
 
 namespace npuflow::scheduler {
 namespace {
 
-std::vector<Tensor> Inputs(const CompiledModel& m, float seed) {
-  std::vector<Tensor> in;
-  for (const graph::IoDef& io : m.inputs) {
-    Tensor t = graph::ZeroTensor(io.desc);
-    auto* f = reinterpret_cast<float*>(t.data.data());
-    for (std::size_t i = 0; i < t.data.size() / sizeof(float); ++i) f[i] = seed * static_cast<float>(i % 7) - 2.f;
-    in.push_back(std::move(t));
-  }
-  return in;
-}
+using test::PatternInputs;
 
 TEST(ModelActorFibers, SixtyFourFibersOnOneThreadShareAModelWithOneWorker) {
   constexpr int kFibers = 64, kRuns = 8;
-  graph::RegisterBuiltinOps();
-  auto graph = synthetic::MakeChainGraph(6, 16);
-  ASSERT_TRUE(graph.ok());
-  auto compiled = lowering::CompileV1(std::move(*graph), {});
-  ASSERT_TRUE(compiled.ok()) << compiled.status();
-  auto m = std::make_shared<const CompiledModel>(std::move(*compiled));
+  auto m = test::CompileGraph(synthetic::MakeChainGraph(6, 16));
+  ASSERT_NE(m, nullptr);
   for (int instances : {1, 4}) {
     SCOPED_TRACE(testing::Message() << instances << " instances");
     auto rt = npu_sim::Runtime::Create({.chips = {m->chip}, .workers = 1});
@@ -50,7 +35,7 @@ TEST(ModelActorFibers, SixtyFourFibersOnOneThreadShareAModelWithOneWorker) {
     ASSERT_TRUE(model.Init().ok());
     std::vector<std::vector<Tensor>> expected;
     for (int f = 0; f < kFibers; ++f) {
-      auto out = model.Execute(Inputs(*m, 0.1f * static_cast<float>(f)));
+      auto out = model.Execute(PatternInputs(*m, 0.1f * static_cast<float>(f)));
       ASSERT_TRUE(out.ok()) << out.status();
       expected.push_back(std::move(*out));
     }
@@ -61,7 +46,7 @@ TEST(ModelActorFibers, SixtyFourFibersOnOneThreadShareAModelWithOneWorker) {
       for (int f = 0; f < kFibers; ++f)
         fibers.emplace_back([&, f] {
           for (int r = 0; r < kRuns; ++r) {
-            auto out = model.Execute(Inputs(*m, 0.1f * static_cast<float>(f)));
+            auto out = model.Execute(PatternInputs(*m, 0.1f * static_cast<float>(f)));
             if (!out.ok()) {
               errors[f] = out.status();
               return;
@@ -85,12 +70,8 @@ TEST(ModelActorFibers, SixtyFourFibersOnOneThreadShareAModelWithOneWorker) {
 // the first one needs to finish its load.
 TEST(ModelActorFibers, LoadsFromFibersOnOneThreadDoNotDeadlock) {
   constexpr int kFibers = 8;
-  graph::RegisterBuiltinOps();
-  auto graph = synthetic::MakeChainGraph(6, 16);
-  ASSERT_TRUE(graph.ok());
-  auto compiled = lowering::CompileV1(std::move(*graph), {});
-  ASSERT_TRUE(compiled.ok()) << compiled.status();
-  auto m = std::make_shared<const CompiledModel>(std::move(*compiled));
+  auto m = test::CompileGraph(synthetic::MakeChainGraph(6, 16));
+  ASSERT_NE(m, nullptr);
   ASSERT_TRUE(ModelManager::Initialize({.chips = {m->chip}, .workers = 1}).ok());
   ModelManager& mm = *ModelManager::Get();
   std::vector<Status> errors(kFibers);
@@ -104,7 +85,7 @@ TEST(ModelActorFibers, LoadsFromFibersOnOneThreadDoNotDeadlock) {
           return;
         }
         auto model = mm.GetModel(*id);
-        auto out = model.ok() ? (*model)->Execute(Inputs(*m, static_cast<float>(f))).status() : model.status();
+        auto out = model.ok() ? (*model)->Execute(PatternInputs(*m, static_cast<float>(f))).status() : model.status();
         errors[f] = out.ok() ? mm.Unload(*id) : out;
       });
     for (auto& fiber : fibers) fiber.join();

@@ -10,35 +10,17 @@
 #include <thread>
 #include <vector>
 
-#include "graph/ir/tensor_access.h"
-#include "graph/ops/op_registry.h"
-#include "lowering/compiler.h"
 #include "npu_sim/runtime.h"
 #include "scheduler/davinci_model.h"
 #include "synthetic/graphs.h"
+#include "scheduler_testing.h"
 
 namespace npuflow::scheduler {
 namespace {
 
-std::shared_ptr<const CompiledModel> Chain() {
-  graph::RegisterBuiltinOps();
-  auto graph = synthetic::MakeChainGraph(6, 16);
-  EXPECT_TRUE(graph.ok()) << graph.status();
-  auto compiled = lowering::CompileV1(std::move(*graph), {});
-  EXPECT_TRUE(compiled.ok()) << compiled.status();
-  return std::make_shared<const CompiledModel>(std::move(*compiled));
-}
+using test::PatternInputs;
 
-std::vector<Tensor> Inputs(const CompiledModel& m, float seed) {
-  std::vector<Tensor> in;
-  for (const graph::IoDef& io : m.inputs) {
-    Tensor t = graph::ZeroTensor(io.desc);
-    auto* f = reinterpret_cast<float*>(t.data.data());
-    for (std::size_t i = 0; i < t.data.size() / sizeof(float); ++i) f[i] = seed * static_cast<float>(i % 5) - 1.f;
-    in.push_back(std::move(t));
-  }
-  return in;
-}
+std::shared_ptr<const CompiledModel> Chain() { return test::CompileGraph(synthetic::MakeChainGraph(6, 16)); }
 
 int CountOf(const std::string& text, const std::string& what) {
   int n = 0;
@@ -58,7 +40,7 @@ TEST(ModelActor, AnExecutionIsChargedToItsCallersHostClockAndTrack) {
   std::vector<Status> status(2);
   auto client = [&](int c) {
     before[c] = (*rt)->HostClock();
-    for (int i = 0; i < 5 && status[c].ok(); ++i) status[c] = model->Execute(Inputs(*compiled, 1.f + c)).status();
+    for (int i = 0; i < 5 && status[c].ok(); ++i) status[c] = model->Execute(PatternInputs(*compiled, 1.f + c)).status();
     after[c] = (*rt)->HostClock();
   };
   const npu_sim::VTime loader = (*rt)->HostClock();  // Init's calls were this thread's
@@ -84,7 +66,7 @@ TEST(ModelActor, UnloadAbortsTheExecutionInFlightAndAnswersItFirst) {
   ASSERT_TRUE(rt.ok()) << rt.status();
   auto model = std::make_unique<DavinciModel>(rt->get(), 1, compiled, LoadConfig{});
   ASSERT_TRUE(model->Init().ok());
-  ASSERT_TRUE(model->Execute(Inputs(*compiled, 1.f)).ok());
+  ASSERT_TRUE(model->Execute(PatternInputs(*compiled, 1.f)).ok());
   // Every stream of the device hangs on its next task: the next run never ends by itself.
   const auto streams = (*rt)->Stats(0).value().streams;
   for (int id = 1; id < static_cast<int>(streams); ++id)
@@ -92,7 +74,7 @@ TEST(ModelActor, UnloadAbortsTheExecutionInFlightAndAnswersItFirst) {
   std::atomic<bool> returned{false};
   Status hung;
   std::thread caller([&] {
-    hung = model->Execute(Inputs(*compiled, 2.f)).status();
+    hung = model->Execute(PatternInputs(*compiled, 2.f)).status();
     returned = true;
   });
   for (int i = 0; i < 2000 && !model->busy(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -103,7 +85,7 @@ TEST(ModelActor, UnloadAbortsTheExecutionInFlightAndAnswersItFirst) {
   EXPECT_TRUE(s.ok()) << s;
   caller.join();
   EXPECT_EQ(hung.code(), StatusCode::kAborted) << hung;
-  auto late = model->Execute(Inputs(*compiled, 3.f));
+  auto late = model->Execute(PatternInputs(*compiled, 3.f));
   EXPECT_EQ(late.status().code(), StatusCode::kAborted) << late.status();
   EXPECT_NE(late.status().message().find("unloaded"), std::string::npos) << late.status();
 }
@@ -118,8 +100,8 @@ TEST(ModelActor, TheCallerPathStaysSelectableAndAnUnknownPathIsAnError) {
   ASSERT_TRUE(old_path.Init().ok());
   DavinciModel actor_path(rt->get(), 2, compiled, LoadConfig{});
   ASSERT_TRUE(actor_path.Init().ok());
-  auto a = old_path.Execute(Inputs(*compiled, 1.5f));
-  auto b = actor_path.Execute(Inputs(*compiled, 1.5f));
+  auto a = old_path.Execute(PatternInputs(*compiled, 1.5f));
+  auto b = actor_path.Execute(PatternInputs(*compiled, 1.5f));
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ((*a)[0].data, (*b)[0].data) << "both paths compute the same outputs";
 

@@ -104,6 +104,18 @@ inline std::shared_ptr<const CompiledModel> CompileText(const std::string& text,
   return std::make_shared<const CompiledModel>(std::move(*m));
 }
 
+// `graph` (e.g. from synthetic::MakeChainGraph) compiled for the v1 task sink; null on failure.
+inline std::shared_ptr<const CompiledModel> CompileGraph(StatusOr<std::unique_ptr<graph::ComputeGraph>> graph,
+                                                         graph::CompileOptions options = {}) {
+  graph::RegisterBuiltinOps();
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  if (!graph.ok()) return nullptr;
+  auto m = lowering::CompileV1(std::move(*graph), options);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return nullptr;
+  return std::make_shared<const CompiledModel>(std::move(*m));
+}
+
 // ---- tensors ------------------------------------------------------------------------------------
 
 // A tensor of `desc` whose element i is value(i) (stored as float for float types, else integer).
@@ -140,6 +152,18 @@ inline std::vector<Tensor> RandomInputs(const CompiledModel& cm, std::mt19937& r
 }
 
 // f32 within 1e-5 relative (1e-6 absolute near zero); integers exact.
+// f32 inputs of `m` that differ with `seed`: element i is seed * (i % 7) - 2.
+inline std::vector<Tensor> PatternInputs(const CompiledModel& m, float seed) {
+  std::vector<Tensor> in;
+  for (const graph::IoDef& io : m.inputs) {
+    Tensor t = graph::ZeroTensor(io.desc);
+    auto* f = reinterpret_cast<float*>(t.data.data());
+    for (std::size_t i = 0; i < t.data.size() / sizeof(float); ++i) f[i] = seed * static_cast<float>(i % 7) - 2.f;
+    in.push_back(std::move(t));
+  }
+  return in;
+}
+
 inline ::testing::AssertionResult Near(const Tensor& got, const Tensor& want) {
   if (!(got.desc == want.desc))
     return ::testing::AssertionFailure() << "desc " << got.desc.ToString() << ", expected " << want.desc.ToString();
