@@ -117,7 +117,9 @@ class CoreBase {
   bool WaitUntil(std::optional<std::chrono::steady_clock::time_point> deadline) {
     if (ready()) return true;
     if (WaitSuspendsFiber()) {
-      std::call_once(fiber_once_, [this] { fiber_ = std::make_unique<FiberWait>(); });
+      // Only the future's owner waits, one wait at a time, so the first wait makes the fiber
+      // waiter without a race; the completer reads it only after it sees kFiberWaiter.
+      if (!fiber_) fiber_.emplace();
       state_.fetch_or(kFiberWaiter, std::memory_order_acq_rel);
       std::unique_lock<boost::fibers::mutex> lock(fiber_->mu);
       while (!ready()) {
@@ -152,8 +154,7 @@ class CoreBase {
   const std::type_info& value_type_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::once_flag fiber_once_;
-  std::unique_ptr<FiberWait> fiber_;
+  std::optional<FiberWait> fiber_;  // made in place by the first fiber wait
 };
 
 // An owning, intrusive reference to a core.
