@@ -14,6 +14,7 @@ namespace {
 std::mutex g_init_mu;
 std::unique_ptr<ModelManager> g_instance;
 std::atomic<ModelManager*> g_current{nullptr};
+std::uint64_t g_generation = 0;  // under g_init_mu
 
 std::string Describe(const ResourceNeeds& n) {
   return fmt::format("{} bytes of memory, {} streams, {} events", n.memory_bytes, n.streams, n.events);
@@ -28,6 +29,7 @@ Status ModelManager::Initialize(npu_sim::RuntimeOptions options) {
   NPUFLOW_ASSIGN_OR_RETURN(auto rt, npu_sim::Runtime::Create(std::move(options)));
   NPUFLOW_ASSIGN_OR_RETURN(auto loader, weights::WeightLoader::Create(rt.get()));
   g_instance.reset(new ModelManager(std::move(rt)));
+  g_instance->generation_ = ++g_generation;
   g_instance->table_ = SpawnModelTable(g_instance->rt_->system());
   g_instance->weight_loader_ = std::move(loader);
   g_instance->weight_manager_ = g_instance->NewExternalWeightManager();

@@ -72,6 +72,8 @@ class ModelManager {
   static Status RunInitialized(npu_sim::RuntimeOptions options, const std::function<Status()>& body,
                                std::string_view init_context = {});
   static ModelManager* Get();  // null unless initialized
+  // Which Initialize made this manager (1, 2, ...): a session made under one never uses a later one.
+  std::uint64_t generation() const { return generation_; }
 
   npu_sim::Runtime& runtime() { return *rt_; }
   DeadlineTimer& timer() { return timer_; }
@@ -123,6 +125,7 @@ class ModelManager {
   std::unique_ptr<weights::WeightLoader> weight_loader_;
   std::shared_ptr<weights::ExternalWeightManager> weight_manager_;
   DeadlineTimer timer_;
+  std::uint64_t generation_ = 0;
   actors::Address<TableMsg> table_;  // ModelManagerActor: every loaded model and session
 };
 

@@ -5,9 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "actors/wait_mutex.h"
 #include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
+#include "scheduler/session_actor.h"
 #include "weights/convert.h"
 #include "weights/weight_dir.h"
 
@@ -82,17 +82,33 @@ StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOpti
   return o;
 }
 
-struct Session::GraphNode {
-  std::uint32_t id = 0;
-  GraphOptions options;
-  actors::WaitMutex mu;  // build and load, one at a time (a waiting fiber yields)
-  std::unique_ptr<graph::ComputeGraph> graph;  // until built
-  std::shared_ptr<const CompiledModel> compiled;
-  std::optional<std::uint32_t> model_id;
-  std::shared_ptr<DavinciModel> model;  // the loaded model while it is loaded (no table lookup per run)
-  std::unique_ptr<RunLoop> loop;
-  npu_sim::DevicePtr const_base, feature_base;
-  std::uint64_t const_size = 0, feature_size = 0;
+// ---- the session's actor --------------------------------------------------------------------------
+namespace {
+using session_msg::NodePtr;
+using session_msg::Used;
+}  // namespace
+
+// Holds a graph's lease (or nothing, for a run of a loaded graph); gives it back when it goes.
+class Session::Held {
+ public:
+  Held(actors::Address<SessionMsg> actor, Used used, bool leased)
+      : actor_(actor), node_(std::move(used.node)), model_(std::move(used.model)), leased_(leased) {}
+  Held(Held&& o) noexcept
+      : actor_(o.actor_), node_(std::move(o.node_)), model_(std::move(o.model_)), leased_(std::exchange(o.leased_, false)) {}
+  Held& operator=(Held&&) = delete;
+  ~Held() { Release(); }
+  void Release() {
+    if (std::exchange(leased_, false)) actor_.Send(session_msg::Release{node_});
+  }
+  GraphNode& node() const { return *node_; }
+  // The loaded model the actor found (no lease taken), or null.
+  const std::shared_ptr<DavinciModel>& model() const { return model_; }
+
+ private:
+  actors::Address<SessionMsg> actor_;
+  NodePtr node_;
+  std::shared_ptr<DavinciModel> model_;
+  bool leased_;
 };
 
 StatusOr<std::unique_ptr<Session>> Session::Create(const Options& options) {
@@ -100,28 +116,49 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const Options& options) {
   if (mm == nullptr) return Status::Failed("Session: ModelManager is not initialized (call ModelManager::Initialize)");
   NPUFLOW_ASSIGN_OR_RETURN(GraphOptions parsed, ParseGraphOptions(options));
   NPUFLOW_RETURN_IF_ERROR(mm->runtime().chip(parsed.device).status());
-  std::unique_ptr<Session> s(new Session(g_next_session.fetch_add(1), parsed));
+  const std::uint64_t id = g_next_session.fetch_add(1);
+  std::unique_ptr<Session> s(new Session(id, parsed, weights::ResolveWeightDir("", id)));
   s->weight_manager_ = mm->NewExternalWeightManager();
+  s->generation_ = mm->generation();
+  s->actor_ = SpawnSessionActor(mm->runtime().system(), id);
   mm->BindSession(s->id_, parsed.device);
   return s;
 }
 
 Session::~Session() { (void)Finalize(); }
 
-StatusOr<std::shared_ptr<Session::GraphNode>> Session::Find(std::uint32_t graph_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (finalized_) return Status::Failed("session {} is finalized", id_);
-  auto it = graphs_.find(graph_id);
-  if (it == graphs_.end()) return Status::NotFound("session {}: graph {} does not exist", id_, graph_id);
-  return it->second;
+StatusOr<actors::Address<SessionMsg>> Session::Actor() const {
+  ModelManager* mm = ModelManager::Get();
+  if (mm == nullptr || mm->generation() != generation_)
+    return Status::Failed("session {}: the ModelManager it was made under is finalized", id_);
+  return actor_;
 }
 
-Status Session::Insert(std::uint32_t graph_id, std::shared_ptr<GraphNode> node) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (finalized_) return Status::Failed("session {} is finalized", id_);
-  if (!graphs_.emplace(graph_id, std::move(node)).second)
-    return Status::ParamInvalid("session {}: graph id {} is already in use", id_, graph_id);
-  return Status::Ok();
+StatusOr<Session::Held> Session::Lease(std::uint32_t graph_id) const {
+  NPUFLOW_ASSIGN_OR_RETURN(auto actor, Actor());
+  NPUFLOW_ASSIGN_OR_RETURN(Used used, actor.Ask<Used>(session_msg::Use{graph_id, false}).Get());
+  return Held(actor, std::move(used), true);
+}
+
+StatusOr<Session::Held> Session::LeaseNode(NodePtr node) const {
+  NPUFLOW_ASSIGN_OR_RETURN(auto actor, Actor());
+  NPUFLOW_ASSIGN_OR_RETURN(Used used, actor.Ask<Used>(session_msg::Lease{std::move(node)}).Get());
+  return Held(actor, std::move(used), true);
+}
+
+StatusOr<std::shared_ptr<DavinciModel>> Session::ModelForRun(std::uint32_t graph_id, GraphOptions* options) {
+  NPUFLOW_ASSIGN_OR_RETURN(auto actor, Actor());
+  NPUFLOW_ASSIGN_OR_RETURN(Used used, actor.Ask<Used>(session_msg::Use{graph_id, true}).Get());
+  const bool leased = used.model == nullptr;
+  Held held(actor, std::move(used), leased);
+  if (options != nullptr) *options = held.node().options;  // options never change once added
+  if (!leased) return held.model();
+  return EnsureLoaded(held.node());
+}
+
+Status Session::Insert(std::uint32_t graph_id, std::shared_ptr<GraphNode> node, std::string use) {
+  NPUFLOW_ASSIGN_OR_RETURN(auto actor, Actor());
+  return actor.Ask(session_msg::Insert{graph_id, std::move(node), std::move(use)}).Get();
 }
 
 Status Session::AddGraph(std::uint32_t graph_id, std::unique_ptr<graph::ComputeGraph> graph, const Options& options) {
@@ -164,9 +201,8 @@ Status Session::Build(GraphNode& node) {
     if (!node.options.external_weight_dir.empty()) {
       co.external_weight_dir = node.options.external_weight_dir;
     } else {
-      co.external_weight_dir = weights::ResolveWeightDir("", id_);
-      std::lock_guard<std::mutex> lock(mu_);
-      temporary_weight_dir_ = co.external_weight_dir;
+      co.external_weight_dir = temporary_weight_dir_;
+      temporary_weight_dir_used_.store(true);
     }
   }
   // The graph is kept if compilation fails, so the user can see the error and remove it.
@@ -180,11 +216,9 @@ Status Session::Build(GraphNode& node) {
 }
 
 Status Session::BuildGraph(std::uint32_t graph_id) {
-  NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<actors::WaitMutex> lock(node->mu);
-  return Build(*node);
+  NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
+  return Build(held.node());
 }
-
 StatusOr<std::shared_ptr<DavinciModel>> Session::EnsureLoaded(GraphNode& node) {
   ModelManager* mm = ModelManager::Get();
   if (mm == nullptr) return Status::Failed("session {}: ModelManager is finalized", id_);
@@ -221,18 +255,13 @@ StatusOr<std::shared_ptr<DavinciModel>> Session::EnsureLoaded(GraphNode& node) {
 }
 
 Status Session::LoadGraph(std::uint32_t graph_id) {
-  NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<actors::WaitMutex> lock(node->mu);
-  return EnsureLoaded(*node).status();
+  NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
+  return EnsureLoaded(held.node()).status();
 }
 
 StatusOr<std::vector<Tensor>> Session::RunGraph(std::uint32_t graph_id, const std::vector<Tensor>& inputs) {
-  NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::shared_ptr<DavinciModel> model;
-  {
-    std::lock_guard<actors::WaitMutex> lock(node->mu);
-    NPUFLOW_ASSIGN_OR_RETURN(model, EnsureLoaded(*node));
-  }
+  GraphOptions options;
+  NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<DavinciModel> model, ModelForRun(graph_id, &options));
   const CompiledModel& m = model->compiled();
   if (inputs.size() != m.inputs.size())
     return Status::ParamInvalid("session {} graph {}: {} inputs given, the graph takes {}", id_, graph_id,
@@ -244,29 +273,24 @@ StatusOr<std::vector<Tensor>> Session::RunGraph(std::uint32_t graph_id, const st
                                   m.inputs[i].desc.bytes().value_or(0), inputs[i].desc.ToString(),
                                   inputs[i].data.size());
   }
-  return model->Execute(inputs, node->options.timeout);
+  return model->Execute(inputs, options.timeout);
 }
 
 Status Session::RunGraphAsync(std::uint32_t graph_id, std::vector<Tensor> inputs, RunCallback done) {
   if (!done) return Status::ParamInvalid("session {}: RunGraphAsync without a callback", id_);
-  NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<actors::WaitMutex> lock(node->mu);
-  NPUFLOW_ASSIGN_OR_RETURN(auto model, EnsureLoaded(*node));
-  if (!node->loop) {
-    NPUFLOW_ASSIGN_OR_RETURN(node->loop, RunLoop::Start(model, node->options.timeout));
+  NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
+  GraphNode& node = held.node();
+  NPUFLOW_ASSIGN_OR_RETURN(auto model, EnsureLoaded(node));
+  if (!node.loop) {
+    NPUFLOW_ASSIGN_OR_RETURN(node.loop, RunLoop::Start(model, node.options.timeout));
   }
-  return node->loop->Push(std::move(inputs), std::move(done));
+  return node.loop->Push(std::move(inputs), std::move(done));
 }
 
 Status Session::RunGraphWithStreamAsync(std::uint32_t graph_id, npu_sim::Stream stream,
                                         const std::vector<DeviceTensor>& inputs,
                                         const std::vector<DeviceTensor>& outputs) {
-  NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::shared_ptr<DavinciModel> model;
-  {
-    std::lock_guard<actors::WaitMutex> lock(node->mu);
-    NPUFLOW_ASSIGN_OR_RETURN(model, EnsureLoaded(*node));
-  }
+  NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<DavinciModel> model, ModelForRun(graph_id, nullptr));
   const CompiledModel& m = model->compiled();
   ExecuteArgs args;
   args.stream = stream;
@@ -289,26 +313,16 @@ Status Session::RunGraphWithStreamAsync(std::uint32_t graph_id, npu_sim::Stream 
 }
 
 Status Session::ForkGraph(std::uint32_t origin_id, std::uint32_t fork_id) {
-  NPUFLOW_ASSIGN_OR_RETURN(auto origin, Find(origin_id));
-  std::shared_ptr<const CompiledModel> compiled;
-  GraphOptions options;
-  {
-    std::lock_guard<actors::WaitMutex> lock(origin->mu);
-    if (!origin->compiled)
-      return Status::Failed("session {}: cannot fork graph {}: it is not built (BuildGraph it first)", id_, origin_id);
-    compiled = origin->compiled;
-    options = origin->options;
-  }
   auto node = std::make_shared<GraphNode>();
+  {
+    NPUFLOW_ASSIGN_OR_RETURN(Held origin, Lease(origin_id));
+    if (!origin.node().compiled)
+      return Status::Failed("session {}: cannot fork graph {}: it is not built (BuildGraph it first)", id_, origin_id);
+    node->compiled = origin.node().compiled;  // shared compile-time state; loads on its own
+    node->options = origin.node().options;
+  }
   node->id = fork_id;
-  node->options = options;
-  node->compiled = std::move(compiled);  // shared compile-time state; loads on its own
-  std::lock_guard<std::mutex> lock(mu_);
-  if (finalized_) return Status::Failed("session {} is finalized", id_);
-  if (!graphs_.emplace(fork_id, std::move(node)).second)
-    return Status::ParamInvalid("session {}: cannot fork graph {} onto graph id {}: the id is in use", id_, origin_id,
-                                fork_id);
-  return Status::Ok();
+  return Insert(fork_id, std::move(node), fmt::format("cannot fork graph {} onto graph id {}", origin_id, fork_id));
 }
 
 namespace {
@@ -332,75 +346,61 @@ Status Release(Session::GraphNode& node) {
 }  // namespace
 
 Status Session::RemoveGraph(std::uint32_t graph_id) {
-  std::shared_ptr<GraphNode> node;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finalized_) return Status::Failed("session {} is finalized", id_);
-    auto it = graphs_.find(graph_id);
-    if (it == graphs_.end()) return Status::NotFound("session {}: graph {} does not exist", id_, graph_id);
-    node = it->second;
-    graphs_.erase(it);
-  }
-  std::lock_guard<actors::WaitMutex> lock(node->mu);
-  return Release(*node);
+  NPUFLOW_ASSIGN_OR_RETURN(auto actor, Actor());
+  NPUFLOW_ASSIGN_OR_RETURN(NodePtr node, actor.Ask<NodePtr>(session_msg::Remove{graph_id}).Get());
+  NPUFLOW_ASSIGN_OR_RETURN(Held held, LeaseNode(std::move(node)));  // after a build or load under way
+  return Release(held.node());
 }
 
 Status Session::SetGraphConstMemoryBase(std::uint32_t graph_id, npu_sim::DevicePtr ptr, std::uint64_t size) {
-  NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<actors::WaitMutex> lock(node->mu);
+  NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
+  GraphNode& node = held.node();
   if (!ptr || size == 0) return Status::ParamInvalid("session {} graph {}: const memory base is null or empty", id_, graph_id);
-  if (node->model_id) return Status::ParamInvalid("session {} graph {}: is loaded; set its const memory before the first run", id_, graph_id);
-  node->const_base = ptr;
-  node->const_size = size;
+  if (node.model_id) return Status::ParamInvalid("session {} graph {}: is loaded; set its const memory before the first run", id_, graph_id);
+  node.const_base = ptr;
+  node.const_size = size;
   return Status::Ok();
 }
 
 Status Session::UpdateGraphFeatureMemoryBase(std::uint32_t graph_id, npu_sim::DevicePtr ptr, std::uint64_t size) {
-  NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<actors::WaitMutex> lock(node->mu);
+  NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
+  GraphNode& node = held.node();
   if (!ptr || size == 0) return Status::ParamInvalid("session {} graph {}: feature memory base is null or empty", id_, graph_id);
-  if (node->model_id) return Status::ParamInvalid("session {} graph {}: is loaded; set its feature memory before the first run", id_, graph_id);
-  node->feature_base = ptr;
-  node->feature_size = size;
+  if (node.model_id) return Status::ParamInvalid("session {} graph {}: is loaded; set its feature memory before the first run", id_, graph_id);
+  node.feature_base = ptr;
+  node.feature_size = size;
   return Status::Ok();
 }
 
 Status Session::Finalize() {
-  std::map<std::uint32_t, std::shared_ptr<GraphNode>> graphs;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finalized_) return Status::Ok();
-    finalized_ = true;
-    graphs.swap(graphs_);
-  }
+  if (finalized_.exchange(true)) return Status::Ok();
   Status first;
-  for (auto& [id, node] : graphs) {
-    std::lock_guard<actors::WaitMutex> lock(node->mu);
-    Status s = Release(*node);
-    if (first.ok() && !s.ok()) first = s;
-  }
-  if (ModelManager* mm = ModelManager::Get()) {
-    Status s = mm->DestroySession(id_);
-    if (first.ok() && !s.ok()) first = s;
+  // Under a ModelManager that is gone, its models went with it: only the directory is left.
+  if (auto actor = Actor(); actor.ok()) {
+    auto fin = actor->Ask<session_msg::Finalized>(session_msg::Finalize{}).Get();
+    if (!fin.ok()) first = fin.status();
+    for (NodePtr& node : fin.ok() ? fin->nodes : std::vector<NodePtr>{}) {
+      auto held = LeaseNode(std::move(node));
+      Status s = held.ok() ? Release(held->node()) : held.status();
+      if (first.ok() && !s.ok()) first = s;
+    }
+    if (ModelManager* mm = ModelManager::Get()) {
+      Status s = mm->DestroySession(id_);
+      if (first.ok() && !s.ok()) first = s;
+    }
   }
   // The session's temporary weight directory goes with it; a user's directory never does.
-  std::string tmp;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    tmp.swap(temporary_weight_dir_);
-  }
-  if (!tmp.empty()) {
-    Status s = weights::RemoveTemporaryWeightDir(tmp);
+  if (temporary_weight_dir_used_.load()) {
+    Status s = weights::RemoveTemporaryWeightDir(temporary_weight_dir_);
     if (first.ok() && !s.ok()) first = s;
   }
   return first;
 }
 
 StatusOr<std::shared_ptr<const CompiledModel>> Session::GetCompiledModel(std::uint32_t graph_id) const {
-  NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
-  std::lock_guard<actors::WaitMutex> lock(node->mu);
-  if (!node->compiled) return Status::Failed("session {}: graph {} is not built", id_, graph_id);
-  return node->compiled;
+  NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
+  if (!held.node().compiled) return Status::Failed("session {}: graph {} is not built", id_, graph_id);
+  return held.node().compiled;
 }
 
 StatusOr<std::vector<weights::ExternalWeightDesc>> Session::GetExternalWeightPaths(std::uint32_t graph_id) const {
@@ -410,11 +410,10 @@ StatusOr<std::vector<weights::ExternalWeightDesc>> Session::GetExternalWeightPat
 }
 
 StatusOr<std::shared_ptr<DavinciModel>> Session::GetLoadedModel(std::uint32_t graph_id) const {
-  NPUFLOW_ASSIGN_OR_RETURN(auto node, Find(graph_id));
   std::optional<std::uint32_t> id;
   {
-    std::lock_guard<actors::WaitMutex> lock(node->mu);
-    id = node->model_id;
+    NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
+    id = held.node().model_id;
   }
   ModelManager* mm = ModelManager::Get();
   if (!id || mm == nullptr) return Status::NotFound("session {}: graph {} is not loaded", id_, graph_id);

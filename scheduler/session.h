@@ -24,22 +24,28 @@
 //   npuflow.modelDir          the directory of the model file: its weight/ holds moved files
 //
 // Entry points and the runtime paths they take (seed 002, 3.4):
-//   RunGraph                 -> NnExecute on the caller's thread (sync)
-//   RunGraphAsync            -> the model's Run loop (ModelActor), outputs to the callback
+//   RunGraph                 -> NnExecute: a message to the model's ModelActor, then a wait
+//   RunGraphAsync            -> the model's Run loop, outputs to the callback
 //   RunGraphWithStreamAsync  -> NnExecute async on the caller's stream, device buffers only
 //
-// Thread-safe: any number of threads may call any method; RunGraph calls on one graph run
-// concurrently over its execution instances.
+// The session's state is an actor (SessionActor, scheduler/session_actor.h): its graph table and,
+// per graph, a lease that one caller at a time holds to build, load or change the graph. A run of
+// a loaded graph takes no lease (one message to the session's actor, then one to the model's).
+// Any number of threads and Boost.Fiber fibers may call any method; a fiber waiting for a lease
+// or a run yields to its thread's other fibers. RunGraph calls on one graph run concurrently over
+// its execution instances.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "actors/system.h"
 #include "base/status.h"
 #include "graph/ir/compute_graph.h"
 #include "scheduler/run_loop.h"
@@ -74,6 +80,18 @@ struct DeviceTensor {
   graph::TensorDesc desc;
   npu_sim::DevicePtr ptr;
 };
+
+// The messages of the session's actor (scheduler/session_actor.h).
+namespace session_msg {
+struct Insert;
+struct Use;
+struct Lease;
+struct Release;
+struct Remove;
+struct Finalize;
+}  // namespace session_msg
+using SessionMsg = std::variant<session_msg::Insert, session_msg::Use, session_msg::Lease, session_msg::Release,
+                                session_msg::Remove, session_msg::Finalize>;
 
 class Session {
  public:
@@ -123,21 +141,30 @@ class Session {
   struct GraphNode;  // a graph's compile and load state (opaque)
 
  private:
-  explicit Session(std::uint64_t id, GraphOptions options) : id_(id), options_(std::move(options)) {}
-  StatusOr<std::shared_ptr<GraphNode>> Find(std::uint32_t graph_id) const;
-  Status Insert(std::uint32_t graph_id, std::shared_ptr<GraphNode> node);
+  class Held;
+  Session(std::uint64_t id, GraphOptions options, std::string temporary_weight_dir)
+      : id_(id), options_(std::move(options)), temporary_weight_dir_(std::move(temporary_weight_dir)) {}
+  // The session's actor, while the ModelManager it was made under lives (else Failed).
+  StatusOr<actors::Address<SessionMsg>> Actor() const;
+  // The graph's lease: answered once no other caller builds, loads or changes it.
+  StatusOr<Held> Lease(std::uint32_t graph_id) const;
+  StatusOr<Held> LeaseNode(std::shared_ptr<GraphNode> node) const;
+  // The graph's loaded model, loading it first if need be (then under its lease).
+  StatusOr<std::shared_ptr<DavinciModel>> ModelForRun(std::uint32_t graph_id, GraphOptions* options);
+  Status Insert(std::uint32_t graph_id, std::shared_ptr<GraphNode> node, std::string use = {});
   Status Build(GraphNode& node);
   StatusOr<std::shared_ptr<DavinciModel>> EnsureLoaded(GraphNode& node);
 
   const std::uint64_t id_;
   const GraphOptions options_;
-  mutable std::mutex mu_;
-  std::map<std::uint32_t, std::shared_ptr<GraphNode>> graphs_;
-  bool finalized_ = false;
+  actors::Address<SessionMsg> actor_;  // SessionActor: the graph table and each graph's lease
+  std::uint64_t generation_ = 0;       // of the ModelManager it was made under
+  std::atomic<bool> finalized_{false};
   // External weights: regions copied once per device for all of this session's models, and the
-  // temporary weight directory its builds wrote (removed by Finalize).
+  // temporary weight directory its builds write to (removed by Finalize if one did).
   std::shared_ptr<weights::ExternalWeightManager> weight_manager_;
-  std::string temporary_weight_dir_;
+  const std::string temporary_weight_dir_;
+  std::atomic<bool> temporary_weight_dir_used_{false};
 };
 
 }  // namespace npuflow::scheduler

@@ -15,6 +15,7 @@
 #include "npu_sim/runtime.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"
+#include "scheduler/session.h"
 #include "synthetic/graphs.h"
 #include "scheduler_testing.h"
 
@@ -93,6 +94,55 @@ TEST(ModelActorFibers, LoadsFromFibersOnOneThreadDoNotDeadlock) {
   ASSERT_EQ(done.wait_for(std::chrono::seconds(120)), std::future_status::ready) << "deadlock";
   for (int f = 0; f < kFibers; ++f) EXPECT_TRUE(errors[f].ok()) << "fiber " << f << ": " << errors[f];
   EXPECT_TRUE(mm.LoadedModels().empty());
+  EXPECT_TRUE(ModelManager::Finalize().ok());
+}
+
+// A session's graphs used from fibers of one thread, with one actor worker: the first runs of a
+// graph all need it built and loaded, so all but one wait for its lease (a queued message to the
+// session's actor: the waiting fibers yield); later runs of the loaded graph take no lease.
+TEST(ModelActorFibers, SessionGraphsFromFibersOnOneThread) {
+  constexpr int kFibers = 16, kRuns = 4;
+  graph::RegisterBuiltinOps();
+  auto m = test::CompileGraph(synthetic::MakeChainGraph(6, 16));
+  ASSERT_NE(m, nullptr);
+  ASSERT_TRUE(ModelManager::Initialize({.chips = {m->chip}, .workers = 1}).ok());
+  {
+    auto session = Session::Create({});
+    ASSERT_TRUE(session.ok()) << session.status();
+    Session& s = **session;
+    for (std::uint32_t g : {1u, 2u}) {
+      auto graph = synthetic::MakeChainGraph(6, 16);
+      ASSERT_TRUE(graph.ok());
+      ASSERT_TRUE(s.AddGraph(g, std::move(*graph)).ok());
+    }
+    std::vector<Status> errors(kFibers);
+    std::vector<std::vector<std::vector<Tensor>>> got(kFibers);
+    auto done = std::async(std::launch::async, [&] {
+      std::vector<boost::fibers::fiber> fibers;
+      for (int f = 0; f < kFibers; ++f)
+        fibers.emplace_back([&, f] {
+          for (int r = 0; r < kRuns && errors[f].ok(); ++r) {
+            auto out = s.RunGraph(1 + f % 2, PatternInputs(*m, static_cast<float>(f + r)));
+            if (out.ok()) got[f].push_back(std::move(*out));
+            else errors[f] = out.status();
+          }
+        });
+      for (auto& fiber : fibers) fiber.join();
+    });
+    ASSERT_EQ(done.wait_for(std::chrono::seconds(120)), std::future_status::ready) << "deadlock";
+    for (int f = 0; f < kFibers; ++f) {
+      ASSERT_TRUE(errors[f].ok()) << "fiber " << f << ": " << errors[f];
+      for (int r = 0; r < kRuns; ++r) {
+        auto want = s.RunGraph(1 + f % 2, PatternInputs(*m, static_cast<float>(f + r)));
+        ASSERT_TRUE(want.ok()) << want.status();
+        EXPECT_EQ(got[f][r], *want) << "fiber " << f << " run " << r;
+      }
+    }
+    EXPECT_EQ(ModelManager::Get()->LoadedModels().size(), 2u) << "each graph loaded once";
+    EXPECT_TRUE(s.RemoveGraph(1).ok());
+    EXPECT_EQ(s.RunGraph(1, PatternInputs(*m, 1.f)).status().code(), StatusCode::kNotFound);
+    EXPECT_TRUE(s.Finalize().ok());
+  }
   EXPECT_TRUE(ModelManager::Finalize().ok());
 }
 
