@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
@@ -58,6 +59,8 @@ bool WaitSuspendsFiber();
 // runs on a oneTBB worker and must never wait: a blocking wait there holds a worker that the
 // system needs (and deadlocks outright with one worker, as in deterministic mode).
 bool InHandler();
+// The name of the actor whose handler runs on this thread ("" outside handlers).
+std::string CurrentActorName();
 // The error a wait on a future that is not ready yet gets inside a handler; names the actor.
 Status WaitInHandlerError(const char* call);
 

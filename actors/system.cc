@@ -25,6 +25,11 @@ bool InHandler() {
   return ts.in_drain && ts.current != nullptr;
 }
 
+std::string CurrentActorName() {
+  const DrainThreadState& ts = ThisThread();
+  return ts.in_drain && ts.current != nullptr ? ts.current->name() : std::string();
+}
+
 Status WaitInHandlerError(const char* call) {
   const DrainThreadState& ts = ThisThread();
   return Status::Internal(

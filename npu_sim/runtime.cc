@@ -5,6 +5,7 @@
 #include <boost/fiber/fss.hpp>
 #include <fmt/format.h>
 
+#include "base/logging.h"
 #include "npu_sim/builtin_kernels.h"
 #include "npu_sim/device_model.h"
 #include "npu_sim/event_table.h"
@@ -62,6 +63,10 @@ HostSide& Runtime::CurrentHost() const {
     }
   } else {
     side = &tl_host;
+    if (actors::detail::InHandler() && unattributed_.fetch_add(1, std::memory_order_relaxed) == 0)
+      NPUFLOW_LOG_ERROR(kNpuSim, "npu_sim: a host call from actor '{}' with no host client in scope: its virtual time is "
+                                 "the worker thread's (scope an npu_sim::ScopedHostClient in the handler)",
+                        actors::detail::CurrentActorName());
   }
   if (side->runtime != uid_) {
     side->runtime = uid_;

@@ -164,6 +164,11 @@ class Runtime {
   // caller waits for its answer (ScopedHostClient(HostSide&)). The caller makes no host call of
   // its own until the answer comes.
   HostSide& CurrentHostSide() const;
+  // Host calls (or host-clock reads) made from an actor's handler with no host client in scope:
+  // their virtual time would be the worker thread's, so it would depend on which worker ran the
+  // handler. Every actor that calls the host API scopes a client of its own or its caller's, so
+  // this stays 0; the first one is logged as an error naming the actor.
+  std::uint64_t unattributed_host_calls() const { return unattributed_.load(std::memory_order_relaxed); }
   actors::System& system() { return *system_; }
 
  private:
@@ -210,6 +215,7 @@ class Runtime {
   std::vector<std::unique_ptr<DeviceEntry>> devices_;
   const std::uint64_t uid_;  // tells this runtime's host clocks from another's
   std::atomic<int> next_host_track_{0};
+  mutable std::atomic<std::uint64_t> unattributed_{0};
   mutable std::atomic<int> next_host_fiber_{0};
   // Each fiber's own host side for this runtime (deleted when the fiber ends).
   std::unique_ptr<boost::fibers::fiber_specific_ptr<HostSide>> fiber_host_;

@@ -271,6 +271,8 @@ class Gpt2DeterminismTest : public Gpt2EngineTest {
         auto g = (*engine)->Generate(0, prompt, 4, {});
         EXPECT_TRUE(g.ok()) << g.status();
         trace = ModelManager::Get()->runtime().trace().ToJson();
+        EXPECT_EQ(ModelManager::Get()->runtime().unattributed_host_calls(), 0u)
+            << "an actor made host calls on a worker's clock";
       }
     }
     EXPECT_TRUE(ModelManager::Finalize().ok());

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -511,6 +512,37 @@ TEST(HostClients, AScopedClientChargesItsOwnClockOnAnyThread) {
   }
   EXPECT_EQ(rt->HostClock(), thread_clock);
   EXPECT_NE(rt->trace().ToJson().find("\"weight loader\""), std::string::npos);
+}
+
+// A host call from an actor's handler with no client in scope would run on the worker's clock:
+// the runtime counts it (and logs the first), so tests can require that none happen.
+TEST(HostClients, AHandlerWithoutAClientIsCounted) {
+  auto rt = MakeRuntime({.chips = {"910B"}, .workers = 1});
+  struct Caller {
+    struct Call {
+      bool scoped = false;
+    };
+    using Message = std::variant<Call>;
+    explicit Caller(Runtime* r) : rt(r) {}
+    Runtime* rt;
+    HostClient client{"scoped"};
+    void Receive(Message& m, actors::Context<Message>& ctx) {
+      if (std::get<Call>(m).scoped) {
+        ScopedHostClient scope(client);
+        (void)rt->Malloc(0, 64);
+      } else {
+        (void)rt->Malloc(0, 64);
+      }
+      ctx.Reply();
+    }
+  };
+  auto a = rt->system().Spawn<Caller>("caller", rt.get());
+  ASSERT_TRUE(a.Ask(Caller::Call{true}).Get().ok());
+  EXPECT_EQ(rt->unattributed_host_calls(), 0u) << "a scoped client is attributed";
+  ASSERT_TRUE(a.Ask(Caller::Call{false}).Get().ok());
+  EXPECT_EQ(rt->unattributed_host_calls(), 1u);
+  (void)rt->Malloc(0, 64);
+  EXPECT_EQ(rt->unattributed_host_calls(), 1u) << "a host thread's own calls are its own";
 }
 
 // Zero copy: the loaded list names the places of the I/O addresses; each run writes its own.

@@ -58,6 +58,7 @@ TEST(ModelActor, AnExecutionIsChargedToItsCallersHostClockAndTrack) {
   EXPECT_EQ(CountOf(trace, "\"execute model\""), 0) << "staged runs are submissions, not model executes";
   EXPECT_GE(CountOf(trace, "\"submit\""), 10);
   EXPECT_EQ(CountOf(trace, "\"name\":\"host thread"), 3) << "the loading thread and the two clients, no worker";
+  EXPECT_EQ((*rt)->unattributed_host_calls(), 0u);
 }
 
 TEST(ModelActor, UnloadAbortsTheExecutionInFlightAndAnswersItFirst) {
