@@ -24,20 +24,26 @@ std::string ToHex(const void* data, std::size_t bytes) {
 
 struct Sha256Hasher::Impl {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  Impl() { EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr); }
   ~Impl() { EVP_MD_CTX_free(ctx); }
 };
 
-Sha256Hasher::Sha256Hasher() : impl_(std::make_unique<Impl>()) { EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr); }
+Sha256Hasher::Sha256Hasher() = default;
 Sha256Hasher::~Sha256Hasher() = default;
 Sha256Hasher::Sha256Hasher(Sha256Hasher&&) noexcept = default;
 Sha256Hasher& Sha256Hasher::operator=(Sha256Hasher&&) noexcept = default;
 
-void Sha256Hasher::Update(const void* data, std::size_t bytes) { EVP_DigestUpdate(impl_->ctx, data, bytes); }
+Sha256Hasher::Impl& Sha256Hasher::Context() {
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  return *impl_;
+}
+
+void Sha256Hasher::Update(const void* data, std::size_t bytes) { EVP_DigestUpdate(Context().ctx, data, bytes); }
 
 Sha256Digest Sha256Hasher::Finish() {
   Sha256Digest d{};
   unsigned int len = 0;
-  EVP_DigestFinal_ex(impl_->ctx, d.data(), &len);
+  EVP_DigestFinal_ex(Context().ctx, d.data(), &len);
   EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr);
   return d;
 }
