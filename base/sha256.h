@@ -1,4 +1,4 @@
-// SHA-256 (OpenSSL): the digest the model file's header carries and the name of every external
+// SHA-256 (OpenSSL, opened on first use: base/libcrypto.h): the digest the model file's header carries and the name of every external
 // weight (weights/). Hex is the standard 64-character lower-case form.
 #pragma once
 
