@@ -106,9 +106,10 @@ StatusOr<internal::CipherContext> NewGcmContext(const AesKey& key, std::string_v
   int unused = 0;
   const auto* iv = reinterpret_cast<const unsigned char*>(header.data() + kIvOffset);
   const internal::LibCrypto& c = Crypto();
-  if (!ctx || c.EVP_CipherInit_ex(ctx.get(), c.EVP_aes_256_gcm(), nullptr, key.bytes.data(), iv, encrypt ? 1 : 0) != 1 ||
+  if (!ctx ||
+      c.EVP_CipherInit_ex(ctx.get(), c.EVP_aes_256_gcm(), nullptr, key.bytes.data(), iv, encrypt ? 1 : 0) != 1 ||
       c.EVP_CipherUpdate(ctx.get(), nullptr, &unused, reinterpret_cast<const unsigned char*>(header.data()),
-                       static_cast<int>(kEncryptedHeaderBytes)) != 1)
+                         static_cast<int>(kEncryptedHeaderBytes)) != 1)
     return Status::Internal("OpenSSL could not set up AES-256-GCM");
   return ctx;
 }

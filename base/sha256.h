@@ -1,5 +1,6 @@
-// SHA-256 (OpenSSL, opened on first use: base/libcrypto.h): the digest the model file's header carries and the name of every external
-// weight (weights/). Hex is the standard 64-character lower-case form.
+// SHA-256 (OpenSSL, opened on first use: base/libcrypto.h): the digest the model file's header
+// carries and the name of every external weight (weights/). Hex is the standard 64-character
+// lower-case form.
 #pragma once
 
 #include <array>
