@@ -10,13 +10,13 @@
 #include <cstring>
 #include <vector>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include "base/files.h"
+#include "base/libcrypto.h"
 
 namespace npuflow {
+
+using internal::Crypto;
 namespace {
 
 constexpr std::size_t kIvBytes = 12;
@@ -102,12 +102,14 @@ StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
 
 // A context set up for AES-256-GCM under `key` and the header's IV, with the header as AAD.
 StatusOr<internal::CipherContext> NewGcmContext(const AesKey& key, std::string_view header, bool encrypt) {
-  internal::CipherContext ctx(EVP_CIPHER_CTX_new());
+  internal::CipherContext ctx(Crypto().EVP_CIPHER_CTX_new());
   int unused = 0;
   const auto* iv = reinterpret_cast<const unsigned char*>(header.data() + kIvOffset);
-  if (!ctx || EVP_CipherInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.bytes.data(), iv, encrypt ? 1 : 0) != 1 ||
-      EVP_CipherUpdate(ctx.get(), nullptr, &unused, reinterpret_cast<const unsigned char*>(header.data()),
-                       static_cast<int>(kEncryptedHeaderBytes)) != 1)
+  const internal::LibCrypto& c = Crypto();
+  if (!ctx ||
+      c.EVP_CipherInit_ex(ctx.get(), c.EVP_aes_256_gcm(), nullptr, key.bytes.data(), iv, encrypt ? 1 : 0) != 1 ||
+      c.EVP_CipherUpdate(ctx.get(), nullptr, &unused, reinterpret_cast<const unsigned char*>(header.data()),
+                         static_cast<int>(kEncryptedHeaderBytes)) != 1)
     return Status::Internal("OpenSSL could not set up AES-256-GCM");
   return ctx;
 }
@@ -120,7 +122,7 @@ bool CipherUpdate(evp_cipher_ctx_st* ctx, const void* in, std::size_t bytes, voi
   while (bytes > 0) {
     const int piece = static_cast<int>(std::min(bytes, kMaxPiece));
     int written = 0;
-    if (EVP_CipherUpdate(ctx, dst, &written, src, piece) != 1 || written != piece) return false;
+    if (Crypto().EVP_CipherUpdate(ctx, dst, &written, src, piece) != 1 || written != piece) return false;
     src += piece;
     dst += piece;
     bytes -= piece;
@@ -176,7 +178,9 @@ Status WriteEnvelope(std::FILE* in, const std::string& in_path, std::uint64_t pl
 
 }  // namespace
 
-void internal::FreeCipherContext::operator()(evp_cipher_ctx_st* ctx) const { EVP_CIPHER_CTX_free(ctx); }
+void internal::FreeCipherContext::operator()(evp_cipher_ctx_st* ctx) const {
+  Crypto().EVP_CIPHER_CTX_free(ctx);
+}
 
 StatusOr<AesKey> ParseAesKey(std::string_view text) {
   if (!text.starts_with('@')) return ParseHexKey(text, "key");
@@ -185,7 +189,7 @@ StatusOr<AesKey> ParseAesKey(std::string_view text) {
   auto contents = ReadFile(path, kMaxKeyFileBytes);
   if (!contents.ok()) return Status::ParamInvalid("key file {}", contents.status().message());
   StatusOr<AesKey> key = KeyFromFile(*contents, path);
-  OPENSSL_cleanse(contents->data(), contents->size());
+  Crypto().OPENSSL_cleanse(contents->data(), contents->size());
   return key;
 }
 
@@ -248,8 +252,9 @@ Status GcmDecryptor::Finish(std::string_view tag) {
   std::memcpy(expected.data(), tag.data(), expected.size());
   unsigned char no_output[EVP_MAX_BLOCK_LENGTH];  // GCM's final step writes nothing
   int unused = 0;
-  if (EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_SET_TAG, static_cast<int>(kGcmTagBytes), expected.data()) != 1 ||
-      EVP_CipherFinal_ex(ctx_.get(), no_output, &unused) != 1)
+  const internal::LibCrypto& c = Crypto();
+  if (c.EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_SET_TAG, static_cast<int>(kGcmTagBytes), expected.data()) != 1 ||
+      c.EVP_CipherFinal_ex(ctx_.get(), no_output, &unused) != 1)
     return Status::DataCorrupted("{}: decryption failed: wrong key or tampered data", source_);
   return Status::Ok();
 }
@@ -262,7 +267,7 @@ StatusOr<GcmEncryptor> GcmEncryptor::Begin(std::uint64_t plaintext_bytes, const 
     return Status::ParamInvalid("cannot encrypt {} bytes under one IV: AES-GCM allows at most {}", plaintext_bytes,
                                 kMaxGcmPlaintextBytes);
   std::array<unsigned char, kIvBytes> iv;
-  if (RAND_bytes(iv.data(), static_cast<int>(iv.size())) != 1)
+  if (Crypto().RAND_bytes(iv.data(), static_cast<int>(iv.size())) != 1)
     return Status::Failed("cannot draw a random IV: OpenSSL RAND_bytes failed");
   std::string header(kEncryptedMagic);
   header.append(reinterpret_cast<const char*>(iv.data()), iv.size());
@@ -287,8 +292,9 @@ StatusOr<std::string> GcmEncryptor::Finish() {
   std::string tag(kGcmTagBytes, '\0');
   unsigned char no_output[EVP_MAX_BLOCK_LENGTH];  // GCM's final step writes nothing
   int unused = 0;
-  if (EVP_CipherFinal_ex(ctx_.get(), no_output, &unused) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_GET_TAG, static_cast<int>(kGcmTagBytes), tag.data()) != 1)
+  const internal::LibCrypto& c = Crypto();
+  if (c.EVP_CipherFinal_ex(ctx_.get(), no_output, &unused) != 1 ||
+      c.EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_GET_TAG, static_cast<int>(kGcmTagBytes), tag.data()) != 1)
     return Status::Internal("OpenSSL could not finish AES-256-GCM encryption");
   return tag;
 }

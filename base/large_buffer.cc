@@ -11,6 +11,7 @@
 namespace npuflow {
 namespace {
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
+constexpr std::size_t kSmallPage = 4096;
 }  // namespace
 
 void LargeBufferDeleter::operator()(void* p) const {
@@ -27,8 +28,11 @@ LargeBuffer AllocateLargeBuffer(std::size_t bytes, HugePages huge) {
     void* p = std::calloc(1, bytes == 0 ? 1 : bytes);
     return LargeBuffer(static_cast<std::byte*>(p), LargeBufferDeleter{0});
   }
-  // Map a huge page more than asked, keep the 2 MiB-aligned part, give the rest back.
-  const std::size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  // Map a huge page more than asked, keep the 2 MiB-aligned part, give the rest back. The mapping
+  // ends at the last 4 KiB page asked for, not at a huge page boundary: the kernel backs only whole
+  // 2 MiB extents inside a mapping with huge pages, so the tail beyond the last one takes 4 KiB pages
+  // and only those written become resident (up to 2 MiB less than a rounded-up mapping).
+  const std::size_t rounded = (bytes + kSmallPage - 1) / kSmallPage * kSmallPage;
   const std::size_t mapped = rounded + kHugePage;
   void* raw = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return LargeBuffer(nullptr, LargeBufferDeleter{0});

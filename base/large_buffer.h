@@ -27,7 +27,9 @@ inline constexpr std::size_t kLargeBufferThreshold = std::size_t{1} << 20;
 // rows grow one position at a time: only the pages written become resident.
 enum class HugePages : bool { kNo, kYes };
 
-// `bytes` zeroed bytes (null when the memory cannot be had). bytes > 0.
+// `bytes` zeroed bytes (null when the memory cannot be had). bytes > 0. A mapped buffer starts on a
+// 2 MiB boundary and ends on the 4 KiB page after its last byte: with kYes, every whole 2 MiB
+// inside it may become a huge page, the rest stays on 4 KiB pages.
 LargeBuffer AllocateLargeBuffer(std::size_t bytes, HugePages huge = HugePages::kYes);
 
 // How many bytes of [data, data + bytes) are resident (mincore; 4 KiB pages partly inside count

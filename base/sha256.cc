@@ -1,13 +1,16 @@
 #include "base/sha256.h"
 
-#include <openssl/evp.h>
+#include "base/libcrypto.h"
+
 
 namespace npuflow {
+
+using internal::Crypto;
 
 Sha256Digest Sha256(const void* data, std::size_t bytes) {
   Sha256Digest d{};
   unsigned int len = 0;
-  EVP_Digest(data, bytes, d.data(), &len, EVP_sha256(), nullptr);
+  Crypto().EVP_Digest(data, bytes, d.data(), &len, Crypto().EVP_sha256(), nullptr);
   return d;
 }
 
@@ -23,22 +26,30 @@ std::string ToHex(const void* data, std::size_t bytes) {
 }
 
 struct Sha256Hasher::Impl {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  ~Impl() { EVP_MD_CTX_free(ctx); }
+  EVP_MD_CTX* ctx = Crypto().EVP_MD_CTX_new();
+  Impl() { Crypto().EVP_DigestInit_ex(ctx, Crypto().EVP_sha256(), nullptr); }
+  ~Impl() { Crypto().EVP_MD_CTX_free(ctx); }
 };
 
-Sha256Hasher::Sha256Hasher() : impl_(std::make_unique<Impl>()) { EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr); }
+Sha256Hasher::Sha256Hasher() = default;
 Sha256Hasher::~Sha256Hasher() = default;
 Sha256Hasher::Sha256Hasher(Sha256Hasher&&) noexcept = default;
 Sha256Hasher& Sha256Hasher::operator=(Sha256Hasher&&) noexcept = default;
 
-void Sha256Hasher::Update(const void* data, std::size_t bytes) { EVP_DigestUpdate(impl_->ctx, data, bytes); }
+Sha256Hasher::Impl& Sha256Hasher::Context() {
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  return *impl_;
+}
+
+void Sha256Hasher::Update(const void* data, std::size_t bytes) {
+  Crypto().EVP_DigestUpdate(Context().ctx, data, bytes);
+}
 
 Sha256Digest Sha256Hasher::Finish() {
   Sha256Digest d{};
   unsigned int len = 0;
-  EVP_DigestFinal_ex(impl_->ctx, d.data(), &len);
-  EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr);
+  Crypto().EVP_DigestFinal_ex(Context().ctx, d.data(), &len);
+  Crypto().EVP_DigestInit_ex(impl_->ctx, Crypto().EVP_sha256(), nullptr);
   return d;
 }
 

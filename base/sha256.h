@@ -1,5 +1,6 @@
-// SHA-256 (OpenSSL): the digest the model file's header carries and the name of every external
-// weight (weights/). Hex is the standard 64-character lower-case form.
+// SHA-256 (OpenSSL, opened on first use: base/libcrypto.h): the digest the model file's header
+// carries and the name of every external weight (weights/). Hex is the standard 64-character
+// lower-case form.
 #pragma once
 
 #include <array>
@@ -19,7 +20,10 @@ std::string ToHex(const void* data, std::size_t bytes);  // lower case, two digi
 inline std::string ToHex(const Sha256Digest& d) { return ToHex(d.data(), d.size()); }
 inline std::string Sha256Hex(const void* data, std::size_t bytes) { return ToHex(Sha256(data, bytes)); }
 
-// A digest over data that arrives in pieces (a file read in chunks).
+// A digest over data that arrives in pieces (a file read in chunks). OpenSSL is first called at the
+// first Update or Finish: a hasher that is made but never used (a weight load that does not verify)
+// costs nothing, and a process that hashes nothing never initializes libcrypto (whose algorithm
+// tables and code would otherwise add ~2 MB to its resident memory).
 class Sha256Hasher {
  public:
   Sha256Hasher();
@@ -33,6 +37,7 @@ class Sha256Hasher {
 
  private:
   struct Impl;
+  Impl& Context();  // made (and the digest started) on first use
   std::unique_ptr<Impl> impl_;
 };
 

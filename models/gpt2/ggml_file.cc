@@ -152,17 +152,19 @@ Status ReadVocab(Cursor& in, const std::string& path, Gpt2File& out) {
   if (!in.Has(std::uint64_t{4} * static_cast<std::uint32_t>(n_vocab)))
     return in.Truncated(std::uint64_t{4} * static_cast<std::uint32_t>(n_vocab),
                         fmt::format("a vocab of {} tokens", n_vocab));
-  out.vocab.reserve(static_cast<std::size_t>(n_vocab));
+  out.vocab.ReserveTokens(static_cast<std::size_t>(n_vocab));
   for (std::int32_t id = 0; id < n_vocab; ++id) {
     if (!in.Has(4)) return in.Truncated(4, fmt::format("the length of token {}", id));
     std::int32_t len = 0;
     NPUFLOW_RETURN_IF_ERROR(in.ReadI32(len));
     const std::uint32_t bytes = static_cast<std::uint32_t>(len);
     if (!in.Has(bytes)) return in.Truncated(bytes, fmt::format("token {} of {} bytes", id, bytes));
-    std::string token(bytes, '\0');
-    NPUFLOW_RETURN_IF_ERROR(in.Read(token.data(), bytes));
-    out.vocab.push_back(std::move(token));
+    if (bytes > VocabBytes::kMaxTotalBytes - out.vocab.total_bytes())
+      return Status::Unsupported("{}: token {} of {} bytes at offset {}: the vocabulary would hold more than {} bytes",
+                                 path, id, bytes, in.offset() - 4, VocabBytes::kMaxTotalBytes);
+    NPUFLOW_RETURN_IF_ERROR(in.Read(out.vocab.Append(bytes), bytes));
   }
+  out.vocab.ShrinkToFit();
   return Status::Ok();
 }
 

@@ -36,6 +36,7 @@
 
 #include "base/status.h"
 #include "graph/ir/types.h"
+#include "models/gpt2/vocab_bytes.h"
 
 namespace npuflow::gpt2 {
 
@@ -73,7 +74,7 @@ struct Gpt2File {
   std::string path;
   std::uint64_t file_bytes = 0;
   Gpt2HParams hparams;
-  std::vector<std::string> vocab;                 // id -> token bytes
+  VocabBytes vocab;                               // id -> token bytes
   std::map<std::string, GgmlTensorInfo> tensors;  // by name
   bool has_lm_head = false;
 

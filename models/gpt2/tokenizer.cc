@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <functional>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -142,26 +144,34 @@ std::vector<std::string_view> SplitWords(std::string_view text) {
   return words;
 }
 
-Vocab::Vocab(std::vector<std::string> id_to_token) : id_to_token_(std::move(id_to_token)) {
-  token_to_id_.reserve(id_to_token_.size());
-  for (std::size_t id = 0; id < id_to_token_.size(); ++id) {
-    token_to_id_.insert_or_assign(id_to_token_[id], static_cast<TokenId>(id));
-    max_token_bytes_ = std::max(max_token_bytes_, id_to_token_[id].size());
+Vocab::Vocab(VocabBytes tokens) : tokens_(std::move(tokens)) {
+  slots_.assign(std::bit_ceil(std::max<std::size_t>(2, 2 * tokens_.size())), kEmptySlot);
+  for (std::size_t id = 0; id < tokens_.size(); ++id) {
+    const std::string_view token = tokens_[id];
+    slots_[Slot(token)] = static_cast<TokenId>(id);  // a later id with the same bytes replaces the earlier
+    max_token_bytes_ = std::max(max_token_bytes_, token.size());
+  }
+}
+
+std::size_t Vocab::Slot(std::string_view token) const {
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t s = std::hash<std::string_view>()(token) & mask;; s = (s + 1) & mask) {
+    const TokenId id = slots_[s];
+    if (id == kEmptySlot || tokens_[static_cast<std::size_t>(id)] == token) return s;
   }
 }
 
 std::optional<TokenId> Vocab::Find(std::string_view token) const {
-  const auto it = token_to_id_.find(token);
-  if (it == token_to_id_.end()) return std::nullopt;
-  return it->second;
+  const TokenId id = slots_[Slot(token)];
+  if (id == kEmptySlot) return std::nullopt;
+  return id;
 }
 
 StatusOr<std::string_view> Vocab::TokenBytes(TokenId id) const {
-  if (id < 0 || static_cast<std::size_t>(id) >= id_to_token_.size()) {
-    return Status::ParamInvalid("token id {} is out of range: the vocabulary has {} tokens", id,
-                                id_to_token_.size());
+  if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size()) {
+    return Status::ParamInvalid("token id {} is out of range: the vocabulary has {} tokens", id, tokens_.size());
   }
-  return std::string_view(id_to_token_[id]);
+  return tokens_[static_cast<std::size_t>(id)];
 }
 
 Tokenization Vocab::Tokenize(std::string_view text) const {
@@ -173,9 +183,9 @@ Tokenization Vocab::Tokenize(std::string_view text) const {
       // as ggml's start at the word's end.
       std::size_t j = std::min(word.size(), i + max_token_bytes_);
       for (; j > i; --j) {
-        const auto it = token_to_id_.find(word.substr(i, j - i));
-        if (it != token_to_id_.end()) {
-          result.ids.push_back(it->second);
+        const TokenId id = slots_[Slot(word.substr(i, j - i))];
+        if (id != kEmptySlot) {
+          result.ids.push_back(id);
           break;
         }
       }
@@ -205,11 +215,11 @@ StatusOr<std::string> Vocab::Detokenize(std::span<const TokenId> ids) const {
   std::string text;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const TokenId id = ids[i];
-    if (id < 0 || static_cast<std::size_t>(id) >= id_to_token_.size()) {
+    if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size()) {
       return Status::ParamInvalid("token id {} at position {} is out of range: the vocabulary has {} tokens",
-                                  id, i, id_to_token_.size());
+                                  id, i, tokens_.size());
     }
-    text += id_to_token_[id];
+    text += tokens_[static_cast<std::size_t>(id)];
   }
   return text;
 }

@@ -15,10 +15,10 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
+#include "models/gpt2/vocab_bytes.h"
 
 namespace npuflow::gpt2 {
 
@@ -48,21 +48,19 @@ struct Tokenization {
 
 class Vocab {
  public:
-  // `id_to_token[id]` is the raw bytes of token `id`. When two ids have the same bytes, lookups find
-  // the last of them (ggml's token_to_id[word] = i overwrites). An empty token is never matched.
+  // `tokens[id]` is the raw bytes of token `id`. When two ids have the same bytes, lookups find the
+  // last of them (ggml's token_to_id[word] = i overwrites). An empty token is never matched.
   // Move the file's vocabulary in (Vocab(std::move(file.vocab))): the tokens are held once, and
-  // the lookup table's keys are views of them.
-  explicit Vocab(std::vector<std::string> id_to_token);
-  Vocab(Vocab&&) = default;  // the strings stay where they are, so the views stay valid
-  Vocab& operator=(Vocab&&) = default;
-  Vocab(const Vocab&) = delete;  // a copy's views would point into the original
-  Vocab& operator=(const Vocab&) = delete;
+  // the lookup table holds only ids (a slot per id and as many empty ones, 4 bytes each).
+  explicit Vocab(VocabBytes tokens);
 
-  std::size_t size() const { return id_to_token_.size(); }
+  std::size_t size() const { return tokens_.size(); }
   // The id Tokenize would emit for exactly these bytes, if any token has them.
   std::optional<TokenId> Find(std::string_view token) const;
   // The bytes of `id`; ParamInvalid naming the id and the vocabulary size when it is out of range.
   StatusOr<std::string_view> TokenBytes(TokenId id) const;
+  // The heap the tokens and the lookup table hold.
+  std::size_t heap_bytes() const { return tokens_.heap_bytes() + slots_.capacity() * sizeof(TokenId); }
 
   // ggml's gpt_tokenize: for each word of SplitWords(text), from i = 0, the longest token equal to
   // word[i, j) is emitted and i = j; when no token starts with word[i], that byte is recorded in
@@ -76,13 +74,14 @@ class Vocab {
   StatusOr<std::string> Detokenize(std::span<const TokenId> ids) const;
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
-  };
+  // The slot that holds the id of `token`, else the empty slot where probing for it stopped.
+  std::size_t Slot(std::string_view token) const;
 
-  std::vector<std::string> id_to_token_;
-  std::unordered_map<std::string_view, TokenId, StringHash, std::equal_to<>> token_to_id_;  // views of id_to_token_
+  VocabBytes tokens_;
+  // Open addressing with linear probing: a token id, or kEmptySlot. A power of two, at least
+  // twice the tokens, so probes stay short and an empty slot always ends them.
+  static constexpr TokenId kEmptySlot = -1;
+  std::vector<TokenId> slots_;
   std::size_t max_token_bytes_ = 0;  // no token is longer, so longer candidates are not looked up
 };
 

@@ -3,8 +3,11 @@
 // transcription of ggml's gpt_tokenize), unknown bytes are reported, and encoder.json keys decode
 // through GPT-2's byte-to-unicode table.
 #include "models/gpt2/tokenizer.h"
+#include "models/gpt2/vocab_bytes.h"
 
+#include <cstring>
 #include <map>
+#include <set>
 #include <random>
 #include <regex>
 #include <string>
@@ -252,6 +255,54 @@ TEST(Vocab, DuplicateTokenResolvesToTheLastId) {
   EXPECT_EQ(vocab.Tokenize("aba").ids, (std::vector<TokenId>{5, 2}));
   // Every id still detokenizes to its own bytes.
   EXPECT_EQ(*vocab.Detokenize(std::vector<TokenId>{0, 1, 2, 3}), "abaab");
+}
+
+TEST(VocabBytes, HoldsEachTokenAtItsIdInOneString) {
+  const std::vector<std::string> tokens = {"a", std::string("\0\xff", 2), "", " hello world", "", "a"};
+  VocabBytes bytes(tokens);
+  ASSERT_EQ(bytes.size(), tokens.size());
+  for (std::size_t id = 0; id < tokens.size(); ++id) EXPECT_EQ(bytes[id], tokens[id]) << id;
+  EXPECT_EQ(bytes.ToStrings(), tokens);
+  EXPECT_EQ(bytes.total_bytes(), 1u + 2 + 0 + 12 + 0 + 1);
+  EXPECT_EQ(bytes, VocabBytes({"a", std::string_view("\0\xff", 2), "", " hello world", "", "a"}));
+  EXPECT_FALSE(bytes == VocabBytes({"a", std::string_view("\0\xff", 2), " hello world", "", "", "a"}));
+
+  VocabBytes appended;
+  appended.ReserveTokens(2);
+  std::memcpy(appended.Append(3), "xyz", 3);
+  appended.Append("");
+  appended.ShrinkToFit();
+  EXPECT_EQ(appended.ToStrings(), (std::vector<std::string>{"xyz", ""}));
+  EXPECT_TRUE(VocabBytes().empty());
+}
+
+// GPT-2's size: 50257 tokens, the 256 bytes then distinct words of 2-8 letters, every other one
+// with a leading space (as make-gpt2 writes them). Each token is found at its id, text round
+// trips, and the whole vocabulary (bytes, offsets, lookup table) takes under 1 MB of heap; as
+// std::strings in a node-based hash map it took about 4 MB.
+TEST(Vocab, AGpt2SizedVocabularyFindsEveryTokenInUnderAMegabyte) {
+  std::vector<std::string> tokens = AllBytes();
+  std::set<std::string> seen(tokens.begin(), tokens.end());
+  std::mt19937 rng(11);
+  while (tokens.size() < 50257) {
+    std::string word = tokens.size() % 2 == 0 ? " " : "";
+    const int letters = 2 + static_cast<int>(rng() % 7);
+    for (int i = 0; i < letters; ++i) word.push_back(static_cast<char>('a' + rng() % 26));
+    if (seen.insert(word).second) tokens.push_back(std::move(word));
+  }
+  const Vocab vocab(tokens);
+  ASSERT_EQ(vocab.size(), tokens.size());
+  for (std::size_t id = 0; id < tokens.size(); ++id)
+    ASSERT_EQ(vocab.Find(tokens[id]), static_cast<TokenId>(id)) << "'" << tokens[id] << "'";
+  EXPECT_EQ(vocab.Find("no such token"), std::nullopt);
+  for (int i = 0; i < 200; ++i) {
+    const std::string text = i % 2 == 0 ? RandomText(rng, 80) : RandomBytes(rng, 80);
+    const Tokenization t = vocab.Tokenize(text);
+    ASSERT_TRUE(t.unknown_bytes.empty());
+    ASSERT_EQ(*vocab.Detokenize(t.ids), text);
+    if (i < 4) ASSERT_EQ(t.ids, GgmlTokenize(tokens, text));
+  }
+  EXPECT_LT(vocab.heap_bytes(), std::size_t{1} << 20);
 }
 
 TEST(Vocab, EmptyVocabularyCoversNothing) {
