@@ -149,10 +149,13 @@ std::string LoadSplit(scheduler::ModelManager& mm) {
       dma_bytes += st->dma_copy_bytes;
     }
   }
-  return fmt::format("load split: loader pread {:.1f} ms, SHA-256 {:.1f} ms, AES-GCM {:.1f} ms (in its handler); "
+  const int io = mm.runtime().system().io_threads();
+  return fmt::format("load split: loader pread {:.1f} ms, SHA-256 {:.1f} ms, AES-GCM {:.1f} ms ({}); "
                      "DMA copies {:.1f} ms for {:.1f} MB (their memcpy, with the first touch of device pages); "
                      "peak staging {:.1f} MB",
-                     ls.read_seconds * 1e3, ls.hash_seconds * 1e3, ls.decrypt_seconds * 1e3, dma_ns / 1e6,
+                     ls.read_seconds * 1e3, ls.hash_seconds * 1e3, ls.decrypt_seconds * 1e3,
+                     io == 0 ? std::string("inline in its handler") : fmt::format("on {} I/O thread{}", io, io == 1 ? "" : "s"),
+                     dma_ns / 1e6,
                      static_cast<double>(dma_bytes) / 1e6, static_cast<double>(ls.peak_staging_bytes) / 1e6);
 }
 
