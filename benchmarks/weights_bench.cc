@@ -8,6 +8,10 @@
 //               chunks read straight into device memory, on the runtime's one I/O thread), from a
 //               warm page cache into device memory already touched once
 //               vs `cat FILE > /dev/null`
+//   kernels     a small kernel's round trip (launch + synchronize) from the host, on a runtime with
+//   during load one worker, while that runtime loads the 500 MB file: p50 and p99 with the reads
+//               on the I/O thread vs with the reads inline in the loader's handler (io_threads 0),
+//               where a kernel may wait behind a pread
 //   I/O threads the same load with the reads inline in the loader's handler on a compute worker
 //               (io_threads = 0, where they ran before issue 16) and with 2 I/O threads, each on
 //               its own runtime, alternated in the same rounds
@@ -230,6 +234,70 @@ void BM_LoadPairedWithCat(benchmark::State& state) {
 }
 
 
+// A one-worker runtime loading the combined file, and a small kernel on another stream.
+struct KernelProbe {
+  std::unique_ptr<npu_sim::Runtime> rt;
+  std::unique_ptr<weights::WeightLoader> loader;
+  npu_sim::DevicePtr device_copy, scratch;
+  npu_sim::Stream stream;
+  std::vector<double> p50, p99;  // per round, microseconds
+
+  static StatusOr<KernelProbe> Make(const Fixture& f, int io_threads) {
+    KernelProbe p;
+    NPUFLOW_ASSIGN_OR_RETURN(p.rt, npu_sim::Runtime::Create({.chips = {"910B"}, .workers = 1, .io_threads = io_threads}));
+    NPUFLOW_ASSIGN_OR_RETURN(p.loader, weights::WeightLoader::Create(p.rt.get()));
+    NPUFLOW_ASSIGN_OR_RETURN(p.device_copy, p.rt->Malloc(0, fs::file_size(f.combined)));
+    NPUFLOW_ASSIGN_OR_RETURN(p.scratch, p.rt->Malloc(0, 4096));
+    NPUFLOW_ASSIGN_OR_RETURN(p.stream, p.rt->CreateStream(0));
+    return p;
+  }
+
+  // One load, with kernels launched and waited for one after another until it ends.
+  Status Round(const Fixture& f) {
+    weights::WeightLoadRequest req{.device = 0, .path = f.combined};
+    for (const weights::ExternalWeightDesc& w : f.regions)
+      req.regions.push_back({w.offset, w.size, device_copy + w.offset, std::nullopt, "", ""});
+    auto done = loader->Load(std::move(req));
+    std::vector<double> us;
+    while (!done.WaitFor(std::chrono::seconds(0))) {
+      const auto t0 = Clock::now();
+      NPUFLOW_RETURN_IF_ERROR(rt->LaunchKernel(stream, "fill_f32", 1, {scratch.value, 1024, 0}));
+      NPUFLOW_RETURN_IF_ERROR(rt->SynchronizeStream(stream));
+      us.push_back(Seconds(t0, Clock::now()) * 1e6);
+    }
+    NPUFLOW_RETURN_IF_ERROR(done.Get().status());
+    if (us.empty()) return Status::Ok();
+    std::sort(us.begin(), us.end());
+    p50.push_back(us[us.size() / 2]);
+    p99.push_back(us[(us.size() - 1) * 99 / 100]);
+    return Status::Ok();
+  }
+};
+
+void BM_KernelDuringLoad(benchmark::State& state) {
+  Fixture& f = Fixture::Get();
+  if (!f.ok) return state.SkipWithError(f.error.c_str());
+  auto io = KernelProbe::Make(f, 1), inline_io = KernelProbe::Make(f, 0);
+  if (!io.ok() || !inline_io.ok()) return state.SkipWithError("runtime for the kernel probe");
+  // Device copies touched once first; then the two runtimes alternate, the first one rotating.
+  for (KernelProbe* p : {&*io, &*inline_io}) {
+    if (Status s = p->Round(f); !s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+    p->p50.clear();
+    p->p99.clear();
+  }
+  int round = 0;
+  for (auto _ : state) {
+    KernelProbe* order[2] = {&*io, &*inline_io};
+    if (round++ % 2 == 1) std::swap(order[0], order[1]);
+    for (KernelProbe* p : order)
+      if (Status s = p->Round(f); !s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+  }
+  state.counters["kernel_p50_us"] = MedianOf(io->p50);
+  state.counters["kernel_p99_us"] = MedianOf(io->p99);
+  state.counters["kernel_p50_us_inline"] = MedianOf(inline_io->p50);
+  state.counters["kernel_p99_us_inline"] = MedianOf(inline_io->p99);
+}
+
 }  // namespace
 
 void RegisterWeightsBenchmarks() {
@@ -239,6 +307,8 @@ void RegisterWeightsBenchmarks() {
       ->Arg(2)->Iterations(2)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_LoadPairedWithCat", BM_LoadPairedWithCat)
       ->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_KernelDuringLoad", BM_KernelDuringLoad)
+      ->Iterations(4)->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
 namespace {
@@ -254,7 +324,7 @@ std::string Sha256Baseline(const Results& r, const std::string& bench) {
 
 std::vector<Figure> WeightsFigures(const Results& r) {
   const std::string m1 = "BM_ConvertMode1PairedWithSha256", m2 = "BM_ConvertMode2PairedWithSha256";
-  const std::string ld = "BM_LoadPairedWithCat";
+  const std::string ld = "BM_LoadPairedWithCat", kd = "BM_KernelDuringLoad";
   return {
       {"convert_mode1_500mb", Counter(r, m1, "convert_bytes_per_second") / 1e9, "GB/s",
        Counter(r, m1, "sha256_one_thread_bytes_per_second") / 1e9, Sha256Baseline(r, m1), "ratio >= 0.5"},
@@ -274,6 +344,11 @@ std::vector<Figure> WeightsFigures(const Results& r) {
       {"load_2_io_threads", Counter(r, ld, "load_2io_bytes_per_second") / 1e9, "GB/s",
        Counter(r, ld, "load_bytes_per_second") / 1e9, "the same load on 1 I/O thread (the default), same rounds",
        "says whether a second I/O thread pays"},
+      {"kernel_during_load_p50", Counter(r, kd, "kernel_p50_us"), "us", Counter(r, kd, "kernel_p50_us_inline"),
+       "the same kernel while the same runtime (1 worker) loads with the reads inline in its handler, same rounds",
+       "ratio <= 1"},
+      {"kernel_during_load_p99", Counter(r, kd, "kernel_p99_us"), "us", Counter(r, kd, "kernel_p99_us_inline"),
+       "the same, p99", "ratio <= 0.5"},
   };
 }
 
