@@ -244,7 +244,7 @@ class WeightLoaderActor {
       : shared_(std::move(shared)), client_("weight loader") {
     const int io = shared_->rt->system().io_threads();
     const int given = shared_->options.max_io_in_flight;
-    max_in_flight_ = given > 0 ? given : io == 0 ? 1 : io + 1;
+    max_in_flight_ = given > 0 ? given : io == 0 ? 1 : 16 * io;
   }
 
   void Receive(Message& msg, actors::Context<Message>& ctx) {
