@@ -1,7 +1,7 @@
 // IoExecutor: where blocking file work (reads, hashing, decryption) runs, so that the workers
 // that run handlers (and the simulated device's kernels) never wait behind a pread.
 //
-//   IoExecutor io(1);                       // one dedicated I/O thread, started by the first job
+//   IoExecutor io(2);                       // two dedicated I/O threads, started by the first job
 //   io.Run([file, self] { ...pread...; self.Send(ChunkDone{...}); });
 //   io.Stop();                              // also done by the destructor
 //

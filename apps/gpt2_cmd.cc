@@ -426,7 +426,7 @@ Status RunDemo(const DemoArgs& args, std::ostream& out) {
   out << "demo: the weights are random, so the text is noise; `npuflow gpt2 --model F` runs a real GPT-2 file\n";
   out << "demo: 4 concurrent generations (top-k 40, top-p 0.9, temperature 0.9) on 4 streams of one simulated 910B, "
          "sharing one device copy of the weights\n";
-  return WithRuntime("910B", args.threads, /*io_threads=*/1, true,
+  return WithRuntime("910B", args.threads, npu_sim::RuntimeOptions{}.io_threads, true,
                      [&] { return GenerateAndReport(std::move(file), t0, run, vocab, out); });
 }
 

@@ -45,7 +45,7 @@ struct RuntimeOptions {
   // Threads for blocking file work (the weight loader's reads, hashing, decryption), apart from
   // the workers: actors::SystemOptions::io_threads. 0: inline in the loader's handler; always 0
   // in deterministic mode.
-  int io_threads = 1;
+  int io_threads = 2;
 };
 
 struct Stream {

@@ -516,9 +516,16 @@ TEST_F(WeightLoaderTest, AReadFailingMidLoadFailsItNamingTheFileAndReleasesTheLa
   npu_sim::Event ready = rt_->CreateEvent(0, npu_sim::EventKind::kLatch).value();
   npu_sim::Stream consumer = rt_->CreateStream(0).value();
   ASSERT_TRUE(rt_->StreamWaitEvent(consumer, ready).ok());
-  WeightLoader& loader = Loader({.max_io_in_flight = 3, .io_hook = [path](const WeightIoEvent& e) {
-                                   if (e.phase == WeightIoEvent::Phase::kBeforeRead && e.chunk == 0)
+  // Chunks after 0 (on the other I/O thread too) read only once the file has shrunk.
+  auto script = std::make_shared<IoScript>();
+  script->HoldAll();
+  WeightLoader& loader = Loader({.max_io_in_flight = 3, .io_hook = [path, script](const WeightIoEvent& e) {
+                                   if (e.phase == WeightIoEvent::Phase::kBeforeRead && e.chunk == 0) {
                                      fs::resize_file(path, kWeightChunkBytes + 10);
+                                     script->Release();
+                                     return;
+                                   }
+                                   (*script)(e);
                                  }});
   auto r = loader.Load({.device = 0, .path = path, .regions = {{0, n, dst, ready, "", "layer0/w"}}}).Get();
   ASSERT_FALSE(r.ok());
