@@ -270,6 +270,8 @@ Status System::CheckOptions(const SystemOptions& options) {
                                 options.workers);
   if (options.batch < 1 || options.batch > 1 << 20)
     return Status::ParamInvalid("actors: batch must be 1 to 1048576, got {}", options.batch);
+  if (options.io_threads < 0 || options.io_threads > 64)
+    return Status::ParamInvalid("actors: io_threads must be 0 (inline) to 64, got {}", options.io_threads);
   return Status::Ok();
 }
 
@@ -278,6 +280,7 @@ System::System(SystemOptions options) {
   workers_ = options.deterministic ? 1
              : options.workers > 0 ? options.workers
                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  io_ = std::make_unique<IoExecutor>(options.deterministic ? 0 : options.io_threads);
   core_.deterministic = options.deterministic;
   core_.tap_hook = options.tap_hook;
   core_.batch = options.batch;
@@ -319,6 +322,9 @@ void System::WaitIdle() {
 void System::Shutdown() {
   std::call_once(shutdown_once_, [&] {
     core_.stopping.store(true, std::memory_order_seq_cst);
+    // I/O jobs not started are dropped; running ones finish (what they send now is dropped), so
+    // none outlives the actor whose state it may use.
+    io_->Stop();
     // A sender outside the system that passed the stopping check finishes its post first.
     while (core_.external_posts.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
     core_.StopTimer();

@@ -149,10 +149,13 @@ std::string LoadSplit(scheduler::ModelManager& mm) {
       dma_bytes += st->dma_copy_bytes;
     }
   }
-  return fmt::format("load split: loader pread {:.1f} ms, SHA-256 {:.1f} ms, AES-GCM {:.1f} ms (in its handler); "
+  const int io = mm.runtime().system().io_threads();
+  return fmt::format("load split: loader pread {:.1f} ms, SHA-256 {:.1f} ms, AES-GCM {:.1f} ms ({}); "
                      "DMA copies {:.1f} ms for {:.1f} MB (their memcpy, with the first touch of device pages); "
                      "peak staging {:.1f} MB",
-                     ls.read_seconds * 1e3, ls.hash_seconds * 1e3, ls.decrypt_seconds * 1e3, dma_ns / 1e6,
+                     ls.read_seconds * 1e3, ls.hash_seconds * 1e3, ls.decrypt_seconds * 1e3,
+                     io == 0 ? std::string("inline in its handler") : fmt::format("on {} I/O thread{}", io, io == 1 ? "" : "s"),
+                     dma_ns / 1e6,
                      static_cast<double>(dma_bytes) / 1e6, static_cast<double>(ls.peak_staging_bytes) / 1e6);
 }
 
@@ -281,9 +284,13 @@ Status GenerateAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const G
   return Status::Ok();
 }
 
-Status WithRuntime(const std::string& chip, int threads, bool trace, const std::function<Status()>& body) {
+Status WithRuntime(const std::string& chip, int threads, int io_threads, bool trace,
+                   const std::function<Status()>& body) {
   if (threads < 0 || threads > 256) return Status::ParamInvalid("--threads {}: expected 0..256 (0: one per core)", threads);
-  return scheduler::ModelManager::RunInitialized({.chips = {chip}, .workers = threads, .trace = trace}, body, chip);
+  if (io_threads < 0 || io_threads > 64)
+    return Status::ParamInvalid("--io-threads {}: expected 0..64 (0: read in the loader's handler)", io_threads);
+  return scheduler::ModelManager::RunInitialized(
+      {.chips = {chip}, .workers = threads, .trace = trace, .io_threads = io_threads}, body, chip);
 }
 
 }  // namespace
@@ -342,7 +349,7 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
     s.seed = args.seed + static_cast<std::uint64_t>(i);
     run.samplings.push_back(s);
   }
-  return WithRuntime(args.device_chip, args.threads, !args.trace.empty(),
+  return WithRuntime(args.device_chip, args.threads, args.io_threads, !args.trace.empty(),
                      [&] { return GenerateAndReport(std::move(file), t0, run, vocab, out, stages ? &*stages : nullptr); });
 }
 
@@ -419,7 +426,7 @@ Status RunDemo(const DemoArgs& args, std::ostream& out) {
   out << "demo: the weights are random, so the text is noise; `npuflow gpt2 --model F` runs a real GPT-2 file\n";
   out << "demo: 4 concurrent generations (top-k 40, top-p 0.9, temperature 0.9) on 4 streams of one simulated 910B, "
          "sharing one device copy of the weights\n";
-  return WithRuntime("910B", args.threads, true,
+  return WithRuntime("910B", args.threads, npu_sim::RuntimeOptions{}.io_threads, true,
                      [&] { return GenerateAndReport(std::move(file), t0, run, vocab, out); });
 }
 

@@ -38,6 +38,7 @@ struct Gpt2Args {
   int streams = 1;
   int threads = 0;  // the device runtime's worker threads; 0: one per hardware thread
   int host_threads = 1;               // the generations run as fibers on this many host threads, 1..64
+  int io_threads = 2;                 // threads reading the weight file, apart from the workers; 0: inline
   std::string host_mode = "fibers";   // fibers | threads (one OS thread per generation, for comparison)
   bool print_ids = false;
   std::string trace;

@@ -160,6 +160,8 @@ Command AddGpt2Command(CLI::App& app) {
   gpt2->add_option("--seed", args->seed, "sampling seed; stream i uses seed + i (default 0)");
   gpt2->add_option("--streams", args->streams, "concurrent generations on as many streams (default 1)");
   gpt2->add_option("--threads", args->threads, "device runtime worker threads (default: one per core)");
+  gpt2->add_option("--io-threads", args->io_threads,
+                   "threads reading the weight file, apart from the runtime workers (default 2; 0: in the loader)");
   gpt2->add_option("--host-threads", args->host_threads,
                    "host threads running the generations as fibers, 1..64 (default 1)");
   gpt2->add_option("--host-mode", args->host_mode,

@@ -88,7 +88,8 @@ Runtime::~Runtime() {
 StatusOr<std::unique_ptr<Runtime>> Runtime::Create(RuntimeOptions options) {
   if (options.chips.empty()) return Status::ParamInvalid("npu_sim: at least one device (chip) is required");
   if (options.chips.size() > 64) return Status::ParamInvalid("npu_sim: at most 64 devices, got {}", options.chips.size());
-  NPUFLOW_RETURN_IF_ERROR(actors::System::CheckOptions({.workers = options.workers}));
+  NPUFLOW_RETURN_IF_ERROR(
+      actors::System::CheckOptions({.workers = options.workers, .io_threads = options.io_threads}));
   RegisterBuiltinKernels();
   std::unique_ptr<Runtime> rt(new Runtime(std::move(options)));
   NPUFLOW_RETURN_IF_ERROR(rt->Init());
@@ -103,7 +104,8 @@ Status Runtime::Init() {
   }
   trace_ = std::make_unique<TraceRecorder>(options_.trace, /*wall_times=*/!options_.deterministic);
   system_ = std::make_unique<actors::System>(
-      actors::SystemOptions{.workers = options_.workers, .deterministic = options_.deterministic});
+      actors::SystemOptions{
+          .workers = options_.workers, .deterministic = options_.deterministic, .io_threads = options_.io_threads});
   for (std::size_t i = 0; i < chips.size(); ++i) {
     const int id = static_cast<int>(i);
     auto entry = std::make_unique<DeviceEntry>();

@@ -42,6 +42,10 @@ struct RuntimeOptions {
   int workers = 0;                            // actor worker threads; 0: one per hardware thread
   bool deterministic = false;                 // one worker, FIFO delivery, byte-identical traces
   bool trace = false;                         // record the Chrome trace
+  // Threads for blocking file work (the weight loader's reads, hashing, decryption), apart from
+  // the workers: actors::SystemOptions::io_threads. 0: inline in the loader's handler; always 0
+  // in deterministic mode.
+  int io_threads = 2;
 };
 
 struct Stream {

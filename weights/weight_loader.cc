@@ -49,6 +49,32 @@ Status ReadAt(int fd, void* out, std::uint64_t bytes, std::uint64_t offset, cons
   return Status::Ok();
 }
 
+// The open weight file, shared by a load and its I/O jobs: closed when the last one drops it.
+struct OpenFile {
+  int fd = -1;
+  std::string path;
+  OpenFile() = default;
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// One chunk of a load. Chunks are numbered in the order their copies are submitted.
+struct Chunk {
+  std::size_t region = 0;      // plain files: its region
+  std::uint64_t offset = 0;    // plain: within the region; encrypted: in the plaintext
+  std::uint64_t bytes = 0;
+  bool last_of_region = false;  // plain: the region's latch follows this chunk
+};
+
+// What an I/O job measured (WeightLoadReport's fields of the same names).
+struct IoTimes {
+  double read = 0, hash = 0, decrypt = 0;
+  std::uint64_t bytes_read = 0;
+};
+
 struct StartLoad {
   WeightLoadRequest request;
   npu_sim::Stream stream;  // the device's loader stream
@@ -56,12 +82,144 @@ struct StartLoad {
   Clock::time_point start;
 };
 struct StagingFreed {
-  int buffer = 0;
+  int buffer = 0;  // -1: a nudge after a load ended
 };
 struct StopLoader {  // queued loads fail; answered once the load in flight has ended
   actors::Promise<Status> done;
 };
-using LoaderMsg = std::variant<StartLoad, StagingFreed, StopLoader>;
+// From the I/O job that opened the file (and, encrypted, read its header).
+struct FileOpened {
+  Status status;
+  std::shared_ptr<const OpenFile> file;
+  std::optional<GcmDecryptor> gcm;
+  IoTimes times;
+};
+// From a chunk's I/O job. The state that must see bytes in order travels with the job and comes
+// back here: a verified region's hasher (plain), or the decryptor and every region's hasher
+// (encrypted).
+struct ChunkDone {
+  std::size_t chunk = 0;
+  Status status;
+  IoTimes times;
+  std::optional<Sha256Hasher> hasher;
+  std::optional<GcmDecryptor> gcm;
+  std::vector<std::optional<Sha256Hasher>> hashers;
+  int buffer = -1;  // encrypted: the staging buffer holding the plaintext
+};
+using LoaderMsg = std::variant<StartLoad, StagingFreed, StopLoader, FileOpened, ChunkDone>;
+
+using IoHook = std::function<void(const WeightIoEvent&)>;
+
+// One chunk's I/O job around its work: the test hook, then the work, then the report.
+template <typename Work>
+struct ChunkJob {
+  actors::Address<LoaderMsg> self;
+  const IoHook* hook = nullptr;  // the loader's options (the actor outlives its jobs)
+  WeightIoEvent event;
+  Work work;
+  void operator()() {
+    if (hook != nullptr) (*hook)(event);
+    ChunkDone done;
+    done.chunk = event.chunk;
+    work(done);
+    self.Send(std::move(done));
+    event.phase = WeightIoEvent::Phase::kReported;
+    if (hook != nullptr) (*hook)(event);
+  }
+};
+
+// Plain file: read one chunk straight into its device slot; hash it when verifying.
+struct PlainRead {
+  std::shared_ptr<const OpenFile> file;
+  std::optional<DeviceMemory::Mapping> dst;
+  std::uint64_t file_offset = 0, bytes = 0;
+  std::optional<Sha256Hasher> hasher;
+  void operator()(ChunkDone& done) {
+    if (bytes > 0) {
+      auto* p = reinterpret_cast<std::uint8_t*>(dst->data());
+      const Clock::time_point t0 = Clock::now();
+      done.status = ReadAt(file->fd, p, bytes, file_offset, file->path);
+      AddSince(t0, done.times.read);
+      done.times.bytes_read = bytes;
+      if (done.status.ok() && hasher) {
+        const Clock::time_point t1 = Clock::now();
+        hasher->Update(p, bytes);
+        AddSince(t1, done.times.hash);
+      }
+    }
+    done.hasher = std::move(hasher);
+  }
+};
+
+// Encrypted file: read one chunk of ciphertext into a staging buffer, decrypt it in place, hash
+// the parts regions need; after the last chunk, read the tag and check it.
+struct DecryptRead {
+  std::shared_ptr<const OpenFile> file;
+  int buffer = -1;              // the actor's staging buffer, lent to this job
+  std::uint8_t* buf = nullptr;  // its bytes
+  std::uint64_t pos = 0, bytes = 0, end = 0;
+  const std::vector<WeightRegion>* regions = nullptr;  // the load's, unchanged while it runs
+  std::optional<GcmDecryptor> gcm;
+  std::vector<std::optional<Sha256Hasher>> hashers;  // verifying: one per region
+  void operator()(ChunkDone& done) {
+    done.status = Run(done.times);
+    done.buffer = buffer;
+    done.gcm = std::move(gcm);
+    done.hashers = std::move(hashers);
+  }
+  Status Run(IoTimes& times) {
+    const Clock::time_point t0 = Clock::now();
+    NPUFLOW_RETURN_IF_ERROR(ReadAt(file->fd, buf, bytes, kEncryptedHeaderBytes + pos, file->path));
+    const Clock::time_point t1 = Clock::now();
+    times.read += std::chrono::duration<double>(t1 - t0).count();
+    times.bytes_read += bytes;
+    NPUFLOW_RETURN_IF_ERROR(gcm->Update(buf, bytes, buf));
+    AddSince(t1, times.decrypt);
+    const std::uint64_t lo = pos, hi = pos + bytes;
+    for (std::size_t i = 0; i < hashers.size(); ++i) {
+      const WeightRegion& r = (*regions)[i];
+      const std::uint64_t a = std::max(lo, r.file_offset), z = std::min(hi, r.file_offset + r.length);
+      if (a >= z) continue;
+      const Clock::time_point t2 = Clock::now();
+      hashers[i]->Update(buf + (a - lo), z - a);
+      AddSince(t2, times.hash);
+    }
+    if (hi < end) return Status::Ok();
+    char tag[kGcmTagBytes];
+    NPUFLOW_RETURN_IF_ERROR(ReadAt(file->fd, tag, sizeof(tag), kEncryptedHeaderBytes + end, file->path));
+    times.bytes_read += kEncryptedHeaderBytes + kGcmTagBytes;
+    return gcm->Finish(std::string_view(tag, sizeof(tag)));
+  }
+};
+
+// Opens the file; an encrypted one's header is read and its decryptor begun.
+FileOpened OpenWeightFile(const std::string& path, const std::optional<AesKey>& key) {
+  FileOpened opened;
+  auto file = std::make_shared<OpenFile>();
+  file->path = path;
+  file->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file->fd < 0) {
+    opened.status = Status::NotFound("weight file '{}': cannot open: {}", path, std::strerror(errno));
+    return opened;
+  }
+  ::posix_fadvise(file->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  if (key) {
+    char header[kEncryptedHeaderBytes];
+    const Clock::time_point t0 = Clock::now();
+    opened.status = ReadAt(file->fd, header, sizeof(header), 0, path);
+    AddSince(t0, opened.times.read);
+    if (!opened.status.ok()) return opened;
+    StatusOr<GcmDecryptor> gcm =
+        GcmDecryptor::Begin(std::string_view(header, sizeof(header)), *key, "weight file '" + path + "'");
+    if (!gcm.ok()) {
+      opened.status = gcm.status();
+      return opened;
+    }
+    opened.gcm.emplace(std::move(gcm).value());
+  }
+  opened.file = std::move(file);
+  return opened;
+}
 
 }  // namespace
 
@@ -77,31 +235,23 @@ struct WeightLoader::Shared {
 
 namespace {
 
-// The actor. One load at a time; within a load, chunks are read in file order while staging
-// buffers are free, each chunk's copy returning its buffer when the DMA engine is done with it.
+// The actor. One load at a time. It hands the file's opening and then its chunks to the I/O
+// threads, and on each report submits, in chunk order, the copies whose chunks have landed.
 class WeightLoaderActor {
  public:
   using Message = LoaderMsg;
   explicit WeightLoaderActor(std::shared_ptr<WeightLoader::Shared> shared)
-      : shared_(std::move(shared)), client_("weight loader") {}
-  ~WeightLoaderActor() { CloseFile(); }
+      : shared_(std::move(shared)), client_("weight loader") {
+    const int io = shared_->rt->system().io_threads();
+    const int given = shared_->options.max_io_in_flight;
+    max_in_flight_ = given > 0 ? given : io == 0 ? 1 : 16 * io;
+  }
 
   void Receive(Message& msg, actors::Context<Message>& ctx) {
     // Every host call the loader makes is its own: a chunk's virtual time is a function of the
     // requests, never of the worker that ran this handler.
     npu_sim::ScopedHostClient charge(client_);
-    if (auto* start = std::get_if<StartLoad>(&msg)) {
-      if (stopped_) start->done.Set(Status::Aborted("weight file '{}': the weight loader is stopped", start->request.path));
-      else queue_.push_back(std::move(*start));
-    } else if (auto* stop = std::get_if<StopLoader>(&msg)) {
-      stopped_ = true;
-      for (StartLoad& q : queue_) q.done.Set(Status::Aborted("weight file '{}': the weight loader stopped", q.request.path));
-      queue_.clear();
-      stops_.push_back(std::move(stop->done));
-    } else if (const int b = std::get<StagingFreed>(msg).buffer; b >= 0) {
-      free_.push_back(b);
-      --in_use_;
-    }
+    std::visit([&](auto& m) { On(m); }, msg);
     Pump(ctx);
     if (!job_ && queue_.empty() && in_use_ == 0) ReleaseIdleStaging();
     if (!job_ && !stops_.empty()) {
@@ -117,46 +267,61 @@ class WeightLoaderActor {
     actors::Promise<StatusOr<WeightLoadReport>> done;
     Clock::time_point start;
     WeightLoadReport report;
-    std::size_t region = 0;      // next region (plain files)
-    std::uint64_t pos = 0;       // plain: offset within the region; encrypted: plaintext offset
-    std::uint64_t end = 0;       // encrypted: bytes of plaintext
-    std::optional<GcmDecryptor> gcm;
-    Sha256Hasher hasher;                 // plain files: the current region's digest
-    std::vector<Sha256Hasher> hashers;   // encrypted files: one per region
-    std::vector<bool> recorded;  // latch recorded, per region
+    std::shared_ptr<const OpenFile> file;  // set once the open job reported
+    std::optional<GcmDecryptor> gcm;       // encrypted: here, or with the one chunk job in flight
+    std::vector<std::optional<Sha256Hasher>> hashers;  // verifying: per region, here or with its job
+    std::vector<Chunk> chunks;
+    std::vector<char> landed;      // per chunk: read (and hashed) into place
+    std::size_t next_post = 0;     // the next chunk to hand to the I/O threads
+    std::size_t next_submit = 0;   // the next chunk whose copy goes to the stream
+    int in_flight = 0;             // chunk jobs handed out and not reported
+    bool opening = false;          // the open job has not reported
+    std::vector<bool> recorded;    // latch recorded, per region
     Status error;
     bool submitted_all = false;
     bool syncing = false;
   };
 
+  void On(StartLoad& start) {
+    if (stopped_) start.done.Set(Status::Aborted("weight file '{}': the weight loader is stopped", start.request.path));
+    else queue_.push_back(std::move(start));
+  }
+  void On(StopLoader& stop) {
+    stopped_ = true;
+    for (StartLoad& q : queue_) q.done.Set(Status::Aborted("weight file '{}': the weight loader stopped", q.request.path));
+    queue_.clear();
+    stops_.push_back(std::move(stop.done));
+  }
+  void On(StagingFreed& freed) {
+    if (freed.buffer < 0) return;
+    free_.push_back(freed.buffer);
+    --in_use_;
+  }
+  void On(FileOpened& opened);
+  void On(ChunkDone& done);
+
+  // Moves the load in flight on as far as it can go now: the next load, the open job, chunk jobs,
+  // and, once every chunk is submitted (or the load failed and its jobs have reported), the
+  // remaining latches and the wait for the stream.
   void Pump(actors::Context<Message>& ctx) {
     for (;;) {
       if (!job_) {
         if (queue_.empty()) return;
         StartNext();
-        if (!job_) continue;
+        continue;
       }
       Job& job = *job_;
-      if (!job.gcm && job.error.ok() && !job.submitted_all) {
-        // A plain file: one chunk read straight into its device slot, then the handler yields
-        // (a nudge brings it back) so one load never holds a worker for long.
-        if (Status s = NextPlainChunk(job); !s.ok()) job.error = std::move(s);
-        if (job.error.ok() && !job.submitted_all) {
-          ctx.self().Send(StagingFreed{-1});
-          return;
+      if (job.error.ok() && !job.submitted_all) {
+        if (!job.file) {
+          if (!job.opening) Open(job, ctx);
+        } else if (job.req.key) {
+          PostEncryptedChunk(job, ctx);
+        } else {
+          PostPlainChunks(job, ctx);
         }
+        if (job.error.ok() && !job.submitted_all) return;  // a report or a staging buffer comes back
       }
-      while (job.error.ok() && !job.submitted_all) {
-        const int b = TakeBuffer();
-        if (b < 0 && in_use_ == 0) {
-          job.error = Status::MemoryAllocation("weight file '{}': no host memory for a {}-byte staging buffer",
-                                               job.req.path, shared_->options.chunk_bytes);
-          break;
-        }
-        if (b < 0) return;  // a copy in flight returns one
-        if (Status s = NextEncryptedChunk(job, b); !s.ok()) job.error = std::move(s);
-      }
-      if (job.syncing) return;
+      if (job.opening || job.in_flight > 0 || job.syncing) return;
       // Everything is submitted (or the load failed): unblock every latch not yet recorded, then
       // wait for the stream. The staging buffers come back as the copies end.
       for (std::size_t r = 0; r < job.req.regions.size(); ++r) RecordLatch(job, r);
@@ -166,7 +331,7 @@ class WeightLoaderActor {
         npu_sim::ScopedHostClient charge(client_);
         if (r.ok()) client_.Merge(*r);
         Finish(std::move(r));
-        self.Send(StagingFreed{-1});  // a nudge: start the next load (-1 is not a buffer)
+        self.Send(StagingFreed{-1});  // a nudge: start the next load
       });
       return;
     }
@@ -190,31 +355,131 @@ class WeightLoaderActor {
     });
     job->recorded.assign(job->req.regions.size(), false);
     if (job->req.regions.empty() && !job->req.key) job->submitted_all = true;
-    fd_ = ::open(job->req.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-      // Through the normal end (latches recorded, stream drained), so no device stream waits on it.
-      job->error = Status::NotFound("weight file '{}': cannot open: {}", job->req.path, std::strerror(errno));
-      job->submitted_all = true;
-      job_ = std::move(job);
+    job_ = std::move(job);
+  }
+
+  // Hands `work` to the I/O threads; false (and the load failed) when the system is going down.
+  bool RunIo(Job& job, UniqueFunction<void()> work) {
+    if (shared_->rt->system().RunIo(std::move(work))) return true;
+    if (job.error.ok())
+      job.error = Status::Aborted("weight file '{}': the actor system shut down during the load", job.req.path);
+    return false;
+  }
+
+  void Open(Job& job, actors::Context<Message>& ctx) {
+    job.opening = RunIo(job, [self = ctx.self(), path = job.req.path, key = job.req.key]() mutable {
+      self.Send(OpenWeightFile(path, key));
+    });
+  }
+
+  // Plain file: hands out chunk reads while fewer than max_in_flight_ are out. A verified
+  // region's next chunk waits for the one before it (the hasher is with that job).
+  void PostPlainChunks(Job& job, actors::Context<Message>& ctx) {
+    while (job.error.ok() && job.next_post < job.chunks.size() && job.in_flight < max_in_flight_) {
+      const std::size_t k = job.next_post;
+      const Chunk& c = job.chunks[k];
+      if (job.req.verify && k > 0 && job.chunks[k - 1].region == c.region && !job.landed[k - 1]) return;
+      const WeightRegion& region = job.req.regions[c.region];
+      PlainRead work{.file = job.file, .file_offset = region.file_offset + c.offset, .bytes = c.bytes};
+      if (c.bytes > 0) {
+        StatusOr<DeviceMemory::Mapping> dst = shared_->rt->MapForHostWrite(job.req.device, region.dst + c.offset, c.bytes);
+        if (!dst.ok()) {
+          job.error = dst.status().WithContext("weight file '" + job.req.path + "', " + region.name);
+          return;
+        }
+        work.dst = std::move(dst).value();
+      }
+      if (job.req.verify) work.hasher = std::exchange(job.hashers[c.region], std::nullopt);
+      if (!RunIo(job, ChunkJob<PlainRead>{ctx.self(), Hook(), Event(job, k, region.name, work.file_offset, c.bytes),
+                                         std::move(work)}))
+        return;
+      ++job.next_post;
+      ++job.in_flight;
+    }
+  }
+
+  // Encrypted file: one chunk job at a time (GCM is sequential), each into a free staging buffer.
+  void PostEncryptedChunk(Job& job, actors::Context<Message>& ctx) {
+    if (job.in_flight > 0 || job.next_post == job.chunks.size()) return;
+    const int b = TakeBuffer();
+    if (b < 0) {
+      if (in_use_ == 0)
+        job.error = Status::MemoryAllocation("weight file '{}': no host memory for a {}-byte staging buffer",
+                                             job.req.path, shared_->options.chunk_bytes);
+      return;  // else a copy in flight returns one
+    }
+    const std::size_t k = job.next_post;
+    const Chunk& c = job.chunks[k];
+    Touch(b, c.bytes);
+    DecryptRead work{.file = job.file,
+                     .buffer = b,
+                     .buf = reinterpret_cast<std::uint8_t*>(buffers_[b].get()),
+                     .pos = c.offset,
+                     .bytes = c.bytes,
+                     .end = job.gcm->plaintext_bytes(),
+                     .regions = &job.req.regions,
+                     .gcm = std::exchange(job.gcm, std::nullopt),
+                     .hashers = std::move(job.hashers)};
+    job.hashers.clear();
+    if (!RunIo(job, ChunkJob<DecryptRead>{ctx.self(), Hook(), Event(job, k, {}, c.offset, c.bytes), std::move(work)})) {
+      GiveBack(b);
       return;
     }
-    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
-    if (job->req.key) {
-      char header[kEncryptedHeaderBytes];
-      Status s = ReadAt(fd_, header, sizeof(header), 0, job->req.path);
-      StatusOr<GcmDecryptor> gcm = s.ok() ? GcmDecryptor::Begin(std::string_view(header, sizeof(header)),
-                                                                *job->req.key, "weight file '" + job->req.path + "'")
-                                          : StatusOr<GcmDecryptor>(s);
-      if (!gcm.ok()) {
-        job->error = gcm.status();
-        job->submitted_all = true;
-      } else {
-        job->end = gcm->plaintext_bytes();
-        job->gcm.emplace(std::move(gcm).value());
-        if (job->req.verify) job->hashers = std::vector<Sha256Hasher>(job->req.regions.size());
+    ++job.next_post;
+    ++job.in_flight;
+  }
+
+  const IoHook* Hook() const { return shared_->options.io_hook ? &shared_->options.io_hook : nullptr; }
+  static WeightIoEvent Event(const Job& job, std::size_t k, std::string_view region, std::uint64_t offset,
+                             std::uint64_t bytes) {
+    return {WeightIoEvent::Phase::kBeforeRead, job.file->path, k, region, offset, bytes};
+  }
+
+  // Plain: the chunks that have landed, from the first not yet submitted on, in order: each
+  // one's copy task, and after a region's last chunk its digest check and latch.
+  void SubmitLanded(Job& job) {
+    while (job.error.ok() && job.next_submit < job.chunks.size() && job.landed[job.next_submit]) {
+      const Chunk& c = job.chunks[job.next_submit];
+      const WeightRegion& region = job.req.regions[c.region];
+      if (c.bytes > 0) {
+        if (Status s = SubmitInPlace(job, region.dst + c.offset, c.bytes); !s.ok()) job.error = std::move(s);
+      }
+      if (job.error.ok() && c.last_of_region) {
+        if (job.req.verify) {
+          if (Status s = CheckDigest(job, region, *job.hashers[c.region]); !s.ok()) job.error = std::move(s);
+        }
+        if (job.error.ok()) RecordLatch(job, c.region);
+      }
+      ++job.next_submit;
+    }
+    if (job.error.ok() && job.next_submit == job.chunks.size()) job.submitted_all = true;
+  }
+
+  // Encrypted: the copies out of the staging buffer the chunk was decrypted into; after the last
+  // chunk (the tag checked) the digests.
+  void SubmitDecrypted(Job& job, std::size_t k, int b) {
+    const Chunk& c = job.chunks[k];
+    const std::uint64_t lo = c.offset, hi = c.offset + c.bytes;
+    const auto* buf = reinterpret_cast<const std::uint8_t*>(buffers_[b].get());
+    // The staging buffer goes back once every copy from it has ended: one keep-alive for all.
+    std::shared_ptr<void> keep = Lease(b);
+    for (const WeightRegion& r : job.req.regions) {
+      const std::uint64_t a = std::max(lo, r.file_offset), z = std::min(hi, r.file_offset + r.length);
+      if (a >= z) continue;
+      if (Status s = Submit(job, keep, r.dst + (a - r.file_offset), buf + (a - lo), z - a); !s.ok()) {
+        job.error = std::move(s);
+        return;
       }
     }
-    job_ = std::move(job);
+    job.next_submit = k + 1;
+    if (job.next_submit < job.chunks.size()) return;
+    for (std::size_t i = 0; i < job.req.regions.size() && job.req.verify; ++i) {
+      if (Status s = CheckDigest(job, job.req.regions[i], *job.hashers[i]); !s.ok()) {
+        job.error = std::move(s);
+        return;
+      }
+    }
+    job.submitted_all = true;
   }
 
   void Finish(StatusOr<npu_sim::VTime> synced) {
@@ -241,91 +506,21 @@ class WeightLoaderActor {
       shared_->stats.read_seconds += job.report.read_seconds;
       shared_->stats.hash_seconds += job.report.hash_seconds;
       shared_->stats.decrypt_seconds += job.report.decrypt_seconds;
+      shared_->stats.out_of_order_chunks += job.report.out_of_order_chunks;
     }
     if (status.ok()) job.done.Set(job.report);
     else job.done.Set(std::move(status));
-    CloseFile();
-    job_.reset();
+    job_.reset();  // drops the file (closed once no job holds it)
   }
 
-  // Plain file: the next chunk of the current region, at most chunk_bytes, never crossing regions,
-  // read from the file straight into its device slot (one copy: page cache -> device memory; no
-  // staging). The copy task then only accounts the transfer's virtual time (data_in_place), and
-  // the region's latch still follows its last chunk.
-  Status NextPlainChunk(Job& job) {
-    const WeightRegion& region = job.req.regions[job.region];
-    const std::uint64_t n = std::min(shared_->options.chunk_bytes, region.length - job.pos);
-    if (n > 0) {
-      NPUFLOW_ASSIGN_OR_RETURN(DeviceMemory::Mapping dst,
-                               shared_->rt->MapForHostWrite(job.req.device, region.dst + job.pos, n));
-      auto* bytes = reinterpret_cast<std::uint8_t*>(dst.data());
-      const Clock::time_point t0 = Clock::now();
-      NPUFLOW_RETURN_IF_ERROR(ReadAt(fd_, bytes, n, region.file_offset + job.pos, job.req.path));
-      AddSince(t0, job.report.read_seconds);
-      job.report.bytes_read += n;
-      if (job.req.verify) {
-        const Clock::time_point t1 = Clock::now();
-        job.hasher.Update(bytes, n);
-        AddSince(t1, job.report.hash_seconds);
-      }
-      NPUFLOW_RETURN_IF_ERROR(SubmitInPlace(job, region.dst + job.pos, n));
-    }
-    job.pos += n;
-    if (job.pos == region.length) {
-      if (job.req.verify) NPUFLOW_RETURN_IF_ERROR(CheckDigest(job, region, job.hasher));
-      RecordLatch(job, job.region);
-      job.pos = 0;
-      if (++job.region == job.req.regions.size()) job.submitted_all = true;
-    }
-    return Status::Ok();
+  static void AddTimes(WeightLoadReport& report, const IoTimes& t) {
+    report.read_seconds += t.read;
+    report.hash_seconds += t.hash;
+    report.decrypt_seconds += t.decrypt;
+    report.bytes_read += t.bytes_read;
   }
-
-  // Encrypted file: the next chunk of the whole plaintext, decrypted, with the parts regions need
-  // copied to the device. Latches wait for the tag (recorded in Pump once everything is in).
-  Status NextEncryptedChunk(Job& job, int b) {
-    const std::uint64_t n = std::min(shared_->options.chunk_bytes, job.end - job.pos);
-    Touch(b, n);
-    auto* buf = reinterpret_cast<std::uint8_t*>(buffers_[b].get());
-    const Clock::time_point t0 = Clock::now();
-    if (Status s = ReadAt(fd_, buf, n, kEncryptedHeaderBytes + job.pos, job.req.path); !s.ok()) {
-      GiveBack(b);
-      return s;
-    }
-    const Clock::time_point t1 = Clock::now();
-    job.report.read_seconds += std::chrono::duration<double>(t1 - t0).count();
-    job.report.bytes_read += n;
-    if (Status s = job.gcm->Update(buf, n, buf); !s.ok()) {
-      GiveBack(b);
-      return s;
-    }
-    AddSince(t1, job.report.decrypt_seconds);
-    const std::uint64_t lo = job.pos, hi = job.pos + n;
-    // The staging buffer goes back once every copy from it has ended: one keep-alive for all.
-    std::shared_ptr<void> keep = Lease(b);
-    for (std::size_t i = 0; i < job.req.regions.size(); ++i) {
-      const WeightRegion& r = job.req.regions[i];
-      const std::uint64_t a = std::max(lo, r.file_offset), z = std::min(hi, r.file_offset + r.length);
-      if (a >= z) continue;
-      if (job.req.verify) {
-        const Clock::time_point t2 = Clock::now();
-        job.hashers[i].Update(buf + (a - lo), z - a);
-        AddSince(t2, job.report.hash_seconds);
-      }
-      if (Status s = Submit(job, keep, r.dst + (a - r.file_offset), buf + (a - lo), z - a); !s.ok()) return s;
-    }
-    job.pos = hi;
-    if (job.pos < job.end) return Status::Ok();
-    char tag[kGcmTagBytes];
-    NPUFLOW_RETURN_IF_ERROR(ReadAt(fd_, tag, sizeof(tag), kEncryptedHeaderBytes + job.end, job.req.path));
-    job.report.bytes_read += kEncryptedHeaderBytes + kGcmTagBytes;
-    NPUFLOW_RETURN_IF_ERROR(job.gcm->Finish(std::string_view(tag, sizeof(tag))));
-    if (job.req.verify) {
-      for (std::size_t i = 0; i < job.req.regions.size(); ++i)
-        NPUFLOW_RETURN_IF_ERROR(CheckDigest(job, job.req.regions[i], job.hashers[i]));
-    }
-    job.submitted_all = true;
-    return Status::Ok();
-  }
+  static std::vector<Chunk> PlanPlain(const std::vector<WeightRegion>& regions, std::uint64_t chunk_bytes);
+  static std::vector<Chunk> PlanEncrypted(std::uint64_t plaintext, std::uint64_t chunk_bytes);
 
   static Status CheckDigest(const Job& job, const WeightRegion& region, Sha256Hasher& hasher) {
     const std::string got = ToHex(hasher.Finish());
@@ -417,23 +612,97 @@ class WeightLoaderActor {
   }
 
   npu_sim::Stream Stream() const { return job_->stream; }
-  void CloseFile() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
 
   std::shared_ptr<WeightLoader::Shared> shared_;  // outlives the handle: copies may end after it is gone
   npu_sim::HostClient client_;  // the loader's own host clock and trace track
+  int max_in_flight_ = 1;       // plain chunk jobs out at once
   std::deque<StartLoad> queue_;
+  // The load in flight. It ends only once its open job and every chunk job have reported, so
+  // a report always belongs to it, and the state a job points at (its staging buffer, the
+  // regions) outlives the job. (At shutdown the system stops its I/O before destroying actors.)
   std::unique_ptr<Job> job_;
   bool stopped_ = false;
   std::vector<actors::Promise<Status>> stops_;
-  int fd_ = -1;
   std::vector<LargeBuffer> buffers_;  // staging, chunk_bytes each
   std::vector<std::uint64_t> resident_;  // per buffer: the bytes its last chunk touched
   std::vector<int> free_;
   int in_use_ = 0;
 };
+
+void WeightLoaderActor::On(FileOpened& opened) {
+  if (!job_) return;
+  Job& job = *job_;
+  job.opening = false;
+  AddTimes(job.report, opened.times);
+  if (!opened.status.ok()) {
+    if (job.error.ok()) job.error = std::move(opened.status);
+    return;
+  }
+  job.file = std::move(opened.file);
+  const std::uint64_t chunk_bytes = shared_->options.chunk_bytes;
+  if (job.req.key) {
+    job.gcm = std::move(opened.gcm);
+    job.chunks = PlanEncrypted(job.gcm->plaintext_bytes(), chunk_bytes);
+  } else {
+    job.chunks = PlanPlain(job.req.regions, chunk_bytes);
+  }
+  job.landed.assign(job.chunks.size(), 0);
+  if (job.req.verify) {
+    job.hashers.resize(job.req.regions.size());
+    for (auto& h : job.hashers) h.emplace();
+  }
+}
+
+void WeightLoaderActor::On(ChunkDone& done) {
+  if (!job_) return;
+  Job& job = *job_;
+  --job.in_flight;
+  AddTimes(job.report, done.times);
+  const Chunk& c = job.chunks[done.chunk];
+  if (job.req.key) {
+    job.gcm = std::move(done.gcm);
+    job.hashers = std::move(done.hashers);
+  } else if (done.hasher) {
+    job.hashers[c.region] = std::move(done.hasher);
+  }
+  if (!done.status.ok()) {
+    if (done.buffer >= 0) GiveBack(done.buffer);
+    if (job.error.ok()) job.error = std::move(done.status);
+    return;
+  }
+  if (job.req.key) {
+    if (job.error.ok()) SubmitDecrypted(job, done.chunk, done.buffer);
+    else GiveBack(done.buffer);
+    return;
+  }
+  job.landed[done.chunk] = 1;
+  if (done.chunk != job.next_submit) job.report.out_of_order_chunks += 1;
+  SubmitLanded(job);
+}
+
+std::vector<Chunk> WeightLoaderActor::PlanPlain(const std::vector<WeightRegion>& regions, std::uint64_t chunk_bytes) {
+  std::vector<Chunk> chunks;
+  for (std::size_t r = 0; r < regions.size(); ++r) {
+    std::uint64_t pos = 0;
+    do {  // an empty region still gets one (empty) chunk: its latch and digest follow it
+      const std::uint64_t n = std::min(chunk_bytes, regions[r].length - pos);
+      chunks.push_back({r, pos, n, pos + n == regions[r].length});
+      pos += n;
+    } while (pos < regions[r].length);
+  }
+  return chunks;
+}
+
+std::vector<Chunk> WeightLoaderActor::PlanEncrypted(std::uint64_t plaintext, std::uint64_t chunk_bytes) {
+  std::vector<Chunk> chunks;
+  std::uint64_t pos = 0;
+  do {  // an empty plaintext still gets one chunk: it reads and checks the tag
+    const std::uint64_t n = std::min(chunk_bytes, plaintext - pos);
+    chunks.push_back({0, pos, n, false});
+    pos += n;
+  } while (pos < plaintext);
+  return chunks;
+}
 
 }  // namespace
 
@@ -442,6 +711,9 @@ StatusOr<std::unique_ptr<WeightLoader>> WeightLoader::Create(npu_sim::Runtime* r
   if (options.chunk_bytes == 0) return Status::ParamInvalid("WeightLoader: chunk_bytes must be positive");
   if (options.staging_chunks < 1 || options.staging_chunks > 1024)
     return Status::ParamInvalid("WeightLoader: staging_chunks must be 1 to 1024, got {}", options.staging_chunks);
+  if (options.max_io_in_flight < 0 || options.max_io_in_flight > 1024)
+    return Status::ParamInvalid("WeightLoader: max_io_in_flight must be 0 (automatic) to 1024, got {}",
+                                options.max_io_in_flight);
   std::unique_ptr<WeightLoader> loader(new WeightLoader());
   loader->options_ = options;
   loader->shared_ = std::make_shared<Shared>();

@@ -1,14 +1,23 @@
 // The WeightLoaderActor and the ExternalWeightManager on a simulated device: chunking, bounded
 // staging, latch ordering, the checks (truncated, missing, corrupted, encrypted), one copy per
-// device, and concurrent loads.
+// device, and concurrent loads; reads on the I/O threads (a held read does not stop kernels,
+// out-of-order completions keep latch order, a read failing mid-load).
+#include <condition_variable>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include "actors/system.h"
 
 #include "base/aes_gcm.h"
 #include "base/sha256.h"
@@ -338,6 +347,203 @@ TEST_F(WeightLoaderTest, ConcurrentLoadsFromManyThreadsAllLand) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_LE(loader.stats().peak_staging_bytes, 3u * 65536);
+}
+
+// ---- reads on the I/O threads ----------------------------------------------------------------
+
+// What the I/O hook saw, and a way to hold chunks: chunk k's read waits until `until(k)` has
+// reported (then a little longer, so a loader that let a latch follow the wrong chunk would be
+// caught exposing bytes not yet read).
+class IoScript {
+ public:
+  std::function<std::optional<std::size_t>(std::size_t)> until = [](std::size_t) { return std::nullopt; };
+
+  void operator()(const WeightIoEvent& e) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (e.phase == WeightIoEvent::Phase::kReported) {
+      reported_.insert(e.chunk);
+      cv_.notify_all();
+      return;
+    }
+    started_.insert(e.chunk);
+    threads_.insert(std::this_thread::get_id());
+    cv_.notify_all();
+    if (hold_all_) cv_.wait(lock, [&] { return !hold_all_; });
+    if (std::optional<std::size_t> other = until(e.chunk)) {
+      cv_.wait(lock, [&] { return reported_.count(*other) > 0; });
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  void HoldAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_all_ = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_all_ = false;
+    cv_.notify_all();
+  }
+  void WaitStarted(std::size_t chunk) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return started_.count(chunk) > 0; });
+  }
+  std::set<std::thread::id> Threads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return threads_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool hold_all_ = false;
+  std::set<std::size_t> started_, reported_;
+  std::set<std::thread::id> threads_;
+};
+
+std::uint64_t FloatBits(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return bits;
+}
+
+TEST_F(WeightLoaderTest, AKernelCompletesOnOneWorkerWhileAWeightReadIsHeld) {
+  // One worker runs every handler and kernel. The loader's read is held in the I/O job: when the
+  // read ran in the loader's handler, this held the only worker and nothing else could run.
+  auto rt = npu_sim::Runtime::Create({.chips = {"910B"}, .workers = 1, .io_threads = 1});
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  const std::size_t n = 2 * kWeightChunkBytes;
+  const auto bytes = RandomBytes(n, 20);
+  const std::string path = Write("held", bytes);
+  DevicePtr dst = (*rt)->Malloc(0, n).value();
+  auto script = std::make_shared<IoScript>();
+  script->HoldAll();
+  auto loader = WeightLoader::Create(rt->get(), {.io_hook = [script](const WeightIoEvent& e) { (*script)(e); }});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  auto done = (*loader)->Load({.device = 0, .path = path, .regions = {{0, n, dst, std::nullopt, "", "w"}}});
+  script->WaitStarted(0);
+
+  constexpr std::uint64_t m = 4096;
+  DevicePtr a = (*rt)->Malloc(0, m * 4).value(), c = (*rt)->Malloc(0, m * 4).value();
+  npu_sim::Stream s = (*rt)->CreateStream(0).value();
+  ASSERT_TRUE((*rt)->LaunchKernel(s, "fill_f32", 4, {a.value, m, FloatBits(1.5f)}).ok());
+  ASSERT_TRUE((*rt)->LaunchKernel(s, "fill_f32", 4, {c.value, m, FloatBits(1.0f)}).ok());
+  ASSERT_TRUE((*rt)->LaunchKernel(s, "vector_add_f32", 4, {c.value, a.value, c.value, m}).ok());
+  ASSERT_TRUE((*rt)->SynchronizeStream(s, std::chrono::seconds(60)).ok());
+  std::vector<float> out(m);
+  ASSERT_TRUE((*rt)->MemcpyD2H(0, out.data(), c, m * 4).ok());
+  EXPECT_EQ(out, std::vector<float>(m, 2.5f));
+  EXPECT_FALSE(done.WaitFor(std::chrono::milliseconds(0)));  // the load is still held
+
+  script->Release();
+  auto r = done.Get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<std::uint8_t> got(n);
+  ASSERT_TRUE((*rt)->MemcpyD2H(0, got.data(), dst, n).ok());
+  EXPECT_EQ(got, bytes);
+  EXPECT_EQ(script->Threads().count(std::this_thread::get_id()), 0u);
+  loader->reset();
+}
+
+// Three regions in 1 MiB chunks: r0 = chunks 0-2, r1 = 3-4, r2 = 5-7. Each region has a latch and
+// a consumer stream that waits on it and reads the region back.
+struct Reordered {
+  std::vector<std::uint8_t> bytes;
+  std::vector<WeightRegion> regions;
+  std::vector<std::vector<std::uint8_t>> seen;
+};
+
+void LoadWhileReordering(npu_sim::Runtime& rt, const std::string& path, Reordered& t, bool verify,
+                         std::function<std::optional<std::size_t>(std::size_t)> until) {
+  auto script = std::make_shared<IoScript>();
+  script->until = std::move(until);
+  constexpr std::uint64_t kChunk = 1 << 20;
+  auto loader = WeightLoader::Create(
+      &rt, {.chunk_bytes = kChunk, .max_io_in_flight = 2, .io_hook = [script](const WeightIoEvent& e) { (*script)(e); }});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::vector<npu_sim::Stream> consumers;
+  t.seen.assign(t.regions.size(), {});
+  for (std::size_t i = 0; i < t.regions.size(); ++i) {
+    WeightRegion& r = t.regions[i];
+    r.dst = rt.Malloc(0, r.length).value();
+    r.ready = rt.CreateEvent(0, npu_sim::EventKind::kLatch).value();
+    r.sha256 = Sha256Hex(t.bytes.data() + r.file_offset, r.length);
+    consumers.push_back(rt.CreateStream(0).value());
+    t.seen[i].resize(r.length);
+    ASSERT_TRUE(rt.StreamWaitEvent(consumers[i], *r.ready).ok());
+    ASSERT_TRUE(rt.MemcpyD2HAsync(consumers[i], t.seen[i].data(), r.dst, r.length).ok());
+  }
+  auto report = (*loader)->Load({.device = 0, .path = path, .regions = t.regions, .verify = verify}).Get();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->chunks, 8u);
+  EXPECT_GT(report->out_of_order_chunks, 0u) << "the hook did not reorder any completion";
+  for (std::size_t i = 0; i < t.regions.size(); ++i) {
+    ASSERT_TRUE(rt.SynchronizeStream(consumers[i], std::chrono::seconds(60)).ok());
+    const WeightRegion& r = t.regions[i];
+    EXPECT_TRUE(t.seen[i] == std::vector<std::uint8_t>(t.bytes.begin() + r.file_offset,
+                                                       t.bytes.begin() + r.file_offset + r.length))
+        << "region " << i << " was read before all of its bytes had landed";
+  }
+}
+
+TEST_F(WeightLoaderTest, LatchesFollowTheirRegionsLastChunkWhenReadsCompleteOutOfOrder) {
+  auto rt = npu_sim::Runtime::Create({.chips = {"910B"}, .workers = 2, .io_threads = 2});
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  constexpr std::uint64_t M = 1 << 20;
+  Reordered t;
+  t.bytes = RandomBytes(7 * M + 5000, 21);
+  t.regions = {{100, 3 * M - 7, {}, std::nullopt, "", "r0"},
+               {3 * M + 200, 2 * M, {}, std::nullopt, "", "r1"},
+               {5 * M + 300, 2 * M + 4000, {}, std::nullopt, "", "r2"}};
+  const std::string path = Write("reorder", t.bytes);
+  // Unverified: every even chunk's read waits until the next chunk has reported, inside a region
+  // (0 after 1) and across regions (2, the end of r0, after 3).
+  LoadWhileReordering(**rt, path, t, /*verify=*/false,
+                      [](std::size_t k) { return k % 2 == 0 && k + 1 < 8 ? std::optional<std::size_t>(k + 1) : std::nullopt; });
+  // Verified: a region's chunks are read in order (its SHA-256 sees file order), so only a region's
+  // last chunk can be overtaken, by the next region's first; the digests still match.
+  LoadWhileReordering(**rt, path, t, /*verify=*/true, [](std::size_t k) {
+    return k == 2 || k == 4 ? std::optional<std::size_t>(k + 1) : std::nullopt;
+  });
+}
+
+TEST_F(WeightLoaderTest, AReadFailingMidLoadFailsItNamingTheFileAndReleasesTheLatch) {
+  // The file shrinks after Load checked it: chunk 0's job truncates it, so the reads after it
+  // (several in flight) fail. The load ends once they have all reported, with the error.
+  const std::size_t n = 4 * kWeightChunkBytes;
+  const std::string path = Write("shrinks", RandomBytes(n, 22));
+  DevicePtr dst = rt_->Malloc(0, n).value();
+  npu_sim::Event ready = rt_->CreateEvent(0, npu_sim::EventKind::kLatch).value();
+  npu_sim::Stream consumer = rt_->CreateStream(0).value();
+  ASSERT_TRUE(rt_->StreamWaitEvent(consumer, ready).ok());
+  // Chunks after 0 (on the other I/O thread too) read only once the file has shrunk.
+  auto script = std::make_shared<IoScript>();
+  script->HoldAll();
+  WeightLoader& loader = Loader({.max_io_in_flight = 3, .io_hook = [path, script](const WeightIoEvent& e) {
+                                   if (e.phase == WeightIoEvent::Phase::kBeforeRead && e.chunk == 0) {
+                                     fs::resize_file(path, kWeightChunkBytes + 10);
+                                     script->Release();
+                                     return;
+                                   }
+                                   (*script)(e);
+                                 }});
+  auto r = loader.Load({.device = 0, .path = path, .regions = {{0, n, dst, ready, "", "layer0/w"}}}).Get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataCorrupted) << r.status();
+  EXPECT_NE(r.status().message().find("weight file '" + path + "' ended at offset"), std::string::npos) << r.status();
+  EXPECT_TRUE(rt_->SynchronizeStream(consumer, std::chrono::seconds(60)).ok());
+  // The loader serves the next load.
+  const auto bytes = RandomBytes(5000, 23);
+  Write("after", bytes);
+  auto next = loader.Load({.device = 0, .path = (dir_ / "after").string(), .regions = {{0, 5000, dst, std::nullopt, "", "w"}}}).Get();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(ReadDevice(dst, 5000), bytes);
+}
+
+TEST_F(WeightLoaderTest, BadMaxIoInFlightIsRejected) {
+  auto bad = WeightLoader::Create(rt_.get(), {.max_io_in_flight = -1});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("max_io_in_flight"), std::string::npos) << bad.status();
 }
 
 }  // namespace
