@@ -146,12 +146,12 @@ StatusOr<Session::Held> Session::LeaseNode(NodePtr node) const {
   return Held(actor, std::move(used), true);
 }
 
-StatusOr<std::shared_ptr<DavinciModel>> Session::ModelForRun(std::uint32_t graph_id, GraphOptions* options) {
+StatusOr<std::shared_ptr<DavinciModel>> Session::ModelForRun(std::uint32_t graph_id, npu_sim::Timeout* timeout) {
   NPUFLOW_ASSIGN_OR_RETURN(auto actor, Actor());
   NPUFLOW_ASSIGN_OR_RETURN(Used used, actor.Ask<Used>(session_msg::Use{graph_id, true}).Get());
   const bool leased = used.model == nullptr;
   Held held(actor, std::move(used), leased);
-  if (options != nullptr) *options = held.node().options;  // options never change once added
+  if (timeout != nullptr) *timeout = held.node().options.timeout;  // options never change once added
   if (!leased) return held.model();
   return EnsureLoaded(held.node());
 }
@@ -260,8 +260,8 @@ Status Session::LoadGraph(std::uint32_t graph_id) {
 }
 
 StatusOr<std::vector<Tensor>> Session::RunGraph(std::uint32_t graph_id, const std::vector<Tensor>& inputs) {
-  GraphOptions options;
-  NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<DavinciModel> model, ModelForRun(graph_id, &options));
+  npu_sim::Timeout timeout;
+  NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<DavinciModel> model, ModelForRun(graph_id, &timeout));
   const CompiledModel& m = model->compiled();
   if (inputs.size() != m.inputs.size())
     return Status::ParamInvalid("session {} graph {}: {} inputs given, the graph takes {}", id_, graph_id,
@@ -273,7 +273,7 @@ StatusOr<std::vector<Tensor>> Session::RunGraph(std::uint32_t graph_id, const st
                                   m.inputs[i].desc.bytes().value_or(0), inputs[i].desc.ToString(),
                                   inputs[i].data.size());
   }
-  return model->Execute(inputs, options.timeout);
+  return model->Execute(inputs, timeout);
 }
 
 Status Session::RunGraphAsync(std::uint32_t graph_id, std::vector<Tensor> inputs, RunCallback done) {
@@ -379,7 +379,8 @@ Status Session::Finalize() {
   if (auto actor = Actor(); actor.ok()) {
     auto fin = actor->Ask<session_msg::Finalized>(session_msg::Finalize{}).Get();
     if (!fin.ok()) first = fin.status();
-    for (NodePtr& node : fin.ok() ? fin->nodes : std::vector<NodePtr>{}) {
+    std::vector<NodePtr> nodes = fin.ok() ? std::move(fin->nodes) : std::vector<NodePtr>{};
+    for (NodePtr& node : nodes) {
       auto held = LeaseNode(std::move(node));
       Status s = held.ok() ? Release(held->node()) : held.status();
       if (first.ok() && !s.ok()) first = s;

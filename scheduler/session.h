@@ -149,8 +149,9 @@ class Session {
   // The graph's lease: answered once no other caller builds, loads or changes it.
   StatusOr<Held> Lease(std::uint32_t graph_id) const;
   StatusOr<Held> LeaseNode(std::shared_ptr<GraphNode> node) const;
-  // The graph's loaded model, loading it first if need be (then under its lease).
-  StatusOr<std::shared_ptr<DavinciModel>> ModelForRun(std::uint32_t graph_id, GraphOptions* options);
+  // The graph's loaded model, loading it first if need be (then under its lease); `timeout`, if
+  // given, gets the graph's execution timeout.
+  StatusOr<std::shared_ptr<DavinciModel>> ModelForRun(std::uint32_t graph_id, npu_sim::Timeout* timeout);
   Status Insert(std::uint32_t graph_id, std::shared_ptr<GraphNode> node, std::string use = {});
   Status Build(GraphNode& node);
   StatusOr<std::shared_ptr<DavinciModel>> EnsureLoaded(GraphNode& node);

@@ -92,19 +92,8 @@ std::string ConstNode(const std::string& name, const std::vector<std::int64_t>& 
       name, Dims(dims), vals);
 }
 
-// Parses and compiles `text` for the v1 runtime; null (with a failure) if either step fails.
-inline std::shared_ptr<const CompiledModel> CompileText(const std::string& text, graph::CompileOptions options = {},
-                                                        const std::string& source = "test.pbtxt") {
-  auto g = graph::ParseGraphText(text, source);
-  EXPECT_TRUE(g.ok()) << g.status();
-  if (!g.ok()) return nullptr;
-  auto m = lowering::CompileV1(std::move(*g), options);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return nullptr;
-  return std::make_shared<const CompiledModel>(std::move(*m));
-}
-
-// `graph` (e.g. from synthetic::MakeChainGraph) compiled for the v1 task sink; null on failure.
+// `graph` (e.g. from synthetic::MakeChainGraph) compiled for the v1 task sink; null (with a
+// failure) if it is an error or does not compile.
 inline std::shared_ptr<const CompiledModel> CompileGraph(StatusOr<std::unique_ptr<graph::ComputeGraph>> graph,
                                                          graph::CompileOptions options = {}) {
   graph::RegisterBuiltinOps();
@@ -114,6 +103,12 @@ inline std::shared_ptr<const CompiledModel> CompileGraph(StatusOr<std::unique_pt
   EXPECT_TRUE(m.ok()) << m.status();
   if (!m.ok()) return nullptr;
   return std::make_shared<const CompiledModel>(std::move(*m));
+}
+
+// Parses and compiles `text` for the v1 runtime; null (with a failure) if either step fails.
+inline std::shared_ptr<const CompiledModel> CompileText(const std::string& text, graph::CompileOptions options = {},
+                                                        const std::string& source = "test.pbtxt") {
+  return CompileGraph(graph::ParseGraphText(text, source), std::move(options));
 }
 
 // ---- tensors ------------------------------------------------------------------------------------
