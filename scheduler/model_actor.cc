@@ -3,6 +3,7 @@
 #include "scheduler/model_actor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <limits>
 
@@ -50,6 +51,7 @@ class ModelActor {
   };
 
   std::uint32_t id() const { return model_->id_; }
+  static constexpr std::uint64_t kAnswered = ~std::uint64_t{0};  // RunDone of a run answered directly
   static std::uint64_t Ticket(std::size_t slot, std::uint32_t generation) {
     return (static_cast<std::uint64_t>(generation) << 32) | slot;
   }
@@ -105,6 +107,24 @@ class ModelActor {
       }
       done = rt_->SynchronizeStreamAsync(inst.exec_stream);
     }
+    if (!req.timeout && settled && (gates_elided_[i] || !model_->HasGates(i))) {
+      // Nothing left for the actor to do before the answer (no timer, no weights to wait for, no
+      // gates to elide): the device's completion answers the caller directly, and the actor hears
+      // of it afterwards only to count the instance idle again. One hop fewer on every run.
+      Busy(i);
+      (void)std::move(done).Then([self = ctx.self(), i, model = id(), reply = std::move(reply), host = req.host,
+                                  answered = &answered_](StatusOr<npu_sim::VTime>&& end) mutable {
+        answered->fetch_add(1, std::memory_order_release);
+        self.Send(model_msg::RunDone{kAnswered, npu_sim::VTime{}, i});
+        if (end.ok()) {
+          host->clock = std::max(host->clock, *end);
+          reply.Reply(ExecReply{});
+        } else {
+          reply.Fail(end.status().WithContext(fmt::format("model {}", model)));
+        }
+      });
+      return;
+    }
     const std::uint64_t ticket = Track(i, std::move(reply), req, settled);
     if (req.timeout) {
       pending_[ticket & 0xffffffffu].timer =
@@ -137,9 +157,17 @@ class ModelActor {
     p.weights_settled = settled;
     p.timed_out = p.run_done = p.abort_done = false;
     p.result = Status::Ok();
+    Busy(instance);
+    return Ticket(slot, p.generation);
+  }
+
+  void Busy(int instance) {
     ++in_flight_[instance];
     model_->in_flight_.fetch_add(1, std::memory_order_relaxed);
-    return Ticket(slot, p.generation);
+  }
+  void Idle(int instance) {
+    --in_flight_[instance];
+    model_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
   }
 
   // The caller's io with the instance's own blocks where it gave host memory (0).
@@ -164,13 +192,19 @@ class ModelActor {
   }
 
   void On(model_msg::RunDone& m, Ctx& ctx) {
+    if (m.ticket == kAnswered) {  // a run its caller has already heard of
+      Idle(m.instance);
+      answered_.fetch_sub(1, std::memory_order_relaxed);
+      GrantExclusiveIfIdle();
+      CheckDrained();
+      return;
+    }
     Pending* p = Find(m.ticket);
     if (p == nullptr) return;
     if (p->timer != 0) (void)Timer().Cancel(p->timer);
     p->timer = 0;
     p->run_done = true;
-    --in_flight_[p->instance];
-    model_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    Idle(p->instance);
     if (m.end.ok()) {
       p->host->clock = std::max(p->host->clock, *m.end);  // the caller's clock merges the run's end
     } else {
@@ -246,17 +280,28 @@ class ModelActor {
       ctx.ReplyError(Status::Aborted("model {} is unloaded", id()));
       return;
     }
+    // Runs whose callers already have their answers (the actor has yet to hear) do not count: a
+    // caller that ran the model and then asks for it alone must not be refused for its own run.
     const int running = Running();
-    if (running > 0 || exclusive_) {
+    const int unanswered = running - answered_.load(std::memory_order_acquire);
+    if (unanswered > 0 || exclusive_) {
       ctx.ReplyError(Status::ParamInvalid(
           "model {}: host-scheduled execution needs the model to itself; {} executions in flight", id(),
-          running + (exclusive_ ? 1 : 0)));
+          unanswered + (exclusive_ ? 1 : 0)));
       return;
     }
     exclusive_ = true;
     model_->in_flight_.fetch_add(1, std::memory_order_relaxed);
     model_->Touch();
+    if (running > 0) {  // granted once the actor has heard of those runs' ends
+      exclusive_waiter_ = ctx.TakeReply();
+      return;
+    }
     ctx.Reply();
+  }
+
+  void GrantExclusiveIfIdle() {
+    if (exclusive_waiter_.valid() && Running() == 0) exclusive_waiter_.Reply();
   }
 
   void On(model_msg::ReleaseExclusive&, Ctx& ctx) {
@@ -281,6 +326,11 @@ class ModelActor {
     }
     if (phase_ == Phase::kReady) {
       phase_ = Phase::kUnloading;
+      if (exclusive_waiter_.valid()) {  // asked for the model alone, not granted yet: it never will be
+        exclusive_waiter_.Fail(Status::Aborted("model {} is unloaded", id()));
+        exclusive_ = false;
+        model_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
+      }
       for (Held& h : held_) h.reply.Fail(Status::Aborted("model {} is unloaded", id()));
       held_.clear();
       // Executions in flight end now (Aborted); they are answered as their runs come back.
@@ -327,6 +377,10 @@ class ModelActor {
   bool exclusive_ = false;
   std::deque<Held> held_;
   std::vector<actors::Replier<void>> unload_waiters_;
+  actors::Replier<void> exclusive_waiter_;  // AcquireExclusive waiting for answered runs to be reaped
+  // Runs answered straight from the device (see Start) that the actor has not yet reaped. Written
+  // by the completing worker before it answers, so a caller's next message always sees its own.
+  std::atomic<int> answered_{0};
   std::optional<DeadlineTimer> timer_;  // made on the first timeout (it starts the timer thread)
 };
 

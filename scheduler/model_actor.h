@@ -14,6 +14,10 @@
 //                         first run of an instance that started with every weight landed turns the
 //                         instance's weight gates into NOPs before it is answered, so the next run
 //                         never waits on a latch again
+//   answers               a run with no timeout, on an instance whose gates are gone, is answered
+//                         by the device's completion itself; the actor counts it idle afterwards
+//                         (one hop fewer per run). Asking for the model alone waits, rather than
+//                         fails, for such runs whose callers already have their answers
 //   timeouts              the actor's timer aborts the device model (and, for a staged run, the
 //                         execution stream) and answers Timeout once the abort has completed
 //   unload                executions queued are failed, the ones in flight aborted and answered;
@@ -75,6 +79,7 @@ struct RunDone {  // internal: the device answered ticket's run
   static constexpr std::string_view kKind = "RunDone";
   std::uint64_t ticket = 0;
   StatusOr<npu_sim::VTime> end;
+  int instance = -1;  // of a run its caller was answered for directly (ticket is then kAnswered)
 };
 struct AcquireExclusive {  // Ask<void>: ParamInvalid while anything else runs
   static constexpr std::string_view kKind = "AcquireExclusive";

@@ -91,6 +91,40 @@ TEST(ModelActor, UnloadAbortsTheExecutionInFlightAndAnswersItFirst) {
   EXPECT_NE(late.status().message().find("unloaded"), std::string::npos) << late.status();
 }
 
+// A run with no timeout is answered straight from the device's completion, and the actor counts
+// the instance idle only afterwards. A caller that asks for the model alone right after its own
+// run must still get it (waiting for the actor to catch up), never "executions in flight".
+TEST(ModelActor, AHostScheduledRunRightAfterTheCallersOwnRunIsNeverRefused) {
+  auto compiled = Chain();
+  auto rt = npu_sim::Runtime::Create({.chips = {compiled->chip}, .workers = 2});
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  DavinciModel model(rt->get(), 1, compiled, LoadConfig{.instances = 2});
+  ASSERT_TRUE(model.Init().ok());
+  const std::vector<Tensor> inputs = PatternInputs(*compiled, 1.25f);
+  std::vector<Tensor> sunk = test::ZeroOutputs(compiled->outputs), hosted = test::ZeroOutputs(compiled->outputs);
+  const ExecuteArgs sunk_args = test::HostArgs(inputs, sunk), hosted_args = test::HostArgs(inputs, hosted);
+  for (int i = 0; i < 200; ++i) {
+    Status s = model.NnExecute(sunk_args);
+    ASSERT_TRUE(s.ok()) << "round " << i << ": " << s;
+    s = model.ExecuteHostScheduled(hosted_args);
+    ASSERT_TRUE(s.ok()) << "round " << i << ": " << s;
+    ASSERT_EQ(sunk[0].data, hosted[0].data) << "round " << i;
+  }
+  // Another caller's run that has not been answered still makes it a ParamInvalid.
+  const auto streams = (*rt)->Stats(0).value().streams;
+  for (int id = 1; id < static_cast<int>(streams); ++id)
+    (void)(*rt)->InjectFault(0, npu_sim::FaultTarget::kStream, id, {npu_sim::FaultKind::kHang, 1});
+  Status hung;
+  std::thread other([&] { hung = model.NnExecute(sunk_args); });
+  for (int i = 0; i < 2000 && !model.busy(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(model.busy());
+  Status refused = model.ExecuteHostScheduled(hosted_args);
+  EXPECT_EQ(refused.code(), StatusCode::kParamInvalid) << refused;
+  EXPECT_TRUE(model.Unload().ok());
+  other.join();
+  EXPECT_EQ(hung.code(), StatusCode::kAborted) << hung;
+}
+
 TEST(ModelActor, TheCallerPathStaysSelectableAndAnUnknownPathIsAnError) {
   auto compiled = Chain();
   auto rt = npu_sim::Runtime::Create({.chips = {compiled->chip}, .workers = 2});
