@@ -20,14 +20,6 @@ double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-graph::Tensor I32Scalar(std::int32_t v) {
-  graph::Tensor t;
-  t.desc = graph::TensorDesc{graph::DataType::kInt32, graph::Shape{1}};
-  t.data.resize(sizeof(v));
-  std::memcpy(t.data.data(), &v, sizeof(v));
-  return t;
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(const std::string& model_path, const EngineOptions& options) {
@@ -57,7 +49,13 @@ StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(Gpt2File file, const En
   }
   // Loading starts the weight streaming; the loads do not wait for it.
   engine->load_started_ = Clock::now();
-  for (std::uint32_t id : engine->graph_ids_) NPUFLOW_RETURN_IF_ERROR(s.LoadGraph(id).WithContext(model_path));
+  for (std::uint32_t id : engine->graph_ids_) {
+    NPUFLOW_RETURN_IF_ERROR(s.LoadGraph(id).WithContext(model_path));
+    NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<scheduler::DavinciModel> m, s.GetLoadedModel(id));
+    engine->models_.push_back(std::move(m));
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(scheduler::GraphOptions parsed, scheduler::ParseGraphOptions(options.session_options));
+  engine->timeout_ = parsed.timeout;
   return engine;
 }
 
@@ -81,13 +79,15 @@ Status Gpt2Engine::Step(int stream, int token, int n_past, std::vector<float>& l
     return Status::ParamInvalid("token id {} is outside the vocabulary (0..{})", token, hp.n_vocab - 1);
   if (n_past < 0 || n_past >= hp.n_ctx)
     return Status::ParamInvalid("position {} is outside the context (0..{})", n_past, hp.n_ctx - 1);
-  NPUFLOW_ASSIGN_OR_RETURN(std::vector<graph::Tensor> out,
-                           session_->RunGraph(graph_id(stream), {I32Scalar(token), I32Scalar(n_past), I32Scalar(n_past + 1)}));
-  if (out.size() != 1 || out[0].data.size() != static_cast<std::size_t>(hp.n_vocab) * sizeof(float))
-    return Status::Failed("the decode step returned {} outputs, expected logits f32[1, {}]", out.size(), hp.n_vocab);
+  // Straight to the stream's model (what RunGraph would find, without asking the session each
+  // step), the logits written into the caller's vector: no output tensor, no copy of it.
+  const std::int32_t in[3] = {token, n_past, n_past + 1};
   logits.resize(static_cast<std::size_t>(hp.n_vocab));
-  std::memcpy(logits.data(), out[0].data.data(), out[0].data.size());
-  return Status::Ok();
+  scheduler::ExecuteArgs args;
+  for (const std::int32_t& v : in) args.inputs.push_back(scheduler::DataBuffer::Host(&v, sizeof(v)));
+  args.outputs.push_back(scheduler::DataBuffer::Host(logits.data(), logits.size() * sizeof(float)));
+  args.timeout = timeout_;
+  return models_[static_cast<std::size_t>(stream)]->NnExecute(args);
 }
 
 StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> prompt, int n_predict,

@@ -11,7 +11,8 @@
 // ExternalWeightManager gives all of them one device copy of the weights, streamed in by the
 // WeightLoaderActor; each model has its own KV cache (its Variables) and activations. A
 // generation feeds the prompt token by token through the decode step, then samples; each step is
-// one RunGraph (NnExecute: one model execute message to the device).
+// one NnExecute on the stream's loaded model (kept from the load: no session lookup per step),
+// the logits written straight into the caller's vector.
 //
 // Thread-safe across streams: generations on different streams run concurrently (threads or
 // fibers); one stream runs one generation at a time (its KV cache is the state). Every model is
@@ -114,6 +115,8 @@ class Gpt2Engine {
   Gpt2File file_;
   std::unique_ptr<scheduler::Session> session_;
   std::vector<std::uint32_t> graph_ids_;
+  std::vector<std::shared_ptr<scheduler::DavinciModel>> models_;  // per stream: its graph's loaded model
+  npu_sim::Timeout timeout_;                                      // the session's execution timeout
   std::chrono::steady_clock::time_point load_started_;
 };
 
