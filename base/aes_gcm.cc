@@ -102,6 +102,7 @@ StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
 
 // A context set up for AES-256-GCM under `key` and the header's IV, with the header as AAD.
 StatusOr<internal::CipherContext> NewGcmContext(const AesKey& key, std::string_view header, bool encrypt) {
+  NPUFLOW_RETURN_IF_ERROR(internal::CryptoStatus());
   internal::CipherContext ctx(Crypto().EVP_CIPHER_CTX_new());
   int unused = 0;
   const auto* iv = reinterpret_cast<const unsigned char*>(header.data() + kIvOffset);
@@ -266,6 +267,7 @@ StatusOr<GcmEncryptor> GcmEncryptor::Begin(std::uint64_t plaintext_bytes, const 
   if (plaintext_bytes > kMaxGcmPlaintextBytes)
     return Status::ParamInvalid("cannot encrypt {} bytes under one IV: AES-GCM allows at most {}", plaintext_bytes,
                                 kMaxGcmPlaintextBytes);
+  NPUFLOW_RETURN_IF_ERROR(internal::CryptoStatus());
   std::array<unsigned char, kIvBytes> iv;
   if (Crypto().RAND_bytes(iv.data(), static_cast<int>(iv.size())) != 1)
     return Status::Failed("cannot draw a random IV: OpenSSL RAND_bytes failed");

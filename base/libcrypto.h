@@ -10,6 +10,8 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
+#include "base/status.h"
+
 namespace npuflow::internal {
 
 #define NPUFLOW_LIBCRYPTO_FUNCTIONS(X)                                                                         \
@@ -24,10 +26,15 @@ struct LibCrypto {
 #undef NPUFLOW_LIBCRYPTO_MEMBER
 };
 
-// The table, loaded on the first call (thread-safe). When the library or one of its functions
-// cannot be found (an installation without the libcrypto npuflow was built against), the process
-// stops with a message naming the library and what was missing, as the dynamic loader would have
-// at startup had it been linked.
+// Whether the library and every function above could be loaded (loading it on the first call;
+// thread-safe): a FailedPrecondition naming the library and what was missing when not (an
+// installation without the libcrypto npuflow was built against). Every public entry point that
+// hashes or encrypts returns this error before it calls Crypto().
+Status CryptoStatus();
+
+// The table (loading it on the first call). Reached without CryptoStatus() having said Ok, the
+// process stops with CryptoStatus's message, as the dynamic loader would have at startup had the
+// library been linked: a missing check is a bug, not an input error.
 const LibCrypto& Crypto();
 
 }  // namespace npuflow::internal

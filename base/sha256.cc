@@ -5,6 +5,9 @@
 
 namespace npuflow {
 
+Status CryptoAvailable() { return internal::CryptoStatus(); }
+
+
 using internal::Crypto;
 
 Sha256Digest Sha256(const void* data, std::size_t bytes) {

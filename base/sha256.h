@@ -10,9 +10,16 @@
 #include <string>
 #include <string_view>
 
+#include "base/status.h"
+
 namespace npuflow {
 
 using Sha256Digest = std::array<std::uint8_t, 32>;
+
+// Ok when hashing can run: OpenSSL's libcrypto loads (the first call opens it). Else an
+// Unsupported status naming the library and what was missing. The functions below need it; every
+// npuflow entry point that hashes or encrypts returns this error first instead of calling them.
+Status CryptoAvailable();
 
 Sha256Digest Sha256(const void* data, std::size_t bytes);
 inline Sha256Digest Sha256(std::string_view data) { return Sha256(data.data(), data.size()); }

@@ -514,6 +514,7 @@ StatusOr<ConvertResult> ConvertConstToFileConstant(graph::ComputeGraph& root, co
   if (options.mode != ExternalWeightMode::kPerWeight && options.mode != ExternalWeightMode::kCombined)
     return Status::ParamInvalid("converting Consts to FileConstants needs external weight mode 1 or 2");
   if (options.dir.empty()) return Status::ParamInvalid("converting Consts to FileConstants needs a weight directory");
+  NPUFLOW_RETURN_IF_ERROR(CryptoAvailable().WithContext("naming external weights by their SHA-256"));
   NPUFLOW_RETURN_IF_ERROR(ConvertFileConstantToConst(root));
 
   std::vector<ConstWeight> consts;

@@ -74,6 +74,7 @@ StatusOr<FilePlacement> ExternalWeightManager::Place(int device, const std::stri
   std::string key_path = std::filesystem::weakly_canonical(path, ec).string();
   if (ec || key_path.empty()) key_path = path;
   std::string checks = flags.verify ? "verified" : "";
+  if (flags.key) NPUFLOW_RETURN_IF_ERROR(CryptoAvailable().WithContext(fmt::format("weight file '{}'", path)));
   if (flags.key) checks += ":key " + Sha256Hex(flags.key->bytes.data(), flags.key->bytes.size());
 
   std::lock_guard<std::mutex> lock(mu_);

@@ -634,6 +634,7 @@ void WeightLoaderActor::On(FileOpened& opened) {
   Job& job = *job_;
   job.opening = false;
   AddTimes(job.report, opened.times);
+  if (opened.status.ok() && job.req.verify) opened.status = CryptoAvailable().WithContext("verifying the weights");
   if (!opened.status.ok()) {
     if (job.error.ok()) job.error = std::move(opened.status);
     return;

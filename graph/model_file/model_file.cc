@@ -413,6 +413,7 @@ Status CheckModel(const CompiledModel& m, std::string_view source, MakeError err
 }
 
 StatusOr<std::string> Serialize(const CompiledModel& model, std::string_view source) {
+  NPUFLOW_RETURN_IF_ERROR(CryptoAvailable().WithContext(fmt::format("{}: the header's digest", source)));
   NPUFLOW_RETURN_IF_ERROR(
       CheckModel(model, source, [](std::string msg) { return Status(StatusCode::kParamInvalid, std::move(msg)); }));
   NPUFLOW_ASSIGN_OR_RETURN(proto::ModelDef def, ToModelDef(model, source));
@@ -450,6 +451,7 @@ StatusOr<std::string> Serialize(const CompiledModel& model, std::string_view sou
 StatusOr<std::string> SerializeModel(const CompiledModel& model) { return Serialize(model, "compiled model"); }
 
 StatusOr<CompiledModel> ParseModel(std::string_view bytes, std::string_view source) {
+  NPUFLOW_RETURN_IF_ERROR(CryptoAvailable().WithContext(fmt::format("{}: the header's digest", source)));
   if (IsEncrypted(bytes))
     return Status::ParamInvalid("{}: the model file is encrypted (AES-256-GCM): give its key", source);
   const std::size_t magic_bytes = std::min(bytes.size(), kModelFileMagic.size());

@@ -12,6 +12,7 @@ namespace {
 
 using npuflow::cli_testing::CommandRun;
 using npuflow::cli_testing::Npuflow;
+using npuflow::cli_testing::Shell;
 
 TEST(Cli, HelpListsTheSubcommandsThatExist) {
   CommandRun r = Npuflow("--help");
@@ -120,6 +121,20 @@ TEST(Cli, CompileThenInfo) {
   CommandRun single = Npuflow("compile --model " + graph + " --output " + om + " --stream-mode single --chip 310P");
   ASSERT_EQ(single.exit_code, 0) << single.output;
   EXPECT_NE(single.output.find("1 streams, 0 events"), std::string::npos) << single.output;
+}
+
+// Without OpenSSL's libcrypto (opened on first use), what needs a SHA-256 fails with an error that
+// names the library; nothing crashes.
+TEST(Cli, AMissingLibcryptoIsAnErrorNamingIt) {
+  const std::string graph = WriteTemp("cli_nocrypto.pbtxt", kDiamond);
+  const std::string om = ::testing::TempDir() + "cli_nocrypto.om";
+  ASSERT_EQ(Npuflow("compile --model " + graph + " --output " + om).exit_code, 0);
+  for (const std::string& args : {"info " + om, "compile --model " + graph + " --output " + om + ".2"}) {
+    CommandRun r = Shell("NPUFLOW_LIBCRYPTO=/nonexistent/libcrypto.so.3 " + std::string(NPUFLOW_BIN) + " " + args);
+    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("cannot load the library /nonexistent/libcrypto.so.3"), std::string::npos)
+        << args << ": " << r.output;
+  }
 }
 
 TEST(Cli, CompileDumpsAfterAPass) {
