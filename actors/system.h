@@ -41,10 +41,10 @@ struct SystemOptions {
   // hop is then exactly the runtime's own cost (the benchmark's reference for the hook).
   bool tap_hook = true;
   // Dedicated threads for RunIo jobs (file reads, hashing, decryption), never the workers.
-  // 2 by default: on a 2-core machine a 500 MB load is 1.05-1.3x faster than with 1, and a kernel's
-  // latency during it is unchanged (npuflow bench weights). 0: a job runs inline on the caller's thread. Deterministic mode always uses 0, so that what
-  // a job sends is ordered by the program and not by I/O timing. Last, so that designated
-  // initializers elsewhere keep working.
+  // 2 by default: on a 2-core machine a 500 MB load is 1.05-1.3x faster than with 1, and a
+  // kernel's latency during it is unchanged (npuflow bench weights). 0: a job runs inline on the
+  // caller's thread. Deterministic mode always uses 0, so that what a job sends is ordered by the
+  // program and not by I/O timing. Last, so that designated initializers elsewhere keep working.
   int io_threads = 2;
 };
 

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <vector>
 
-
 #include "base/files.h"
 #include "base/libcrypto.h"
 

@@ -2,11 +2,9 @@
 
 #include "base/libcrypto.h"
 
-
 namespace npuflow {
 
 Status CryptoAvailable() { return internal::CryptoStatus(); }
-
 
 using internal::Crypto;
 
