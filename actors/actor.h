@@ -312,7 +312,7 @@ class Context {
   void Then(Future<T> future, F fn) {
     // Through the cell's link: a future completed after the system is gone drops the
     // continuation instead of touching a destroyed cell.
-    (void)std::move(future).Then([link = cell_->link(), fn = std::move(fn)](T&& value) mutable {
+    std::move(future).OnComplete([link = cell_->link(), fn = std::move(fn)](T&& value) mutable {
       std::lock_guard<std::recursive_mutex> lock(link->mu);
       if (link->cell == nullptr) return;
       link->cell->PostClosure([fn = std::move(fn), value = std::move(value)]() mutable { fn(std::move(value)); });

@@ -285,6 +285,14 @@ class Future {
   template <typename F>
   auto Then(F&& fn);
 
+  // Runs `fn(T&&)` (returning void) where Then would, with no future for its result: for a
+  // continuation whose outcome nobody waits on, one shared state fewer than Then (an allocation
+  // and a mutex/condition-variable pair per use, on hot paths such as one per execution). An
+  // exception from `fn` is dropped, as Then's would be with its future discarded. Consumes this
+  // future.
+  template <typename F>
+  void OnComplete(F&& fn);
+
  private:
   template <typename>
   friend class Promise;
@@ -361,6 +369,21 @@ auto Future<T>::Then(F&& fn) {
   });
   core_.reset();
   return result;
+}
+
+template <typename T>
+template <typename F>
+void Future<T>::OnComplete(F&& fn) {
+  static_assert(std::is_void_v<std::invoke_result_t<F, T&&>>, "OnComplete: the continuation must return void");
+  if (!core_) return;
+  core()->SetContinuation([fn = std::forward<F>(fn)](T&& value) mutable {
+    try {
+      fn(std::move(value));
+    } catch (...) {
+      // Nobody listens for the outcome (see above).
+    }
+  });
+  core_.reset();
 }
 
 }  // namespace npuflow::actors

@@ -381,7 +381,7 @@ void StreamActor::StartTaskUpdate(const Task& t, std::uint32_t task_id) {
   }
   state_ = State::kWaiting;
   const VTime end = clock_ + chip.task_update_latency_ns;
-  (void)target->Ask(std::move(patch)).Then([self = self_, epoch = epoch_, task_id, end](Status s) {
+  target->Ask(std::move(patch)).OnComplete([self = self_, epoch = epoch_, task_id, end](Status s) {
     self.Send(UnitDone{epoch, task_id, end, std::move(s)});
   });
 }
@@ -395,7 +395,7 @@ void StreamActor::StartModelExecute(const Task& t, std::uint32_t task_id) {
     return;
   }
   state_ = State::kWaiting;
-  (void)model->Ask<VTime>(ExecuteModel{clock_, t.io}).Then([self = self_, epoch = epoch_, task_id](StatusOr<VTime> r) {
+  model->Ask<VTime>(ExecuteModel{clock_, t.io}).OnComplete([self = self_, epoch = epoch_, task_id](StatusOr<VTime> r) {
     if (r.ok()) self.Send(UnitDone{epoch, task_id, *r, Status::Ok()});
     else self.Send(UnitDone{epoch, task_id, 0, r.status()});
   });

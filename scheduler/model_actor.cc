@@ -112,7 +112,7 @@ class ModelActor {
       // gates to elide): the device's completion answers the caller directly, and the actor hears
       // of it afterwards only to count the instance idle again. One hop fewer on every run.
       Busy(i);
-      (void)std::move(done).Then([self = ctx.self(), i, model = id(), reply = std::move(reply), host = req.host,
+      std::move(done).OnComplete([self = ctx.self(), i, model = id(), reply = std::move(reply), host = req.host,
                                   answered = &answered_](StatusOr<npu_sim::VTime>&& end) mutable {
         answered->fetch_add(1, std::memory_order_release);
         self.Send(model_msg::RunDone{kAnswered, npu_sim::VTime{}, i});
@@ -132,7 +132,7 @@ class ModelActor {
     }
     // The device's answer comes back as a message (a plain post from the device model's worker; no
     // closure queue). Safe at shutdown: posts to a stopping system are dropped.
-    (void)std::move(done).Then([self = ctx.self(), ticket](StatusOr<npu_sim::VTime>&& end) {
+    std::move(done).OnComplete([self = ctx.self(), ticket](StatusOr<npu_sim::VTime>&& end) {
       self.Send(model_msg::RunDone{ticket, std::move(end)});
     });
   }

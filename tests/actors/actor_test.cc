@@ -608,6 +608,41 @@ TEST(Futures, ThrowingContinuationBecomesAnError) {
   EXPECT_NE(s.message().find("boom"), std::string_view::npos);
 }
 
+TEST(Futures, OnCompleteRunsOnceWhereverTheValueArrives) {
+  // Registered before the value: runs on the completing thread, once, with the value.
+  for (int rep = 0; rep < 500; ++rep) {
+    Promise<StatusOr<int>> p;
+    std::atomic<int> seen{-1}, runs{0};
+    p.GetFuture().OnComplete([&](StatusOr<int> v) {
+      seen = v.ok() ? *v : -2;
+      ++runs;
+    });
+    std::thread t([&] { p.Set(rep); });
+    t.join();
+    EXPECT_EQ(seen.load(), rep);
+    EXPECT_EQ(runs.load(), 1);
+  }
+  // Registered after the value: runs at once. A failure reaches it as the value's status.
+  Promise<Status> done;
+  auto f = done.GetFuture();
+  done.Set(Status::Timeout("late"));
+  StatusCode code = StatusCode::kOk;
+  std::move(f).OnComplete([&](Status s) { code = s.code(); });
+  EXPECT_EQ(code, StatusCode::kTimeout);
+  EXPECT_FALSE(f.valid());  // consumed
+  // A throwing continuation loses only its own effect; a dropped promise still reaches it.
+  bool reached = false;
+  {
+    Promise<Status> dropped;
+    dropped.GetFuture().OnComplete([&](Status s) {
+      reached = s.code() == StatusCode::kAborted;
+      throw std::runtime_error("boom");
+    });
+  }
+  EXPECT_TRUE(reached);
+  Future<Status>().OnComplete([](Status) { FAIL() << "an invalid future has no value to run on"; });
+}
+
 TEST(Futures, DroppedPromiseFailsTheFuture) {
   Future<StatusOr<int>> f;
   {
