@@ -2,6 +2,7 @@
 // carries a virtual timestamp (`at`); the receiver starts at max(its own clock, at).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -130,7 +131,12 @@ struct SetStreamFault {  // Ask<void>
 
 // ---- to the AICore cluster / AICPU units -------------------------------------------------------
 // One kernel run, owned by the cluster from RunKernel until its last block reports.
+// One kernel launch, from the stream to the cluster and its units. Owned by the stream that
+// launched it and reused (its vectors and name keep their capacity): `in_use` is set by the stream
+// when it fills the job and cleared by the cluster after its last look at it, so a kernel launch
+// allocates nothing once a stream has run its first kernels.
 struct KernelJob {
+  std::atomic<bool> in_use{false};
   const KernelDef* def = nullptr;
   std::vector<std::uint64_t> args;  // a copy: the stream may be aborted and reloaded meanwhile
   std::uint32_t block_dim = 1;
@@ -147,7 +153,7 @@ struct KernelJob {
 };
 struct RunKernel {
   static constexpr std::string_view kKind = "RunKernel";
-  std::unique_ptr<KernelJob> job;
+  KernelJob* job = nullptr;  // the stream's; see KernelJob
   VTime at = 0;
 };
 struct BlocksDone {

@@ -327,12 +327,12 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
     Fail(Status::ParamInvalid("kernel {} on stream {} task {}: block_dim 0", t.display_name(), id_, task_id));
     return;
   }
-  auto job = std::make_unique<KernelJob>();
+  KernelJob* job = FreeJob();
   job->def = t.kernel;
-  job->args = t.args;
+  job->args.assign(t.args.begin(), t.args.end());  // a copy: the stream may be aborted and reloaded meanwhile
   job->block_dim = t.kind == TaskKind::kAicpuKernel ? 1 : p.block_dim;
   job->tiling_key = p.tiling_key;
-  job->name = std::string(t.display_name());
+  job->name.assign(t.display_name());
   job->stream = self_;
   job->stream_id = id_;
   job->epoch = epoch_;
@@ -340,10 +340,25 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
   state_ = State::kWaiting;
   device_->kernels_executed.fetch_add(1, std::memory_order_relaxed);
   if (t.kind == TaskKind::kKernel) {
-    device_->aicore.Send(RunKernel{std::move(job), clock_ + chip.kernel_launch_overhead_ns});
+    device_->aicore.Send(RunKernel{job, clock_ + chip.kernel_launch_overhead_ns});
   } else {
-    device_->aicpu.Send(RunKernel{std::move(job), clock_ + chip.aicpu_launch_overhead_ns});
+    device_->aicpu.Send(RunKernel{job, clock_ + chip.aicpu_launch_overhead_ns});
   }
+}
+
+// A job no cluster holds any more. One kernel runs per stream at a time, so this is the first job
+// almost always; a second is made only while an aborted stream's kernel is still out (and one stays
+// taken for good behind a unit that hangs).
+KernelJob* StreamActor::FreeJob() {
+  for (const auto& job : jobs_) {
+    if (!job->in_use.load(std::memory_order_acquire)) {
+      job->in_use.store(true, std::memory_order_relaxed);
+      return job.get();
+    }
+  }
+  jobs_.push_back(std::make_unique<KernelJob>());
+  jobs_.back()->in_use.store(true, std::memory_order_relaxed);
+  return jobs_.back().get();
 }
 
 void StreamActor::StartMemcpy(const Task& t, std::uint32_t task_id) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +65,7 @@ class StreamActor {
   // StartTask's stages, one per task kind another actor completes.
   void StartEventWait(const Task& t, std::uint32_t task_id);
   void StartKernel(const Task& t, std::uint32_t index, std::uint32_t task_id);
+  KernelJob* FreeJob();
   void StartMemcpy(const Task& t, std::uint32_t task_id);
   void StartTaskUpdate(const Task& t, std::uint32_t task_id);
   void StartModelExecute(const Task& t, std::uint32_t task_id);
@@ -94,6 +96,7 @@ class StreamActor {
   std::vector<Task> tasks_;      // host: the queue (executed prefix compacted away); model: the program
   std::vector<Param> live_;      // current parameters, patchable until fetched
   std::vector<Param> snap_;      // parameters as fetched
+  std::vector<std::unique_ptr<KernelJob>> jobs_;  // kernel launches, reused (see KernelJob)
   std::vector<VTime> ready_at_;  // host: a task cannot start before its submission
   std::size_t exec_ = 0;         // the task executing (or next to)
   std::size_t fetch_end_ = 0;    // tasks [.., fetch_end_) are fetched

@@ -92,8 +92,7 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
 ClusterActor::ClusterActor(Device* device, Engine engine) : device_(device), engine_(engine) {}
 
 void ClusterActor::On(RunKernel& run, Ctx&) {
-  KernelJob* job = run.job.get();
-  live_.emplace(job, std::move(run.job));
+  KernelJob* job = run.job;
   const std::uint32_t n = static_cast<std::uint32_t>(units_.size());
   const std::uint32_t parts = std::min<std::uint32_t>(job->block_dim, n);
   job->parts_left = parts;
@@ -113,8 +112,11 @@ void ClusterActor::On(BlocksDone& done, Ctx&) {
   job->end = std::max(job->end, done.end);
   if (job->status.ok() && !done.status.ok()) job->status = std::move(done.status);
   if (--job->parts_left == 0) {
-    job->stream.Send(UnitDone{job->epoch, job->task, job->end, std::move(job->status)});
-    live_.erase(job);
+    UnitDone report{job->epoch, job->task, job->end, std::move(job->status)};
+    const StreamAddr stream = job->stream;
+    job->status = Status::Ok();
+    job->in_use.store(false, std::memory_order_release);  // the last look: the stream may reuse it
+    stream.Send(std::move(report));
   }
 }
 

@@ -60,8 +60,6 @@ class ClusterActor {
   Engine engine_;
   std::vector<actors::Address<UnitMsg>> units_;
   std::size_t next_unit_ = 0;  // round-robin start, so single-block kernels share the units
-  // Jobs whose blocks are out. A hung unit never reports; its job is freed with the cluster.
-  std::unordered_map<KernelJob*, std::unique_ptr<KernelJob>> live_;
 };
 
 class DmaChannelActor {
