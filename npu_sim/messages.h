@@ -130,7 +130,6 @@ struct SetStreamFault {  // Ask<void>
 };
 
 // ---- to the AICore cluster / AICPU units -------------------------------------------------------
-// One kernel run, owned by the cluster from RunKernel until its last block reports.
 // One kernel launch, from the stream to the cluster and its units. Owned by the stream that
 // launched it and reused (its vectors and name keep their capacity): `in_use` is set by the stream
 // when it fills the job and cleared by the cluster after its last look at it, so a kernel launch
