@@ -35,6 +35,8 @@ namespace npuflow::actors {
 
 template <typename R>
 using ReplyType = std::conditional_t<std::is_void_v<R>, Status, StatusOr<R>>;
+template <typename R>
+class Replier;
 
 namespace detail {
 
@@ -219,6 +221,12 @@ class Address {
     return future;
   }
 
+  // Sends `msg` with someone else's reply slot: the receiver's answer goes straight to whoever
+  // asked the handler that holds `reply` (their types must agree, as for any reply). The way an
+  // actor hands a request on without a future and a continuation of its own.
+  template <typename R>
+  void Forward(Msg msg, Replier<R> reply) const;
+
   friend bool operator==(const Address& a, const Address& b) { return a.cell_ == b.cell_; }
 
  private:
@@ -271,10 +279,23 @@ class Replier {
     }
     core_.reset();
   }
+  template <typename>
+  friend class Address;
   detail::CoreRef core_;
   std::string actor_;
   std::string kind_;
 };
+
+template <typename Msg>
+template <typename R>
+void Address<Msg>::Forward(Msg msg, Replier<R> reply) const {
+  detail::CoreRef core = std::move(reply.core_);  // the replier no longer fails it when dropped
+  if (!cell_) {
+    if (core) core->TryFail(Status::ParamInvalid("Forward to an invalid (empty) address"));
+    return;
+  }
+  cell_->Post(std::move(msg), std::move(core));
+}
 
 // What a handler knows about the message it handles.
 template <typename Msg>

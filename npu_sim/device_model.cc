@@ -28,10 +28,11 @@ void DeviceModelActor::On(BindModelStream& m, Ctx& ctx) {
 
 void DeviceModelActor::On(ExecuteModel& m, Ctx& ctx) {
   if (streams_.empty()) {
+    m.on_end();
     ctx.ReplyError(Status::ParamInvalid("device {} model {}: no stream is bound", device_->id(), id_));
     return;
   }
-  queue_.push_back(Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io)});
+  queue_.push_back(Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io), m.on_end});
   if (!running_) StartNext(ctx);
 }
 
@@ -49,6 +50,7 @@ void DeviceModelActor::On(ModelDone& m, Ctx& ctx) {
   running_ = false;
   Execution done = std::move(queue_.front());
   queue_.pop_front();
+  done.on_end();
   if (status_.ok()) done.reply.Reply(end_); else done.reply.Fail(status_);
   if (!queue_.empty()) StartNext(ctx);
 }
@@ -60,7 +62,10 @@ void DeviceModelActor::On(AbortModel& m, Ctx& ctx) {
     ++run_;  // reports of the aborted run are stale from now on
     running_ = false;
   }
-  for (auto& e : queue_) e.reply.Fail(why);
+  for (auto& e : queue_) {
+    e.on_end();
+    e.reply.Fail(why);
+  }
   queue_.clear();
   ctx.Reply();
 }

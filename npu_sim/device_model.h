@@ -29,6 +29,7 @@ class DeviceModelActor {
     VTime at;
     actors::Replier<VTime> reply;
     std::shared_ptr<const std::vector<std::uint64_t>> io;
+    RunEndHook on_end;
   };
   void StartNext(actors::Context<Message>& ctx);
 

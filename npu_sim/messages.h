@@ -56,10 +56,22 @@ struct BindModelStream {  // Ask<void>
   StreamId stream = 0;
   StreamAddr addr;
 };
+// Called by the device model once per execution, right before it answers (done, failed, aborted
+// or refused), on the worker that runs it: must be quick and must not block. Plain data, so an
+// execution that tells its owner it ended costs no allocation.
+struct RunEndHook {
+  void (*fn)(void* ctx, std::uint64_t tag) = nullptr;
+  void* ctx = nullptr;
+  std::uint64_t tag = 0;
+  void operator()() const {
+    if (fn != nullptr) fn(ctx, tag);
+  }
+};
 struct ExecuteModel {  // Ask<VTime>: one run of every bound stream's task list; replies with its end
   static constexpr std::string_view kKind = "ExecuteModel";
   VTime at = 0;
   std::shared_ptr<const std::vector<std::uint64_t>> io;  // the run's I/O addresses; null: as loaded
+  RunEndHook on_end;
 };
 struct AbortModel {  // Ask<void>: stops every bound stream; the running and queued executions fail
   static constexpr std::string_view kKind = "AbortModel";

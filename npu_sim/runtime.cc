@@ -553,6 +553,23 @@ actors::Future<StatusOr<VTime>> Runtime::ExecuteModelAsync(Model model, std::vec
   return (*m)->addr.Ask<VTime>(npu_sim::ExecuteModel{at, std::move(*checked)});
 }
 
+void Runtime::ExecuteModelReplyTo(Model model, std::vector<std::uint64_t> io, actors::Replier<VTime> reply,
+                                  RunEndHook on_end) {
+  auto m = ModelOf(model);
+  if (!m.ok()) {
+    on_end();
+    return reply.Fail(m.status());
+  }
+  auto checked = CheckIo(model, std::move(io));
+  if (!checked.ok()) {
+    on_end();
+    return reply.Fail(checked.status());
+  }
+  auto dev = Dev(model.device);
+  const VTime at = HostCall(**dev, "execute model");
+  (*m)->addr.Forward(npu_sim::ExecuteModel{at, std::move(*checked), on_end}, std::move(reply));
+}
+
 Status Runtime::ExecuteModelOnStream(Model model, Stream stream, std::vector<std::uint64_t> io) {
   if (model.device != stream.device)
     return Status::ParamInvalid("npu_sim: model of device {} executed on a stream of device {}", model.device,

@@ -140,6 +140,11 @@ class Runtime {
   StatusOr<VTime> ExecuteModel(Model model, Timeout timeout = std::nullopt) { return ExecuteModel(model, {}, timeout); }
   StatusOr<VTime> ExecuteModel(Model model, std::vector<std::uint64_t> io, Timeout timeout);
   actors::Future<StatusOr<VTime>> ExecuteModelAsync(Model model, std::vector<std::uint64_t> io = {});
+  // The same execution answered into `reply` (an actor's caller waits on it: the device answers
+  // that caller itself, with no future or continuation in between), after `on_end` has run. A
+  // request refused before it reaches the device also runs `on_end`, then fails `reply`.
+  void ExecuteModelReplyTo(Model model, std::vector<std::uint64_t> io, actors::Replier<VTime> reply,
+                           RunEndHook on_end);
   // rtModelExecute on a host stream: one task that runs the model after the stream's earlier
   // work; the stream's later work waits for the run, and SynchronizeStream reports its error.
   Status ExecuteModelOnStream(Model model, Stream stream, std::vector<std::uint64_t> io = {});

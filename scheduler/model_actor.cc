@@ -25,13 +25,15 @@ class ModelActor {
         gates_elided_(model->instances_.size(), false) {}
 
   void Receive(Message& msg, Ctx& ctx) {
+    if (!self_.valid()) self_ = ctx.self();
     std::visit([&](auto& m) { On(m, ctx); }, msg);
   }
 
  private:
   enum class Phase { kReady, kUnloading, kUnloaded };
   struct Pending {
-    actors::Replier<ExecReply> reply;
+    actors::Replier<npu_sim::VTime> reply;
+    npu_sim::VTime end = 0;  // the run's, once run_done
     npu_sim::HostSide* host = nullptr;
     npu_sim::Timeout timeout;
     DeadlineTimer::Id timer = 0;
@@ -47,7 +49,7 @@ class ModelActor {
   };
   struct Held {
     ExecRequest req;
-    actors::Replier<ExecReply> reply;
+    actors::Replier<npu_sim::VTime> reply;
   };
 
   std::uint32_t id() const { return model_->id_; }
@@ -68,7 +70,7 @@ class ModelActor {
       ctx.ReplyError(Status::Aborted("model {} is unloaded", id()));
       return;
     }
-    actors::Replier<ExecReply> reply = ctx.TakeReply<ExecReply>();
+    actors::Replier<npu_sim::VTime> reply = ctx.TakeReply<npu_sim::VTime>();
     if (exclusive_) {  // a host-scheduled run has the model: start when it ends
       held_.push_back(Held{std::move(m.req), std::move(reply)});
       return;
@@ -76,7 +78,7 @@ class ModelActor {
     Start(std::move(m.req), std::move(reply), ctx);
   }
 
-  void Start(ExecRequest req, actors::Replier<ExecReply> reply, Ctx& ctx) {
+  void Start(ExecRequest req, actors::Replier<npu_sim::VTime> reply, Ctx& ctx) {
     if (Status w = model_->WeightsStatus(); !w.ok()) {
       reply.Fail(std::move(w));
       return;
@@ -89,13 +91,25 @@ class ModelActor {
     if (req.stream) {  // on the caller's stream: queued behind its work, answered once submitted
       const int i = static_cast<int>(rr_++ % in_flight_.size());
       Status s = rt_->ExecuteModelOnStream(model_->instances_[i]->model, *req.stream, FillIo(i, std::move(req.io)));
-      if (s.ok()) reply.Reply(ExecReply{});
+      if (s.ok()) reply.Reply(npu_sim::VTime{0});
       else reply.Fail(s.WithContext(fmt::format("model {}", id())));
       return;
     }
     const int i = PickInstance();
     const DavinciModel::Instance& inst = *model_->instances_[i];
     std::vector<std::uint64_t> io = FillIo(i, std::move(req.io));
+    // Nothing left for the actor to do before the answer (no timer, no weights to wait for, no
+    // gates to elide): the device answers the caller directly.
+    const bool direct = !req.timeout && settled && (gates_elided_[i] || !model_->HasGates(i));
+    if (direct && req.staging == nullptr) {
+      // The request goes on with the caller's reply slot; the device calls DirectRunEnded just
+      // before it answers, and the actor hears of the run afterwards only to count the instance
+      // idle. One hop fewer, and no future or continuation of the actor's own, per run.
+      Busy(i);
+      rt_->ExecuteModelReplyTo(inst.model, std::move(io), std::move(reply),
+                               npu_sim::RunEndHook{&ModelActor::DirectRunEnded, this, static_cast<std::uint64_t>(i)});
+      return;
+    }
     actors::Future<StatusOr<npu_sim::VTime>> done;
     if (req.staging == nullptr) {
       done = rt_->ExecuteModelAsync(inst.model, std::move(io));
@@ -107,18 +121,14 @@ class ModelActor {
       }
       done = rt_->SynchronizeStreamAsync(inst.exec_stream);
     }
-    if (!req.timeout && settled && (gates_elided_[i] || !model_->HasGates(i))) {
-      // Nothing left for the actor to do before the answer (no timer, no weights to wait for, no
-      // gates to elide): the device's completion answers the caller directly, and the actor hears
-      // of it afterwards only to count the instance idle again. One hop fewer on every run.
+    if (direct) {  // staged: the stream's synchronisation answers the caller
       Busy(i);
-      std::move(done).OnComplete([self = ctx.self(), i, model = id(), reply = std::move(reply), host = req.host,
+      std::move(done).OnComplete([self = ctx.self(), i, model = id(), reply = std::move(reply),
                                   answered = &answered_](StatusOr<npu_sim::VTime>&& end) mutable {
         answered->fetch_add(1, std::memory_order_release);
         self.Send(model_msg::RunDone{kAnswered, npu_sim::VTime{}, i});
         if (end.ok()) {
-          host->clock = std::max(host->clock, *end);
-          reply.Reply(ExecReply{});
+          reply.Reply(*end);
         } else {
           reply.Fail(end.status().WithContext(fmt::format("model {}", model)));
         }
@@ -137,7 +147,15 @@ class ModelActor {
     });
   }
 
-  std::uint64_t Track(int instance, actors::Replier<ExecReply> reply, const ExecRequest& req, bool settled) {
+  // RunEndHook of a run answered by the device itself (see Start): on the device model's worker,
+  // before the caller has its answer, so the caller's next message finds the run counted.
+  static void DirectRunEnded(void* actor, std::uint64_t instance) {
+    auto* self = static_cast<ModelActor*>(actor);
+    self->answered_.fetch_add(1, std::memory_order_release);
+    self->self_.Send(model_msg::RunDone{kAnswered, npu_sim::VTime{}, static_cast<int>(instance)});
+  }
+
+  std::uint64_t Track(int instance, actors::Replier<npu_sim::VTime> reply, const ExecRequest& req, bool settled) {
     std::size_t slot;
     if (!free_.empty()) {
       slot = free_.back();
@@ -156,6 +174,7 @@ class ModelActor {
     p.staged = req.staging != nullptr;
     p.weights_settled = settled;
     p.timed_out = p.run_done = p.abort_done = false;
+    p.end = 0;
     p.result = Status::Ok();
     Busy(instance);
     return Ticket(slot, p.generation);
@@ -206,7 +225,7 @@ class ModelActor {
     p->run_done = true;
     Idle(p->instance);
     if (m.end.ok()) {
-      p->host->clock = std::max(p->host->clock, *m.end);  // the caller's clock merges the run's end
+      p->end = *m.end;  // the caller merges it into its clock
     } else {
       p->result = m.end.status().WithContext(fmt::format("model {}", id()));
     }
@@ -265,7 +284,7 @@ class ModelActor {
   }
 
   void Answer(Pending& p, Status status) {
-    if (status.ok()) p.reply.Reply(ExecReply{!p.weights_settled});
+    if (status.ok()) p.reply.Reply(p.end);
     else p.reply.Fail(std::move(status));
     p.live = false;
     p.host = nullptr;
@@ -368,6 +387,7 @@ class ModelActor {
 
   DavinciModel* model_;
   npu_sim::Runtime* rt_;
+  actors::Address<ModelMsg> self_;  // for DirectRunEnded, which runs outside the actor
   Phase phase_ = Phase::kReady;
   std::vector<int> in_flight_;        // per instance
   std::vector<bool> gates_elided_;    // per instance

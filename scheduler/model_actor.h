@@ -15,9 +15,11 @@
 //                         instance's weight gates into NOPs before it is answered, so the next run
 //                         never waits on a latch again
 //   answers               a run with no timeout, on an instance whose gates are gone, is answered
-//                         by the device's completion itself; the actor counts it idle afterwards
-//                         (one hop fewer per run). Asking for the model alone waits, rather than
-//                         fails, for such runs whose callers already have their answers
+//                         by the device model itself: the request goes on with the caller's own
+//                         reply slot (Address::Forward), so no future or continuation is made for
+//                         it, and the device tells the actor the run ended (RunEndHook) just
+//                         before it answers. Asking for the model alone waits, rather than fails,
+//                         for such runs whose callers already have their answers
 //   timeouts              the actor's timer aborts the device model (and, for a staged run, the
 //                         execution stream) and answers Timeout once the abort has completed
 //   unload                executions queued are failed, the ones in flight aborted and answered;
@@ -60,13 +62,10 @@ struct ExecRequest {
   npu_sim::Timeout timeout;
   npu_sim::HostSide* host = nullptr;      // the caller's host side, lent until the answer
 };
-struct ExecReply {
-  // The run started before every external weight had landed: the caller waits for the load's
-  // verdict before it reports success.
-  bool weights_pending = false;
-};
-
 namespace model_msg {
+// Ask<npu_sim::VTime>: answered with the run's virtual end (0 for a run queued on the caller's
+// stream), which the caller merges into its host clock. A caller that saw the model's weights
+// still streaming in when it sent waits for the load's verdict after the answer.
 struct Execute {
   static constexpr std::string_view kKind = "Execute";
   ExecRequest req;

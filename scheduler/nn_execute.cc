@@ -143,11 +143,21 @@ Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
   }
   req.stream = args.stream;
   req.timeout = args.timeout;
-  req.host = &rt_->CurrentHostSide();
+  npu_sim::HostSide& host = rt_->CurrentHostSide();
+  req.host = &host;
   std::shared_ptr<Staging> staging = req.staging;
-  StatusOr<ExecReply> r = actor_.Ask<ExecReply>(model_msg::Execute{std::move(req)}).Get();
-  if (!r.ok()) return r.status();
-  if (r->weights_pending) NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
+  // Weights still streaming in when this is sent: the run may start before they land, so its
+  // success waits for the load's verdict (a load that records its latches even when it fails).
+  const bool weights_settled = weights_landed_.load(std::memory_order_acquire);
+  StatusOr<npu_sim::VTime> end = actor_.Ask<npu_sim::VTime>(model_msg::Execute{std::move(req)}).Get();
+  if (!end.ok()) {
+    // The actor's own errors name the model; the device's, answered to us directly, do not.
+    const std::string self = fmt::format("model {}", id_);
+    if (end.status().message().starts_with(self)) return end.status();
+    return end.status().WithContext(self);
+  }
+  host.clock = std::max(host.clock, *end);
+  if (!weights_settled) NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
   if (staging != nullptr)
     for (std::size_t i = 0; i < m.outputs.size(); ++i)
       if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());

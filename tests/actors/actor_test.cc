@@ -288,6 +288,42 @@ class Chain {
   long runs_ = 0;
 };
 
+// Forwarding: an actor hands a request on with its asker's reply slot; the receiver answers the
+// asker directly (no future or continuation in the middle).
+class Forwarder {
+ public:
+  struct Run {
+    long v;
+  };
+  struct RunAsInt {  // forwarded with a reply slot of the wrong type for the doubler's answer
+    long v;
+  };
+  using Message = std::variant<Run, RunAsInt>;
+  explicit Forwarder(Address<Doubler::Message> to) : to_(to) {}
+  void Receive(Message& msg, Context<Message>& ctx) {
+    if (auto* run = std::get_if<Run>(&msg)) return to_.Forward(Doubler::Twice{run->v}, ctx.TakeReply<long>());
+    to_.Forward(Doubler::Twice{std::get<RunAsInt>(msg).v}, ctx.TakeReply<int>());
+  }
+
+ private:
+  Address<Doubler::Message> to_;
+};
+
+TEST(Actors, ForwardLetsTheReceiverAnswerTheOriginalAsker) {
+  System system({.workers = 2});
+  auto doubler = system.Spawn<Doubler>("doubler");
+  auto forwarder = system.Spawn<Forwarder>("forwarder", doubler);
+  std::vector<Future<StatusOr<long>>> futures;
+  for (long i = 0; i < 1000; ++i) futures.push_back(forwarder.Ask<long>(Forwarder::Run{i}));
+  for (long i = 0; i < 1000; ++i) EXPECT_EQ(futures[i].Get().value(), 2 * i);
+  // The receiver's reply type must still match the asker's.
+  auto wrong = forwarder.Ask<int>(Forwarder::RunAsInt{1}).Get();
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInternal) << wrong.status();
+  // Forwarded to nobody: the asker hears so at once.
+  auto nowhere = system.Spawn<Forwarder>("to-nobody", Address<Doubler::Message>());
+  EXPECT_EQ(nowhere.Ask<long>(Forwarder::Run{1}).Get().status().code(), StatusCode::kParamInvalid);
+}
+
 TEST(Actors, ContextThenContinuesInsideTheActor) {
   System system({.workers = 2});
   auto doubler = system.Spawn<Doubler>("doubler");

@@ -418,6 +418,67 @@ TEST(DeviceModel, AHangEndsInTimeoutAndAbortAndTheModelRunsAgain) {
   EXPECT_EQ(second.Get().status().code(), StatusCode::kAborted);
 }
 
+// An actor that hands executions on with its asker's reply slot (as the ModelActor does), counting
+// the runs the device reports ended through the hook.
+class ReplyToRunner {
+ public:
+  struct Run {
+    Model model;
+    std::vector<std::uint64_t> io;
+  };
+  using Message = std::variant<Run>;
+  ReplyToRunner(Runtime* rt, std::atomic<int>* ends) : rt_(rt), ends_(ends) {}
+  void Receive(Message& msg, actors::Context<Message>& ctx) {
+    Run& run = std::get<Run>(msg);
+    ScopedHostClient charge(host_);
+    rt_->ExecuteModelReplyTo(run.model, std::move(run.io), ctx.TakeReply<VTime>(), RunEndHook{&Ended, ends_, 7});
+  }
+  static void Ended(void* ends, std::uint64_t tag) {
+    if (tag == 7) static_cast<std::atomic<int>*>(ends)->fetch_add(1, std::memory_order_release);
+  }
+
+ private:
+  Runtime* rt_;
+  std::atomic<int>* ends_;
+  HostSide host_;
+};
+
+TEST(DeviceModel, AnExecutionAnsweredToAnotherAskerRunsItsEndHookOnceBeforeTheAnswer) {
+  auto rt = MakeRuntime();
+  std::atomic<int> ends{0};
+  auto runner = rt->system().Spawn<ReplyToRunner>("reply-to", rt.get(), &ends);
+  Model m = rt->CreateModel(0).value();
+  // Refused before the device (no stream bound yet): the hook runs, the asker gets the error.
+  auto refused = runner.Ask<VTime>(ReplyToRunner::Run{m, {}}).Get();
+  EXPECT_EQ(refused.status().code(), StatusCode::kParamInvalid) << refused.status();
+  EXPECT_EQ(ends.load(), 1);
+  Stream a = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->BindStream(m, a).ok());
+  ASSERT_TRUE(rt->LoadTasks(m, a, {Task::Kernel(Kernel("noop"), 1, {}), Task::Nop()}).ok());
+  // Refused by the runtime (I/O addresses the model does not take): hook, then error.
+  auto bad_io = runner.Ask<VTime>(ReplyToRunner::Run{m, {1, 2, 3}}).Get();
+  EXPECT_EQ(bad_io.status().code(), StatusCode::kParamInvalid) << bad_io.status();
+  EXPECT_EQ(ends.load(), 2);
+  // Runs: each answer finds its run's hook already run.
+  for (int i = 0; i < 200; ++i) {
+    auto end = runner.Ask<VTime>(ReplyToRunner::Run{m, {}}).Get();
+    ASSERT_TRUE(end.ok()) << end.status();
+    EXPECT_GT(*end, 0);
+    EXPECT_EQ(ends.load(std::memory_order_acquire), 3 + i);
+  }
+  // A run that fails on the device ends too, once, before its error is answered.
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kFail, 1}).ok());
+  int runs = 0;
+  Status failed;
+  while (failed.ok() && runs < 256) {
+    auto end = runner.Ask<VTime>(ReplyToRunner::Run{m, {}}).Get();
+    ++runs;
+    if (!end.ok()) failed = end.status();
+    EXPECT_EQ(ends.load(std::memory_order_acquire), 202 + runs);
+  }
+  EXPECT_EQ(failed.code(), StatusCode::kFailed) << failed;
+}
+
 TEST(DeviceModel, ElidedWaitsBecomeNopsAndOnlyWaitsCanBeElided) {
   auto rt = MakeRuntime();
   Model m = rt->CreateModel(0).value();
