@@ -17,7 +17,8 @@
 // Guarantees: messages from one sender to one receiver are handled in the order sent (a sender is
 // an actor, or a thread outside the system); messages from different senders have no order, even
 // when one send happens before the other, so a message that must follow another sender's
-// messages is sent after their replies (or after System::WaitIdle); an actor
+// messages is sent after their replies (or after System::WaitIdle), or every sender uses
+// SendInOrder / AskInOrder, whose messages share one lane and follow happens-before; an actor
 // handles one message at a time; an error returned or thrown by a handler goes to the asker (or,
 // for a Send, to the actor's supervisor) and the actor keeps serving; every Ask's future
 // completes, at the latest when the system shuts down.
@@ -55,8 +56,9 @@ class Cell : public CellBase {
   using Env = Envelope<Msg>;
   using CellBase::CellBase;
 
-  // From any thread, inside or outside the system.
-  void Post(Msg&& msg, CoreRef reply) {
+  // From any thread, inside or outside the system. `ordered`: into the cell's one ordered lane,
+  // which every sender shares (Address::SendInOrder).
+  void Post(Msg&& msg, CoreRef reply, bool ordered = false) {
     DrainThreadState& ts = ThisThread();
     // From another system's handler counts as outside: this system's shutdown must wait for it.
     const bool external = !PostingFromInside();
@@ -72,13 +74,22 @@ class Cell : public CellBase {
         bool trigger;
         {
           std::lock_guard<std::mutex> lock(core_->det_mu);
-          (external ? det_external_ : det_queue_).push_back(Env{std::move(msg), sender, ReplyRef(std::move(reply))});
+          (ordered ? det_ordered_ : external ? det_external_ : det_queue_)
+              .push_back(Env{std::move(msg), sender, ReplyRef(std::move(reply))});
           SystemCore::DetEntry entry;
           entry.cell = this;
           entry.external = external;
+          entry.ordered = ordered;
           trigger = core_->DetEnqueue(std::move(entry), external);
         }
         if (trigger) core_->sequencer->try_put(tbb::flow::continue_msg());
+      } else if (ordered) {
+        {
+          std::lock_guard<std::mutex> lock(ordered_mu_);
+          if (ordered_lane_ == nullptr) ordered_lane_ = static_cast<Lane<Env>*>(AddLane(std::make_shared<Lane<Env>>()));
+          ordered_lane_->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply))});
+        }
+        if (TakeToken(1)) Schedule();
       } else {
         static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply))});
         if (TakeToken(1)) Schedule();
@@ -107,8 +118,10 @@ class Cell : public CellBase {
       std::lock_guard<std::mutex> lock(core_->det_mu);
       for (Env& e : det_queue_) drop(e);
       for (Env& e : det_external_) drop(e);
+      for (Env& e : det_ordered_) drop(e);
       det_queue_.clear();
       det_external_.clear();
+      det_ordered_.clear();
     }
     std::lock_guard<std::mutex> lock(closure_mu_);
     dropped += static_cast<std::int64_t>(closures_.size());
@@ -181,6 +194,12 @@ class Cell : public CellBase {
   std::optional<Env> held_;      // the head message the tap postponed
   std::deque<Env> det_queue_;     // deterministic mode: messages from actors (guarded by det_mu)
   std::deque<Env> det_external_;  // deterministic mode: messages from outside (guarded by det_mu)
+  std::deque<Env> det_ordered_;   // deterministic mode: ordered messages, any sender (guarded by det_mu)
+  // The lane every SendInOrder shares: its producers take ordered_mu_ (the lane itself is a
+  // single-producer ring chain), so its order is the order they took it. Made by the first one;
+  // never reaped.
+  std::mutex ordered_mu_;
+  Lane<Env>* ordered_lane_ = nullptr;
 };
 
 template <typename A>
@@ -208,6 +227,24 @@ class Address {
   // Fire and forget. A failure while handling it goes to the receiver's supervisor.
   void Send(Msg msg) const {
     if (cell_) cell_->Post(std::move(msg), {});
+  }
+
+  // In order across senders: the receiver handles the messages sent with SendInOrder / AskInOrder,
+  // from any threads and actors, in one order, and a send that happens before another (the
+  // second sender learned of the first, through a lock, a reply or a message) comes first. What a
+  // device stream needs of its host submissions. No order against plain Sends: each sender's
+  // plain messages keep their own lane.
+  void SendInOrder(Msg msg) const {
+    if (cell_) cell_->Post(std::move(msg), {}, /*ordered=*/true);
+  }
+  template <typename R = void>
+  Future<ReplyType<R>> AskInOrder(Msg msg) const {
+    using T = ReplyType<R>;
+    if (!cell_) return Future<T>::Ready(T(Status::ParamInvalid("Ask on an invalid (empty) address")));
+    Promise<T> promise;
+    Future<T> future = promise.GetFuture();
+    cell_->Post(std::move(msg), promise.ReleaseCore(), /*ordered=*/true);
+    return future;
   }
 
   // Request / reply: the handler answers with ctx.Reply(R) (or ctx.Reply() for R = void).
@@ -402,7 +439,7 @@ class CellImpl final : public Cell<typename A::Message> {
       this->RunClosure(entry.closure);
       return;
     }
-    std::deque<Env>& queue = entry.external ? this->det_external_ : this->det_queue_;
+    std::deque<Env>& queue = entry.ordered ? this->det_ordered_ : entry.external ? this->det_external_ : this->det_queue_;
     std::optional<Env> env;
     {
       std::lock_guard<std::mutex> lock(this->core_->det_mu);
@@ -420,6 +457,7 @@ class CellImpl final : public Cell<typename A::Message> {
         SystemCore::DetEntry again;
         again.cell = this;
         again.external = entry.external;
+        again.ordered = entry.ordered;
         this->core_->DetEnqueue(std::move(again), entry.external);
         return;
       }

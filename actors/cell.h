@@ -3,7 +3,9 @@
 //
 // Mailbox. Every (sender, receiver) pair has its own lane: an unbounded chain of Boost.Lockfree
 // single-producer/single-consumer rings. A sender is an actor (it sends from inside its handler,
-// one handler at a time, so it is a single producer) or a thread outside the system. A
+// one handler at a time, so it is a single producer) or a thread outside the system. One more
+// lane, made on first use, is shared by every sender of SendInOrder / AskInOrder: its producers
+// take a lock to push, so its order is the order in which they took it. A
 // receiver-wide `pending_` counter counts queued messages; the send that moves it from 0 to 1
 // owns the drain token and schedules the receiver. Whoever holds the token is the only one
 // draining, which is what makes "one handler at a time" true. The drain returns the token by
@@ -88,6 +90,7 @@ struct SystemCore {
   struct DetEntry {
     CellBase* cell = nullptr;
     bool external = false;          // the message is in the cell's external queue
+    bool ordered = false;           // ... in its ordered queue (a SendInOrder; overrides external)
     UniqueFunction<void()> closure;  // set: run this in the cell instead of a message
   };
   std::mutex det_mu;

@@ -82,15 +82,15 @@ using ModelMsg = std::variant<ModelDone, BindModelStream, ExecuteModel, AbortMod
 // ---- to a stream --------------------------------------------------------------------------------
 // Host submissions carry a per-stream sequence number given by the host API under the stream's
 // lock: the stream applies them in that order, whichever host threads sent them.
+// Submit and Synchronize are sent with SendInOrder / AskInOrder: a stream handles them in the
+// order the host made them, whichever threads and actors made them.
 struct Submit {  // host stream: append tasks, submitted at host virtual time `at`
   static constexpr std::string_view kKind = "Submit";
-  std::uint64_t seq = 0;
   std::vector<Task> tasks;
   VTime at = 0;
 };
-struct Synchronize {  // Ask<VTime>: completes when every submission with seq < upto has finished
+struct Synchronize {  // Ask<VTime>: completes when every submission sent before it has finished
   static constexpr std::string_view kKind = "Synchronize";
-  std::uint64_t upto = 0;
 };
 struct LoadProgram {  // model stream: the task list executed on every model run
   static constexpr std::string_view kKind = "LoadProgram";

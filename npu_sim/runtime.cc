@@ -263,7 +263,7 @@ StatusOr<Stream> Runtime::CreateStream(int device) {
       return reset;
     }
     std::lock_guard<std::mutex> slock(hs.mu);
-    hs.next_seq = hs.next_task = 0;
+    hs.next_task = 0;
     hs.model = -1;
     hs.live = true;
     return Stream{device, *reused};
@@ -307,12 +307,7 @@ Status Runtime::SynchronizeStream(Stream stream, Timeout timeout) {
   NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
   HostCall(*dev, "synchronize stream");
-  std::uint64_t upto;
-  {
-    std::lock_guard<std::mutex> lock(hs->mu);
-    upto = hs->next_seq;
-  }
-  auto done = hs->addr.Ask<VTime>(Synchronize{upto});
+  auto done = hs->addr.AskInOrder<VTime>(Synchronize{});
   auto end = Wait(done, timeout, fmt::format("device {} stream {} synchronize", stream.device, stream.id));
   if (!end.ok()) return end.status();
   CurrentHost().clock = std::max(HostClock(), *end);
@@ -324,12 +319,7 @@ actors::Future<StatusOr<VTime>> Runtime::SynchronizeStreamAsync(Stream stream) {
   if (!hs.ok()) return actors::Future<StatusOr<VTime>>::Ready(hs.status());
   auto dev = Dev(stream.device);
   HostCall(**dev, "synchronize stream");
-  std::uint64_t upto;
-  {
-    std::lock_guard<std::mutex> lock((*hs)->mu);
-    upto = (*hs)->next_seq;
-  }
-  return (*hs)->addr.Ask<VTime>(Synchronize{upto});
+  return (*hs)->addr.AskInOrder<VTime>(Synchronize{});
 }
 
 Status Runtime::AbortStream(Stream stream) {
@@ -356,7 +346,8 @@ StatusOr<std::uint32_t> Runtime::SubmitTasks(Stream stream, std::vector<Task> ta
                                 stream.device, stream.id, hs->model);
   const auto first = static_cast<std::uint32_t>(hs->next_task);
   hs->next_task += tasks.size();
-  hs->addr.Send(npu_sim::Submit{hs->next_seq++, std::move(tasks), at});
+  // Under the stream's lock, so the stream's order of submissions is the order of their ids.
+  hs->addr.SendInOrder(npu_sim::Submit{std::move(tasks), at});
   return first;
 }
 
@@ -465,7 +456,7 @@ Status Runtime::BindStream(Model model, Stream stream) {
     if (hs->model >= 0)
       return Status::ParamInvalid("npu_sim: device {} stream {} is already bound to model {}", stream.device, stream.id,
                                   hs->model);
-    if (hs->next_seq > 0 || stream.id == 0)
+    if (hs->next_task > 0 || stream.id == 0)
       return Status::ParamInvalid("npu_sim: device {} stream {} has host work; bind a fresh stream to a model",
                                   stream.device, stream.id);
     hs->model = model.id;
@@ -525,57 +516,51 @@ actors::Future<Status> Runtime::ElideWaitsAsync(Model model, Stream stream, std:
   return (*hs)->addr.Ask(npu_sim::ElideWaits{std::move(tasks)});
 }
 
-StatusOr<std::shared_ptr<const std::vector<std::uint64_t>>> Runtime::CheckIo(Model model,
-                                                                              std::vector<std::uint64_t> io) const {
-  NPUFLOW_ASSIGN_OR_RETURN(ModelEntry * m, ModelOf(model));
+StatusOr<Runtime::CheckedRun> Runtime::CheckRun(Model model, std::vector<std::uint64_t> io) const {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
+  CheckedRun run{dev, nullptr, nullptr};
   std::uint32_t slots;
   {
     std::lock_guard<std::mutex> lock(dev->mu);
-    slots = m->io_slots;
+    if (model.id >= dev->models.size() || !dev->models[model.id].live)
+      return Status::NotFound("npu_sim: device {} has no model {}", model.device, model.id);
+    run.model = &dev->models[model.id];
+    slots = run.model->io_slots;
   }
-  if (io.empty()) return std::shared_ptr<const std::vector<std::uint64_t>>();
+  if (io.empty()) return run;
   if (io.size() != slots)
     return Status::ParamInvalid("npu_sim: device {} model {} takes {} I/O addresses, got {}", model.device, model.id,
                                 slots, io.size());
   for (std::size_t i = 0; i < io.size(); ++i)
     if (io[i] == 0) return Status::ParamInvalid("npu_sim: device {} model {}: I/O address {} is null", model.device, model.id, i);
-  return std::make_shared<const std::vector<std::uint64_t>>(std::move(io));
+  run.io = std::make_shared<const std::vector<std::uint64_t>>(std::move(io));
+  return run;
 }
 
 actors::Future<StatusOr<VTime>> Runtime::ExecuteModelAsync(Model model, std::vector<std::uint64_t> io) {
-  auto m = ModelOf(model);
-  if (!m.ok()) return actors::Future<StatusOr<VTime>>::Ready(m.status());
-  auto checked = CheckIo(model, std::move(io));
-  if (!checked.ok()) return actors::Future<StatusOr<VTime>>::Ready(checked.status());
-  auto dev = Dev(model.device);
-  const VTime at = HostCall(**dev, "execute model");
-  return (*m)->addr.Ask<VTime>(npu_sim::ExecuteModel{at, std::move(*checked)});
+  auto run = CheckRun(model, std::move(io));
+  if (!run.ok()) return actors::Future<StatusOr<VTime>>::Ready(run.status());
+  const VTime at = HostCall(*run->dev, "execute model");
+  return run->model->addr.Ask<VTime>(npu_sim::ExecuteModel{at, std::move(run->io)});
 }
 
 void Runtime::ExecuteModelReplyTo(Model model, std::vector<std::uint64_t> io, actors::Replier<VTime> reply,
                                   RunEndHook on_end) {
-  auto m = ModelOf(model);
-  if (!m.ok()) {
+  auto run = CheckRun(model, std::move(io));
+  if (!run.ok()) {
     on_end();
-    return reply.Fail(m.status());
+    return reply.Fail(run.status());
   }
-  auto checked = CheckIo(model, std::move(io));
-  if (!checked.ok()) {
-    on_end();
-    return reply.Fail(checked.status());
-  }
-  auto dev = Dev(model.device);
-  const VTime at = HostCall(**dev, "execute model");
-  (*m)->addr.Forward(npu_sim::ExecuteModel{at, std::move(*checked), on_end}, std::move(reply));
+  const VTime at = HostCall(*run->dev, "execute model");
+  run->model->addr.Forward(npu_sim::ExecuteModel{at, std::move(run->io), on_end}, std::move(reply));
 }
 
 Status Runtime::ExecuteModelOnStream(Model model, Stream stream, std::vector<std::uint64_t> io) {
   if (model.device != stream.device)
     return Status::ParamInvalid("npu_sim: model of device {} executed on a stream of device {}", model.device,
                                 stream.device);
-  NPUFLOW_ASSIGN_OR_RETURN(auto checked, CheckIo(model, std::move(io)));
-  return SubmitTasks(stream, {Task::ModelExecute(model.id, std::move(checked))}, "execute model").status();
+  NPUFLOW_ASSIGN_OR_RETURN(CheckedRun run, CheckRun(model, std::move(io)));
+  return SubmitTasks(stream, {Task::ModelExecute(model.id, std::move(run.io))}, "execute model").status();
 }
 
 Status Runtime::DestroyModel(Model model) {

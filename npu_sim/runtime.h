@@ -184,7 +184,6 @@ class Runtime {
   struct HostStream {
     std::mutex mu;
     StreamAddr addr;
-    std::uint64_t next_seq = 0;
     std::uint64_t next_task = 0;
     std::int64_t model = -1;  // bound model id, -1 for a host stream
     bool live = false;
@@ -209,7 +208,14 @@ class Runtime {
   // The stream, if it is bound to `model` (else ParamInvalid naming both).
   StatusOr<HostStream*> BoundStreamOf(Model model, Stream stream) const;
   StatusOr<ModelEntry*> ModelOf(Model model) const;
-  StatusOr<std::shared_ptr<const std::vector<std::uint64_t>>> CheckIo(Model model, std::vector<std::uint64_t> io) const;
+  // A run of `model` with `io` (empty: as loaded), checked: the model is live and the I/O has one
+  // non-null address per slot. One look-up and one lock of the device's tables per run.
+  struct CheckedRun {
+    DeviceEntry* dev;
+    ModelEntry* model;
+    std::shared_ptr<const std::vector<std::uint64_t>> io;  // null: as loaded
+  };
+  StatusOr<CheckedRun> CheckRun(Model model, std::vector<std::uint64_t> io) const;
   // Host side of a call that reaches the device: advances the current client's host clock.
   VTime HostCall(DeviceEntry& dev, std::string_view what);
   HostSide& CurrentHost() const;

@@ -34,15 +34,7 @@ Status StreamActor::On(Submit& m, Ctx&) {
   if (mode_ == Mode::kModel)
     return Status::ParamInvalid("device {} {}: is bound to a model; host submissions are refused", device_->id(),
                                 name_);
-  if (m.seq != next_seq_) {
-    reorder_.emplace(m.seq, std::move(m));  // an earlier submission is still on its way
-    return Status::Ok();
-  }
-  AcceptSubmit(m);
-  while (!reorder_.empty() && reorder_.begin()->first == next_seq_) {
-    AcceptSubmit(reorder_.begin()->second);
-    reorder_.erase(reorder_.begin());
-  }
+  AcceptSubmit(m);  // in submission order: the host sends them in order (SendInOrder)
   if (state_ == State::kIdle && exec_ < tasks_.size()) {
     state_ = State::kRunning;
     Advance();
@@ -52,9 +44,8 @@ Status StreamActor::On(Submit& m, Ctx&) {
 }
 
 Status StreamActor::On(Synchronize& m, Ctx& ctx) {
-  PendingSync sync{m.upto, kUnknownTarget, ctx.template TakeReply<VTime>()};
-  if (mode_ == Mode::kHost && next_seq_ >= m.upto) sync.target = base_ + tasks_.size();
-  syncs_.push_back(std::move(sync));
+  // Sent in order with the submissions, so every submission before it has arrived.
+  syncs_.push_back(PendingSync{base_ + tasks_.size(), ctx.template TakeReply<VTime>()});
   AnswerSyncs();
   return Status::Ok();
 }
@@ -175,10 +166,8 @@ Status StreamActor::On(ResetStream&, Ctx& ctx) {
   live_.clear();
   snap_.clear();
   ready_at_.clear();
-  reorder_.clear();
   exec_ = fetch_end_ = 0;
   base_ = 0;
-  next_seq_ = 0;
   mode_ = Mode::kHost;
   sticky_error_ = Status::Ok();
   fault_.reset();
@@ -202,9 +191,6 @@ void StreamActor::AcceptSubmit(Submit& submit) {
     ready_at_.push_back(submit.at);
     tasks_.push_back(std::move(t));
   }
-  ++next_seq_;
-  for (auto& s : syncs_)
-    if (s.target == kUnknownTarget && s.upto <= next_seq_) s.target = base_ + tasks_.size();
 }
 
 // Host stream: a sync is answered once the tasks before its target have finished. Model stream:
@@ -213,8 +199,7 @@ void StreamActor::AnswerSyncs() {
   if (syncs_.empty()) return;
   const std::uint64_t done = base_ + exec_;
   for (auto it = syncs_.begin(); it != syncs_.end();) {
-    const bool reached = mode_ == Mode::kModel ? state_ == State::kIdle
-                                               : it->target != kUnknownTarget && it->target <= done;
+    const bool reached = mode_ == Mode::kModel ? state_ == State::kIdle : it->target <= done;
     if (reached) {
       if (!sticky_error_.ok()) {
         it->reply.Fail(std::move(sticky_error_));

@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,12 +53,9 @@ class StreamActor {
     std::uint64_t tiling_key;
   };
   struct PendingSync {
-    std::uint64_t upto;    // submissions with seq < upto
-    std::uint64_t target;  // absolute task id to reach; kUnknownTarget until submission upto-1 arrives
+    std::uint64_t target;  // host: absolute task id to reach (every task submitted before the sync)
     actors::Replier<VTime> reply;
   };
-
-  static constexpr std::uint64_t kUnknownTarget = ~std::uint64_t{0};
   void Advance();
   void StartTask(Task& t, std::uint32_t index);
   // StartTask's stages, one per task kind another actor completes.
@@ -106,8 +102,6 @@ class StreamActor {
   VTime wait_start_ = 0;
 
   // host submissions
-  std::uint64_t next_seq_ = 0;
-  std::map<std::uint64_t, Submit> reorder_;
   std::deque<PendingSync> syncs_;
   Status sticky_error_;  // a failure no Synchronize has reported yet
 

@@ -534,6 +534,97 @@ TEST(Actors, ParkingUnderConcurrentSendersKeepsEveryGuarantee) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// In order across senders: tickets taken under one lock and sent in order, by threads and by
+// actors' handlers, reach the ledger in ticket order, with the tap parking it at random and in
+// deterministic mode; an AskInOrder after a thread's own sends sees every ticket before it.
+class Ledger {
+ public:
+  struct Ticket {
+    long n;
+  };
+  struct Seen {};  // AskInOrder<long>: tickets seen so far
+  using Message = std::variant<Ticket, Seen>;
+  void Receive(Message& msg, Context<Message>& ctx) {
+    if (auto* t = std::get_if<Ticket>(&msg)) {
+      if (t->n != seen_) ++violations_;
+      seen_ = t->n + 1;
+      return;
+    }
+    ctx.Reply<long>(violations_ > 0 ? -violations_ : seen_);
+  }
+
+ private:
+  long seen_ = 0;
+  long violations_ = 0;
+};
+
+struct TicketOffice {
+  std::mutex mu;
+  long next = 0;
+  void Issue(const Address<Ledger::Message>& ledger) {
+    std::lock_guard<std::mutex> lock(mu);
+    ledger.SendInOrder(Ledger::Ticket{next++});
+  }
+};
+
+class Clerk {
+ public:
+  struct Go {
+    long count;
+  };
+  using Message = std::variant<Go>;
+  Clerk(TicketOffice* office, Address<Ledger::Message> ledger) : office_(office), ledger_(ledger) {}
+  void Receive(Message& msg, Context<Message>&) {
+    for (long i = 0; i < std::get<Go>(msg).count; ++i) office_->Issue(ledger_);
+  }
+
+ private:
+  TicketOffice* office_;
+  Address<Ledger::Message> ledger_;
+};
+
+TEST(Actors, InOrderSendsFollowHappensBeforeAcrossSenders) {
+  for (int rep = 0; rep < 6; ++rep) {
+    const bool deterministic = rep % 3 == 2;
+    const bool tapped = rep % 3 == 1;
+    System system({.workers = 2, .deterministic = deterministic, .batch = 1 + rep % 4});
+    RandomDelayTap tap;
+    if (tapped) ASSERT_TRUE(system.SetTap(&tap).ok());
+    TicketOffice office;
+    auto ledger = system.Spawn<Ledger>("ledger");
+    std::vector<Address<Clerk::Message>> clerks;
+    for (int c = 0; c < 3; ++c) clerks.push_back(system.Spawn<Clerk>(fmt::format("clerk{}", c), &office, ledger));
+    constexpr long kPerThread = 3000;
+    std::atomic<long> stale_asks{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&, t] {
+        for (long i = 0; i < kPerThread; ++i) {
+          office.Issue(ledger);
+          if (i % 500 == 0) clerks[(t + i / 500) % 3].Send(Clerk::Go{200});
+          if (i % 700 == 0) {
+            long mine;
+            {
+              std::lock_guard<std::mutex> lock(office.mu);
+              mine = office.next;
+            }
+            // Every ticket issued before this ask (by anyone) is in the ledger when it answers.
+            auto seen = ledger.AskInOrder<long>(Ledger::Seen{}).Get();
+            if (!seen.ok() || *seen < mine) stale_asks.fetch_add(1);
+          }
+        }
+      });
+    for (auto& th : threads) th.join();
+    system.WaitIdle();
+    auto seen = ledger.AskInOrder<long>(Ledger::Seen{}).Get();
+    if (tapped) EXPECT_TRUE(system.SetTap(nullptr).ok());
+    ASSERT_TRUE(seen.ok());
+    EXPECT_EQ(*seen, 2 * kPerThread + 2 * 6 * 200) << "rep " << rep << " (negative: tickets out of order)";
+    EXPECT_EQ(stale_asks.load(), 0) << "rep " << rep;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Deterministic mode: the same script gives the same message log, byte for byte.
 class LogTap : public DeliveryTap {
  public:
