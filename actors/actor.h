@@ -45,8 +45,9 @@ template <typename Msg>
 struct Envelope {
   Msg msg;
   ActorId sender = kExternal;
-  ReplyRef reply;       // null for Send; fails the Ask if the envelope dies unanswered
-  bool tapped = false;  // already offered to the delivery tap
+  ReplyRef reply;         // null for Send; fails the Ask if the envelope dies unanswered
+  std::uint32_t gen = 0;  // the receiver's generation it was sent to (dropped if retired since)
+  bool tapped = false;    // already offered to the delivery tap
 };
 
 // The part of a cell that depends on the message type: the mailbox and Post.
@@ -58,7 +59,7 @@ class Cell : public CellBase {
 
   // From any thread, inside or outside the system. `ordered`: into the cell's one ordered lane,
   // which every sender shares (Address::SendInOrder).
-  void Post(Msg&& msg, CoreRef reply, bool ordered = false) {
+  void Post(Msg&& msg, CoreRef reply, std::uint32_t gen, bool ordered = false) {
     DrainThreadState& ts = ThisThread();
     // From another system's handler counts as outside: this system's shutdown must wait for it.
     const bool external = !PostingFromInside();
@@ -75,7 +76,7 @@ class Cell : public CellBase {
         {
           std::lock_guard<std::mutex> lock(core_->det_mu);
           (ordered ? det_ordered_ : external ? det_external_ : det_queue_)
-              .push_back(Env{std::move(msg), sender, ReplyRef(std::move(reply))});
+              .push_back(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
           SystemCore::DetEntry entry;
           entry.cell = this;
           entry.external = external;
@@ -87,11 +88,11 @@ class Cell : public CellBase {
         {
           std::lock_guard<std::mutex> lock(ordered_mu_);
           if (ordered_lane_ == nullptr) ordered_lane_ = static_cast<Lane<Env>*>(AddLane(std::make_shared<Lane<Env>>()));
-          ordered_lane_->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply))});
+          ordered_lane_->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
         }
         if (TakeToken(1)) Schedule();
       } else {
-        static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply))});
+        static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
         if (TakeToken(1)) Schedule();
       }
     }
@@ -226,7 +227,7 @@ class Address {
 
   // Fire and forget. A failure while handling it goes to the receiver's supervisor.
   void Send(Msg msg) const {
-    if (cell_) cell_->Post(std::move(msg), {});
+    if (cell_) cell_->Post(std::move(msg), {}, gen_);
   }
 
   // In order across senders: the receiver handles the messages sent with SendInOrder / AskInOrder,
@@ -235,7 +236,7 @@ class Address {
   // device stream needs of its host submissions. No order against plain Sends: each sender's
   // plain messages keep their own lane.
   void SendInOrder(Msg msg) const {
-    if (cell_) cell_->Post(std::move(msg), {}, /*ordered=*/true);
+    if (cell_) cell_->Post(std::move(msg), {}, gen_, /*ordered=*/true);
   }
   template <typename R = void>
   Future<ReplyType<R>> AskInOrder(Msg msg) const {
@@ -243,7 +244,7 @@ class Address {
     if (!cell_) return Future<T>::Ready(T(Status::ParamInvalid("Ask on an invalid (empty) address")));
     Promise<T> promise;
     Future<T> future = promise.GetFuture();
-    cell_->Post(std::move(msg), promise.ReleaseCore(), /*ordered=*/true);
+    cell_->Post(std::move(msg), promise.ReleaseCore(), gen_, /*ordered=*/true);
     return future;
   }
 
@@ -254,7 +255,7 @@ class Address {
     if (!cell_) return Future<T>::Ready(T(Status::ParamInvalid("Ask on an invalid (empty) address")));
     Promise<T> promise;
     Future<T> future = promise.GetFuture();
-    cell_->Post(std::move(msg), promise.ReleaseCore());
+    cell_->Post(std::move(msg), promise.ReleaseCore(), gen_);
     return future;
   }
 
@@ -264,7 +265,7 @@ class Address {
   template <typename R>
   void Forward(Msg msg, Replier<R> reply) const;
 
-  friend bool operator==(const Address& a, const Address& b) { return a.cell_ == b.cell_; }
+  friend bool operator==(const Address& a, const Address& b) { return a.cell_ == b.cell_ && a.gen_ == b.gen_; }
 
  private:
   template <typename>
@@ -272,8 +273,9 @@ class Address {
   friend class System;
   template <typename>
   friend class Context;
-  explicit Address(detail::Cell<Msg>* cell) : cell_(cell) {}
+  Address(detail::Cell<Msg>* cell, std::uint32_t gen) : cell_(cell), gen_(gen) {}
   detail::Cell<Msg>* cell_ = nullptr;
+  std::uint32_t gen_ = 0;  // the actor's generation: a retired actor's address reaches nobody
 };
 
 // A reply taken out of a handler to be given later (e.g. when device work completes). Dropping
@@ -331,7 +333,7 @@ void Address<Msg>::Forward(Msg msg, Replier<R> reply) const {
     if (core) core->TryFail(Status::ParamInvalid("Forward to an invalid (empty) address"));
     return;
   }
-  cell_->Post(std::move(msg), std::move(core));
+  cell_->Post(std::move(msg), std::move(core), gen_);
 }
 
 // What a handler knows about the message it handles.
@@ -339,7 +341,7 @@ template <typename Msg>
 class Context {
  public:
   ActorId sender() const { return env_->sender; }
-  Address<Msg> self() const { return Address<Msg>(cell_); }
+  Address<Msg> self() const { return Address<Msg>(cell_, cell_->gen()); }
   std::string_view self_name() const { return cell_->name(); }
   bool expects_reply() const { return static_cast<bool>(env_->reply); }
 
@@ -417,6 +419,7 @@ class CellImpl final : public Cell<typename A::Message> {
   CellImpl(SystemCore* core, ActorId id, std::string name, Supervisor supervisor, Args&&... args)
       : Base(core, id, std::move(name), std::move(supervisor)),
         actor_(std::make_unique<A>(std::forward<Args>(args)...)) {
+    this->type_ = std::type_index(typeid(A));
     this->pass_fn_ = core->tap_hook ? &CellImpl::PassThunk<true> : &CellImpl::PassThunk<false>;
     this->node_ = std::make_unique<tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>>(
         *core->graph, tbb::flow::unlimited, [this](tbb::flow::continue_msg) {
@@ -427,6 +430,15 @@ class CellImpl final : public Cell<typename A::Message> {
 
   A* actor() { return actor_.get(); }
 
+  // A new actor in this retired cell; the caller holds its token (BeginReuse) and nobody else
+  // can reach the cell (every address to it is of an older generation).
+  template <typename... Args>
+  void Reincarnate(std::string name, Supervisor supervisor, Args&&... args) {
+    this->name_ = std::move(name);
+    this->supervisor_ = std::move(supervisor);
+    actor_ = std::make_unique<A>(std::forward<Args>(args)...);
+  }
+
   void DropAll(const Status& why) override { this->DropQueued(why); }
   void DestroyActor() override { actor_.reset(); }
 
@@ -436,7 +448,7 @@ class CellImpl final : public Cell<typename A::Message> {
       return;
     }
     if (entry.closure) {
-      this->RunClosure(entry.closure);
+      this->RunClosure(entry.closure, entry.gen);
       return;
     }
     std::deque<Env>& queue = entry.ordered ? this->det_ordered_ : entry.external ? this->det_external_ : this->det_queue_;
@@ -527,6 +539,11 @@ class CellImpl final : public Cell<typename A::Message> {
   }
 
   void Deliver(Env& env) {
+    if (env.gen != this->gen_.load(std::memory_order_relaxed)) {  // sent to an actor since retired
+      if (env.reply) env.reply->TryFail(Status::Aborted("actor '{}' is retired: {} not delivered", this->name_, KindOf(env.msg)));
+      env.reply.reset();
+      return;
+    }
     Context<Msg> ctx(this, &env);
     Status status;
     try {

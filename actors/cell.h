@@ -37,6 +37,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <typeindex>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -92,6 +93,7 @@ struct SystemCore {
     bool external = false;          // the message is in the cell's external queue
     bool ordered = false;           // ... in its ordered queue (a SendInOrder; overrides external)
     UniqueFunction<void()> closure;  // set: run this in the cell instead of a message
+    std::uint32_t gen = 0;           // the closure's: run only if the cell still has this generation
   };
   std::mutex det_mu;
   std::deque<DetEntry> det_internal;
@@ -101,6 +103,11 @@ struct SystemCore {
   // Caller holds det_mu. Returns whether the sequencer must be triggered.
   bool DetEnqueue(DetEntry entry, bool from_outside);
   void DetRun();
+
+  // Cells of retired actors, by actor type, for Spawn to reuse (System::Retire).
+  mutable std::mutex free_mu;
+  std::unordered_map<std::type_index, std::vector<CellBase*>> free_cells;
+  std::atomic<std::size_t> retired_cells{0};  // cells with no actor: retired and not reused yet
 
   // Wall-clock resumption of cells parked by the tap, on the process's timer thread
   // (base/timer.h). timer_mu_ orders ArmTimer against StopTimer: no arm after the stop.
@@ -265,8 +272,29 @@ class CellBase {
   std::uint64_t handled() const { return handled_.load(std::memory_order_relaxed); }
 
   // Runs `fn` inside this actor, as if it were a message (one handler at a time). Used for
-  // continuations (Context::Then). Dropped (not run) after shutdown.
+  // continuations (Context::Then). Dropped (not run) after shutdown, or if the actor is retired
+  // before it runs.
   void PostClosure(UniqueFunction<void()> fn);
+
+  // The actor's generation: bumped when it is retired. Addresses, messages and closures carry the
+  // generation they were made for; one that no longer matches is dropped, never delivered to the
+  // actor that reuses the cell (System::Retire).
+  std::uint32_t gen() const { return gen_.load(std::memory_order_acquire); }
+  // Retires the actor of generation `gen` (a no-op if it is not the current one any more): inside
+  // the actor, as a closure, the generation moves on, pending continuations are cut off, the
+  // actor object is destroyed and, unless the system is deterministic, the cell is offered for
+  // reuse by a Spawn of the same actor type.
+  void Retire(std::uint32_t gen);
+  // Spawn's reuse of a retired cell: true if no drain holds it (the caller then holds its token
+  // and must call EndReuse). A retired cell has no actor, so only stray messages of an old
+  // generation can wake it; they are dropped.
+  bool BeginReuse() {
+    std::int64_t idle = 0;
+    return pending_.compare_exchange_strong(idle, 1, std::memory_order_acq_rel);
+  }
+  void EndReuse() {
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) - 1 > 0) Spawn();  // strays arrived meanwhile
+  }
 
   // Shutdown, once no drain runs: fail every queued ask, drop every queued message.
   virtual void DropAll(const Status& why) = 0;
@@ -292,18 +320,20 @@ class CellBase {
   void ReportFailure(std::string_view kind, Status status);
 
  protected:
-  // Runs queued closures; returns how many ran.
+  // Runs queued closures; returns how many ran (or were dropped as of an older generation).
   std::int64_t RunClosures();
-  void RunClosure(UniqueFunction<void()>& fn);
+  void RunClosure(UniqueFunction<void()>& fn, std::uint32_t gen);
   bool TakeToken(std::int64_t count) {
     return pending_.fetch_add(count, std::memory_order_acq_rel) == 0;
   }
 
   SystemCore* const core_;
   const ActorId id_;
-  const std::string name_;
+  std::string name_;  // changes only when a Spawn reuses the cell (idle, its token held)
   const std::uint64_t uid_;
   Supervisor supervisor_;
+  std::type_index type_ = std::type_index(typeid(void));  // the actor's type, the key of its free list
+  std::atomic<std::uint32_t> gen_{0};
   PassResult (*pass_fn_)(CellBase*) = nullptr;  // the typed drain pass: one indirect call per pass
   std::unique_ptr<tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>> node_;
 
@@ -311,7 +341,7 @@ class CellBase {
   std::atomic<std::uint64_t> handled_{0};  // single writer (the token holder)
 
   std::mutex closure_mu_;
-  std::deque<UniqueFunction<void()>> closures_;
+  std::deque<std::pair<UniqueFunction<void()>, std::uint32_t>> closures_;  // with their generation
   std::atomic<std::int64_t> closure_count_{0};
 
   // Lanes from this actor to others (used only by this actor's token holder).

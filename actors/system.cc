@@ -156,6 +156,7 @@ void CellBase::PostClosure(UniqueFunction<void()> fn) {
     }
   } done{core_, external};
   if (core_->stopping.load(std::memory_order_seq_cst)) return;  // dropped: the system is gone
+  const std::uint32_t gen = gen_.load(std::memory_order_acquire);
   if (core_->deterministic) {
     bool trigger;
     {
@@ -163,6 +164,7 @@ void CellBase::PostClosure(UniqueFunction<void()> fn) {
       SystemCore::DetEntry entry;
       entry.cell = this;
       entry.closure = std::move(fn);
+      entry.gen = gen;
       trigger = core_->DetEnqueue(std::move(entry), external);
     }
     if (trigger) core_->sequencer->try_put(tbb::flow::continue_msg());
@@ -170,25 +172,26 @@ void CellBase::PostClosure(UniqueFunction<void()> fn) {
   }
   {
     std::lock_guard<std::mutex> lock(closure_mu_);
-    closures_.push_back(std::move(fn));
+    closures_.emplace_back(std::move(fn), gen);
   }
   closure_count_.fetch_add(1, std::memory_order_release);
   if (TakeToken(1)) Schedule();
 }
 
 std::int64_t CellBase::RunClosures() {
-  std::deque<UniqueFunction<void()>> batch;
+  std::deque<std::pair<UniqueFunction<void()>, std::uint32_t>> batch;
   {
     std::lock_guard<std::mutex> lock(closure_mu_);
     batch.swap(closures_);
   }
   const auto n = static_cast<std::int64_t>(batch.size());
   closure_count_.fetch_sub(n, std::memory_order_relaxed);
-  for (auto& fn : batch) RunClosure(fn);
+  for (auto& [fn, gen] : batch) RunClosure(fn, gen);
   return n;
 }
 
-void CellBase::RunClosure(UniqueFunction<void()>& fn) {
+void CellBase::RunClosure(UniqueFunction<void()>& fn, std::uint32_t gen) {
+  if (gen != gen_.load(std::memory_order_relaxed)) return;  // a continuation of a retired actor
   try {
     fn();
   } catch (const std::exception& e) {
@@ -197,6 +200,26 @@ void CellBase::RunClosure(UniqueFunction<void()>& fn) {
     ReportFailure("continuation", Status::Internal("actor '{}' continuation threw", name_));
   }
   handled_.store(handled_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+void CellBase::Retire(std::uint32_t gen) {
+  PostClosure([this, gen] {
+    if (gen_.load(std::memory_order_relaxed) != gen) return;  // retired already
+    // Continuations of this actor stop here: one that got through the link before it is cut was
+    // posted with this generation, and is dropped once the generation moves on below.
+    {
+      std::lock_guard<std::recursive_mutex> lock(link_->mu);
+      link_->cell = nullptr;
+    }
+    link_ = std::make_shared<CellLink>();
+    link_->cell = this;
+    gen_.store(gen + 1, std::memory_order_release);
+    DestroyActor();
+    core_->retired_cells.fetch_add(1, std::memory_order_relaxed);
+    if (core_->deterministic || core_->stopping.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lock(core_->free_mu);
+    core_->free_cells[type_].push_back(this);  // reusable once this drain has let go of it
+  });
 }
 
 void CellBase::ReportFailure(std::string_view kind, Status status) {
@@ -337,10 +360,28 @@ void System::Shutdown() {
   });
 }
 
+detail::CellBase* System::TakeFreeCell(std::type_index type) {
+  if (core_.deterministic) return nullptr;
+  std::lock_guard<std::mutex> lock(core_.free_mu);
+  auto it = core_.free_cells.find(type);
+  if (it == core_.free_cells.end()) return nullptr;
+  std::vector<detail::CellBase*>& cells = it->second;
+  for (std::size_t i = cells.size(); i-- > 0;) {
+    detail::CellBase* cell = cells[i];
+    if (!cell->BeginReuse()) continue;  // its retiring drain (or a stray message's) still runs
+    cells.erase(cells.begin() + static_cast<std::ptrdiff_t>(i));
+    core_.retired_cells.fetch_sub(1, std::memory_order_relaxed);
+    return cell;
+  }
+  return nullptr;
+}
+
 SystemStats System::Stats() const {
   std::lock_guard<std::mutex> lock(cells_mu_);
   SystemStats stats;
-  stats.actors = cells_.size();
+  stats.cells = cells_.size();
+  stats.retired = core_.retired_cells.load(std::memory_order_relaxed);
+  stats.actors = stats.cells - stats.retired;
   for (const auto& cell : cells_) stats.handled += cell->handled();
   stats.failures = core_.failures.load(std::memory_order_relaxed);
   return stats;

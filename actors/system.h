@@ -55,7 +55,9 @@ struct SpawnOptions {
 };
 
 struct SystemStats {
-  std::size_t actors = 0;
+  std::size_t actors = 0;   // live: spawned and not retired
+  std::size_t cells = 0;    // actor cells the system holds: live actors and retired ones kept for reuse
+  std::size_t retired = 0;  // cells of retired actors, not reused yet (never, in deterministic mode)
   std::uint64_t handled = 0;   // messages and continuations handled
   std::uint64_t failures = 0;  // handler failures that went to a supervisor
 };
@@ -72,12 +74,21 @@ class System {
 
   template <typename A, typename... Args>
   Address<typename A::Message> Spawn(SpawnOptions options, Args&&... args) {
+    if (detail::CellBase* reused = TakeFreeCell(std::type_index(typeid(A)))) {
+      // A retired actor's cell, idle and with its token held: a new actor, a new generation.
+      auto* cell = static_cast<detail::CellImpl<A>*>(reused);
+      if (options.name.empty()) options.name = "actor-" + std::to_string(cell->id());
+      cell->Reincarnate(std::move(options.name), std::move(options.supervisor), std::forward<Args>(args)...);
+      Address<typename A::Message> address(cell, cell->gen());
+      cell->EndReuse();
+      return address;
+    }
     // The cell is built outside the lock: a handler may Spawn (or read Stats) meanwhile.
     const ActorId id = next_id_.fetch_add(1, std::memory_order_relaxed);
     if (options.name.empty()) options.name = "actor-" + std::to_string(id);
     auto cell = std::make_unique<detail::CellImpl<A>>(&core_, id, std::move(options.name),
                                                       std::move(options.supervisor), std::forward<Args>(args)...);
-    Address<typename A::Message> address(cell.get());
+    Address<typename A::Message> address(cell.get(), 0);
     std::lock_guard<std::mutex> lock(cells_mu_);
     cells_.push_back(std::move(cell));
     return address;
@@ -85,6 +96,19 @@ class System {
   template <typename A, typename... Args>
   Address<typename A::Message> Spawn(std::string name, Args&&... args) {
     return Spawn<A>(SpawnOptions{std::move(name), {}}, std::forward<Args>(args)...);
+  }
+
+  // Retires an actor its owner is done with (a model unloaded, a session closed), so that a
+  // process that spawns and retires actors for hours keeps as many cells as it ever had live
+  // actors, not one per actor it ever spawned. Asynchronous: the actor finishes the handler it
+  // runs, then is destroyed inside its own drain, as if that were a message; the next Spawn of
+  // the same actor type reuses the cell (its lanes and flow-graph node). Messages queued for it
+  // or sent to `address` (or any copy) afterwards are dropped, an Ask failing with Aborted; its
+  // pending continuations are dropped. Retiring twice, or an address of an older generation, is
+  // a no-op. In deterministic mode cells are not reused (the actor is still destroyed).
+  template <typename Msg>
+  void Retire(const Address<Msg>& address) {
+    if (address.cell_ != nullptr) address.cell_->Retire(address.gen_);
   }
 
   // Installs (or, with nullptr, removes) the delivery tap. The tap must outlive its
@@ -134,6 +158,9 @@ class System {
   std::unique_ptr<IoExecutor> io_;
   std::unique_ptr<tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>> sequencer_;
   detail::SystemCore core_;
+  // A free cell of actor type `type` whose token this call now holds, or null.
+  detail::CellBase* TakeFreeCell(std::type_index type);
+
   mutable std::mutex cells_mu_;
   std::atomic<ActorId> next_id_{1};
   std::vector<std::unique_ptr<detail::CellBase>> cells_;

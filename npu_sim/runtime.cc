@@ -576,6 +576,9 @@ Status Runtime::DestroyModel(Model model) {
     streams = std::move(m->streams);
     dev->device->SetModel(model.id, {});
   }
+  // Aborted, so nothing runs in it any more: its cell goes to the next model created. Anything
+  // still sent to it (a bound stream's late completion) is dropped.
+  system_->Retire(m->addr);
   for (StreamId id : streams) {
     HostStream* hs;
     {

@@ -104,6 +104,8 @@ Status DavinciModel::Unload() {
       NPUFLOW_LOG_WARN(kScheduler, "model {}: unloaded inside an actor handler; executions in flight are not waited for", id_);
     else if (Status s = actor_.Ask(model_msg::Unload{&rt_->CurrentHostSide()}).Get(); !s.ok())
       NPUFLOW_LOG_WARN(kScheduler, "model {}: unload: {}", id_, s.ToString());
+    else
+      rt_->system().Retire(actor_);  // drained: its cell goes to the next model loaded
   } else {
     // Executions in flight end now (Aborted); then nothing uses the instances any more.
     for (auto& inst : instances_) {

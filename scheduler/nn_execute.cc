@@ -124,6 +124,8 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
 }
 
 Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
+  // Once unloaded the actor is retired (an execution sent now would fail as not delivered).
+  if (unloaded_.load(std::memory_order_acquire)) return Status::Aborted("model {} is unloaded", id_);
   NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
   const CompiledModel& m = *model_;
   ExecRequest req;
@@ -296,6 +298,7 @@ Status DavinciModel::ExecuteHostScheduled(const ExecuteArgs& args) {
   if (actor_.valid()) {
     // The model to itself: the actor refuses while anything runs, and holds back executions that
     // arrive until this one ends.
+    if (unloaded_.load(std::memory_order_acquire)) return Status::Aborted("model {} is unloaded", id_);
     NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
     NPUFLOW_RETURN_IF_ERROR(actor_.Ask(model_msg::AcquireExclusive{&rt_->CurrentHostSide()}).Get());
     Status s = WeightsStatus();

@@ -334,6 +334,114 @@ TEST(Actors, ContextThenContinuesInsideTheActor) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Retirement: an actor its owner is done with is destroyed inside its own drain, its cell reused
+// by the next Spawn of its type; its old address, queued messages and continuations reach nobody.
+class Awaiter {  // keeps a continuation pending on a future it is given
+ public:
+  struct Await {
+    Future<StatusOr<long>> future;
+  };
+  using Message = std::variant<Await>;
+  explicit Awaiter(std::atomic<int>* ran) : ran_(ran) {}
+  void Receive(Message& msg, Context<Message>& ctx) {
+    ctx.Then(std::move(std::get<Await>(msg).future), [this](StatusOr<long>) { ran_->fetch_add(1); });
+  }
+
+ private:
+  std::atomic<int>* ran_;
+};
+
+TEST(Actors, ARetiredActorsCellIsReusedAndItsOldAddressReachesNobody) {
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "threads");
+    System system({.workers = 2, .deterministic = deterministic});
+    auto first = system.Spawn<Counter>("first");
+    first.Send(Counter::Add{5});
+    EXPECT_EQ(first.Ask<long>(Counter::Get{}).Get().value(), 5);
+    const std::size_t cells = system.Stats().cells;
+    system.Retire(first);
+    system.Retire(first);  // twice: a no-op
+    system.WaitIdle();
+    EXPECT_EQ(system.Stats().actors, cells - 1);
+
+    auto second = system.Spawn<Counter>("second");
+    EXPECT_EQ(system.Stats().cells, deterministic ? cells + 1 : cells) << "reused unless deterministic";
+    EXPECT_EQ(system.Stats().retired, deterministic ? 1u : 0u);
+    EXPECT_FALSE(first == second);
+    EXPECT_EQ(second.Ask<long>(Counter::Get{}).Get().value(), 0) << "a new actor, not the old one's state";
+    first.Send(Counter::Add{100});
+    auto stale = first.Ask<long>(Counter::Get{}).Get();
+    ASSERT_FALSE(stale.ok());
+    EXPECT_EQ(stale.status().code(), StatusCode::kAborted);
+    EXPECT_NE(stale.status().message().find("retired"), std::string_view::npos) << stale.status();
+    EXPECT_EQ(second.Ask<long>(Counter::Get{}).Get().value(), 0);
+    system.Retire(first);  // an older generation: does not retire the second actor
+    system.WaitIdle();
+    EXPECT_EQ(second.Ask<long>(Counter::Get{}).Get().value(), 0);
+
+    // A continuation still pending when its actor is retired never runs (its captures are gone).
+    std::atomic<int> ran{0};
+    auto awaiter = system.Spawn<Awaiter>("awaiter", &ran);
+    Promise<StatusOr<long>> promise;
+    awaiter.Send(Awaiter::Await{promise.GetFuture()});
+    system.WaitIdle();
+    system.Retire(awaiter);
+    system.WaitIdle();
+    auto again = system.Spawn<Awaiter>("awaiter again", &ran);
+    promise.Set(StatusOr<long>(1));
+    system.WaitIdle();
+    EXPECT_EQ(ran.load(), 0);
+  }
+}
+
+// Churn: threads spawn, use and retire actors while others keep sending to retired addresses.
+// Every Ask completes (answered, or Aborted for a retired actor), no answer comes from another
+// actor, and the cells stay bounded by the actors live at once.
+TEST(Actors, SpawnAndRetireUnderThreadsKeepsCellsBoundedAndAnswersRight) {
+  for (int rep = 0; rep < 3; ++rep) {
+    System system({.workers = 2, .batch = 1 + rep});
+    std::atomic<bool> stop{false};
+    std::mutex mu;
+    std::vector<Address<Counter::Message>> retired;
+    std::atomic<long> wrong{0}, aborted{0};
+    std::thread stray([&] {
+      std::mt19937 rng(rep);
+      while (!stop.load()) {
+        Address<Counter::Message> target;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!retired.empty()) target = retired[rng() % retired.size()];
+        }
+        target.Send(Counter::Add{1000});
+        auto r = target.Ask<long>(Counter::Get{}).Get();
+        if (r.ok()) wrong.fetch_add(1);  // a retired address answered
+        else aborted.fetch_add(1);
+      }
+    });
+    std::vector<std::thread> owners;
+    for (int t = 0; t < 2; ++t)
+      owners.emplace_back([&, t] {
+        for (int i = 0; i < 400; ++i) {
+          auto c = system.Spawn<Counter>(fmt::format("c{}.{}", t, i));
+          for (int k = 0; k < 3; ++k) c.Send(Counter::Add{1});
+          if (c.Ask<long>(Counter::Get{}).Get().value_or(-1) != 3) wrong.fetch_add(1);
+          system.Retire(c);
+          std::lock_guard<std::mutex> lock(mu);
+          retired.push_back(c);
+        }
+      });
+    for (auto& th : owners) th.join();
+    stop.store(true);
+    stray.join();
+    system.WaitIdle();
+    EXPECT_EQ(wrong.load(), 0) << "rep " << rep;
+    EXPECT_GT(aborted.load(), 0) << "rep " << rep;
+    EXPECT_EQ(system.Stats().actors, 0u) << "rep " << rep;
+    EXPECT_LE(system.Stats().cells, 16u) << "rep " << rep << ": cells are reused (800 actors spawned)";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Shutdown with pending work completes every future and never hangs.
 class Holder {
  public:
