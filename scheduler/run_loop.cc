@@ -245,7 +245,11 @@ StatusOr<std::unique_ptr<RunLoop>> RunLoop::Start(std::shared_ptr<DavinciModel> 
   return loop;
 }
 
-RunLoop::~RunLoop() { (void)Stop(); }
+RunLoop::~RunLoop() {
+  (void)Stop();
+  // Nothing is in flight and nobody can push any more: its cell goes to the next Run loop.
+  if (shared_) shared_->rt->system().Retire(shared_->actor);
+}
 
 Status RunLoop::Push(std::vector<Tensor> inputs, RunCallback done) {
   if (!done) return Status::ParamInvalid("RunLoop::Push: no callback");
