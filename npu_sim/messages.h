@@ -124,6 +124,10 @@ struct PatchTask {  // Ask<void>: a task update from another stream
   std::uint64_t tiling_key = 0;
   StreamId from_stream = 0;
   std::uint32_t from_task = 0;
+  // The sender's model run (0 from a host stream). A model stream that has not started that run
+  // yet holds the update until it has: on the device both streams start together, so the update
+  // never lands before the target's first fetch of the run, whatever the message timing.
+  std::uint64_t run = 0;
 };
 struct ElideWaits {  // Ask<void>, model stream: these event waits of the program become NOPs
   static constexpr std::string_view kKind = "ElideWaits";

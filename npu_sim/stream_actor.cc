@@ -96,6 +96,7 @@ Status StreamActor::On(StartModel& m, Ctx&) {
   }
   state_ = State::kRunning;
   Advance();
+  ReleaseHeldPatches();
   return Status::Ok();
 }
 
@@ -118,21 +119,49 @@ Status StreamActor::On(EventFired& m, Ctx&) {
 }
 
 Status StreamActor::On(PatchTask& m, Ctx& ctx) {
+  if (mode_ == Mode::kModel && m.run > run_) {  // from a run this stream has not started yet
+    held_patches_.push_back(HeldPatch{m, ctx.TakeReply()});
+    return Status::Ok();
+  }
+  Status s = ApplyPatch(m);
+  if (s.ok()) ctx.Reply();
+  else ctx.ReplyError(std::move(s));
+  return Status::Ok();
+}
+
+// The updates held for the run that just started (see PatchTask::run) land now, after its first
+// fetch; those of an older run (aborted before this stream started it) are refused.
+void StreamActor::ReleaseHeldPatches() {
+  for (auto it = held_patches_.begin(); it != held_patches_.end();) {
+    if (it->patch.run > run_) {
+      ++it;
+      continue;
+    }
+    Status s = it->patch.run < run_ ? Status::Aborted("device {}: task update from stream {} task {}: run {} of "
+                                                      "stream {} was aborted before it started",
+                                                      device_->id(), it->patch.from_stream, it->patch.from_task,
+                                                      it->patch.run, id_)
+                                    : ApplyPatch(it->patch);
+    if (s.ok()) it->reply.Reply();
+    else it->reply.Fail(std::move(s));
+    it = held_patches_.erase(it);
+  }
+}
+
+Status StreamActor::ApplyPatch(const PatchTask& m) {
   const std::uint64_t target = m.target_task;
   if (target < base_ || target - base_ >= tasks_.size()) {
-    ctx.ReplyError(Status::NotFound("device {}: task update from stream {} task {}: stream {} has no task {}",
-                                    device_->id(), m.from_stream, m.from_task, id_, target));
+    return Status::NotFound("device {}: task update from stream {} task {}: stream {} has no task {}",
+                            device_->id(), m.from_stream, m.from_task, id_, target);
   } else if (target - base_ < fetch_end_) {
-    ctx.ReplyError(Status::Aborted(
+    return Status::Aborted(
         "device {}: task update race: stream {} task {} updates stream {} task {}, which the stream had "
         "already fetched (prefetch_num {}, executing task {}); tiling-sink ordering needs at least {} NOPs "
         "between the event wait and the kernel",
         device_->id(), m.from_stream, m.from_task, id_, target, device_->chip().prefetch_num, TaskId(exec_),
-        device_->chip().prefetch_num));
-  } else {
-    live_[target - base_] = {m.block_dim, m.tiling_key};
-    ctx.Reply();
+        device_->chip().prefetch_num);
   }
+  live_[target - base_] = {m.block_dim, m.tiling_key};
   return Status::Ok();
 }
 
@@ -173,6 +202,9 @@ Status StreamActor::On(ResetStream&, Ctx& ctx) {
   fault_.reset();
   for (auto& s : syncs_) s.reply.Fail(Status::Aborted("device {} {}: destroyed", device_->id(), name_));
   syncs_.clear();
+  for (auto& h : held_patches_) h.reply.Fail(Status::Aborted("device {} {}: destroyed", device_->id(), name_));
+  held_patches_.clear();
+  run_ = 0;
   ctx.Reply();
   return Status::Ok();
 }
@@ -371,7 +403,7 @@ void StreamActor::StartTaskUpdate(const Task& t, std::uint32_t task_id) {
              .WithContext(fmt::format("device {} {} task {} (task update)", device_->id(), name_, task_id)));
     return;
   }
-  PatchTask patch{t.target_task, 0, 0, id_, task_id};
+  PatchTask patch{t.target_task, 0, 0, id_, task_id, mode_ == Mode::kModel ? run_ : 0};
   std::memcpy(&patch.block_dim, bd->data(), sizeof(patch.block_dim));
   std::memcpy(&patch.tiling_key, tk->data(), sizeof(patch.tiling_key));
   auto target = device_->stream(t.target_stream);

@@ -72,6 +72,8 @@ class StreamActor {
   void FetchAhead();
   void Compact();
   void AcceptSubmit(Submit& submit);
+  Status ApplyPatch(const PatchTask& m);
+  void ReleaseHeldPatches();
   void AnswerSyncs();
   std::uint32_t TaskId(std::size_t index) const { return static_cast<std::uint32_t>(base_ + index); }
   void Trace(std::string_view name, VTime start, VTime duration, std::uint32_t task);
@@ -107,6 +109,11 @@ class StreamActor {
 
   // model runs
   std::uint64_t run_ = 0;
+  struct HeldPatch {
+    PatchTask patch;
+    actors::Replier<void> reply;
+  };
+  std::vector<HeldPatch> held_patches_;  // task updates from a run not started here yet
   actors::Address<ModelMsg> model_;
 
   std::optional<Fault> fault_;

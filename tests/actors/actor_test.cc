@@ -394,40 +394,44 @@ TEST(Actors, ARetiredActorsCellIsReusedAndItsOldAddressReachesNobody) {
   }
 }
 
-// Churn: threads spawn, use and retire actors while others keep sending to retired addresses.
-// Every Ask completes (answered, or Aborted for a retired actor), no answer comes from another
-// actor, and the cells stay bounded by the actors live at once.
+// Churn: threads spawn, use and retire actors while another keeps sending to retired addresses.
+// Every Ask completes; an answer through an old address comes from the actor it was made for (a
+// Retire is asynchronous, so that actor may still be there), never from one that reuses its cell;
+// the cells stay bounded by the actors live at once.
 TEST(Actors, SpawnAndRetireUnderThreadsKeepsCellsBoundedAndAnswersRight) {
+  constexpr long kStray = 1'000'000;  // what the stray thread adds; each actor adds 3 x its own tag
   for (int rep = 0; rep < 3; ++rep) {
     System system({.workers = 2, .batch = 1 + rep});
     std::atomic<bool> stop{false};
     std::mutex mu;
-    std::vector<Address<Counter::Message>> retired;
+    std::vector<std::pair<Address<Counter::Message>, long>> retired;  // address, tag
     std::atomic<long> wrong{0}, aborted{0};
     std::thread stray([&] {
       std::mt19937 rng(rep);
       while (!stop.load()) {
-        Address<Counter::Message> target;
+        std::pair<Address<Counter::Message>, long> target;
         {
           std::lock_guard<std::mutex> lock(mu);
-          if (!retired.empty()) target = retired[rng() % retired.size()];
+          if (retired.empty()) continue;
+          target = retired[rng() % retired.size()];
         }
-        target.Send(Counter::Add{1000});
-        auto r = target.Ask<long>(Counter::Get{}).Get();
-        if (r.ok()) wrong.fetch_add(1);  // a retired address answered
-        else aborted.fetch_add(1);
+        target.first.Send(Counter::Add{static_cast<int>(kStray)});
+        auto r = target.first.Ask<long>(Counter::Get{}).Get();
+        if (!r.ok()) aborted.fetch_add(1);
+        else if (*r % kStray != 3 * target.second) wrong.fetch_add(1);  // another actor answered
       }
     });
     std::vector<std::thread> owners;
     for (int t = 0; t < 2; ++t)
       owners.emplace_back([&, t] {
         for (int i = 0; i < 400; ++i) {
+          const long tag = 1 + 2 * i + t;
           auto c = system.Spawn<Counter>(fmt::format("c{}.{}", t, i));
-          for (int k = 0; k < 3; ++k) c.Send(Counter::Add{1});
-          if (c.Ask<long>(Counter::Get{}).Get().value_or(-1) != 3) wrong.fetch_add(1);
+          for (int k = 0; k < 3; ++k) c.Send(Counter::Add{static_cast<int>(tag)});
+          if (c.Ask<long>(Counter::Get{}).Get().value_or(-1) != 3 * tag) wrong.fetch_add(1);
           system.Retire(c);
           std::lock_guard<std::mutex> lock(mu);
-          retired.push_back(c);
+          retired.emplace_back(c, tag);
         }
       });
     for (auto& th : owners) th.join();

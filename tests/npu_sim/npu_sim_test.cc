@@ -353,6 +353,48 @@ TEST(Prefetch, AnUpdateAfterTheKernelWasFetchedIsADetectedRace) {
   }
 }
 
+// The outcome must not depend on message timing: with the main stream's StartModel held back by
+// the tap, the tiling stream's update arrives while the main stream has not started the run. On
+// the device both streams start together, so the update still finds the kernel fetched (too few
+// NOPs) or not yet fetched (enough). (A parked receiver delivers its held message first, so this
+// does not make the update overtake StartModel; what does is a pass that finds both queued and
+// takes the tiling stream's lane first, seen once under ThreadSanitizer: PatchTask::run covers it.)
+class DelayStartOf : public actors::DeliveryTap {
+ public:
+  explicit DelayStartOf(std::string receiver) : receiver_(std::move(receiver)) {}
+  std::chrono::nanoseconds OnDelivery(const actors::Delivery& d) override {
+    if (d.kind == "StartModel" && d.receiver_name == receiver_) return 20ms;
+    return std::chrono::nanoseconds(0);
+  }
+
+ private:
+  std::string receiver_;
+};
+
+TEST(Prefetch, TheRaceDoesNotDependOnWhenTheTargetStreamHearsOfTheRun) {
+  for (int nops : {3, 8}) {
+    auto rt = MakeRuntime();
+    auto p = BuildTilingSink(*rt, nops);
+    DelayStartOf tap(fmt::format("dev0.stream{}", p.main.id));
+    ASSERT_TRUE(rt->system().SetTap(&tap).ok());
+    for (int run = 0; run < 3; ++run) {
+      auto end = rt->ExecuteModel(p.model, 10s);
+      if (nops < 8) {
+        ASSERT_FALSE(end.ok()) << "nops " << nops;
+        EXPECT_NE(std::string(end.status().message()).find("task update race"), std::string::npos) << end.status();
+      } else {
+        ASSERT_TRUE(end.ok()) << end.status();
+        std::uint64_t launch[2];
+        ASSERT_TRUE(rt->MemcpyD2H(0, launch, p.out, sizeof(launch)).ok());
+        EXPECT_EQ(launch[0], 8u);
+        EXPECT_EQ(launch[1], 42u);
+      }
+    }
+    rt->system().WaitIdle();
+    EXPECT_TRUE(rt->system().SetTap(nullptr).ok());
+  }
+}
+
 TEST(Prefetch, TaskUpdateIsRefusedOnAChipWithoutTheFeature) {
   auto rt = MakeRuntime({.chips = {"310P"}});
   Stream s = rt->CreateStream(0).value();
