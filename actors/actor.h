@@ -84,15 +84,12 @@ class Cell : public CellBase {
           trigger = core_->DetEnqueue(std::move(entry), external);
         }
         if (trigger) core_->sequencer->try_put(tbb::flow::continue_msg());
-      } else if (ordered) {
-        {
-          std::lock_guard<std::mutex> lock(ordered_mu_);
-          if (ordered_lane_ == nullptr) ordered_lane_ = static_cast<Lane<Env>*>(AddLane(std::make_shared<Lane<Env>>()));
-          ordered_lane_->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
-        }
-        if (TakeToken(1)) Schedule();
       } else {
-        static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
+        if (ordered) [[unlikely]] {
+          PushOrdered(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
+        } else {
+          static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
+        }
         if (TakeToken(1)) Schedule();
       }
     }
@@ -129,6 +126,14 @@ class Cell : public CellBase {
     closure_count_.fetch_sub(static_cast<std::int64_t>(closures_.size()), std::memory_order_relaxed);
     closures_.clear();
     return dropped;
+  }
+
+  // Into the lane every SendInOrder shares. Out of line, so Post's common path stays small enough
+  // to be inlined into the handlers that send (a ring of actors was 14% slower when it was not).
+  [[gnu::noinline]] void PushOrdered(Env&& env) {
+    std::lock_guard<std::mutex> lock(ordered_mu_);
+    if (ordered_lane_ == nullptr) ordered_lane_ = static_cast<Lane<Env>*>(AddLane(std::make_shared<Lane<Env>>()));
+    ordered_lane_->Push(std::move(env));
   }
 
   // The lane from the current sender (an actor, or this thread) to this cell.
