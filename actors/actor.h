@@ -420,10 +420,8 @@ class CellImpl final : public Cell<typename A::Message> {
   using Env = Envelope<Msg>;
   using Base = Cell<Msg>;
 
-  template <typename... Args>
-  CellImpl(SystemCore* core, ActorId id, std::string name, Supervisor supervisor, Args&&... args)
-      : Base(core, id, std::move(name), std::move(supervisor)),
-        actor_(std::make_unique<A>(std::forward<Args>(args)...)) {
+  CellImpl(SystemCore* core, ActorId id, std::string name, Supervisor supervisor, std::unique_ptr<A> actor)
+      : Base(core, id, std::move(name), std::move(supervisor)), actor_(std::move(actor)) {
     this->type_ = std::type_index(typeid(A));
     this->pass_fn_ = core->tap_hook ? &CellImpl::PassThunk<true> : &CellImpl::PassThunk<false>;
     this->node_ = std::make_unique<tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>>(
@@ -437,11 +435,10 @@ class CellImpl final : public Cell<typename A::Message> {
 
   // A new actor in this retired cell; the caller holds its token (BeginReuse) and nobody else
   // can reach the cell (every address to it is of an older generation).
-  template <typename... Args>
-  void Reincarnate(std::string name, Supervisor supervisor, Args&&... args) {
+  void Reincarnate(std::string name, Supervisor supervisor, std::unique_ptr<A> actor) {
     this->name_ = std::move(name);
     this->supervisor_ = std::move(supervisor);
-    actor_ = std::make_unique<A>(std::forward<Args>(args)...);
+    actor_ = std::move(actor);
   }
 
   void DropAll(const Status& why) override { this->DropQueued(why); }

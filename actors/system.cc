@@ -361,7 +361,8 @@ void System::Shutdown() {
 }
 
 detail::CellBase* System::TakeFreeCell(std::type_index type) {
-  if (core_.deterministic) return nullptr;
+  // Never once shutdown has begun: its sweep may be draining the cell.
+  if (core_.deterministic || core_.stopping.load(std::memory_order_acquire)) return nullptr;
   std::lock_guard<std::mutex> lock(core_.free_mu);
   auto it = core_.free_cells.find(type);
   if (it == core_.free_cells.end()) return nullptr;

@@ -74,11 +74,13 @@ class System {
 
   template <typename A, typename... Args>
   Address<typename A::Message> Spawn(SpawnOptions options, Args&&... args) {
+    // The actor first: a constructor that throws leaves no cell half made or held.
+    auto actor = std::make_unique<A>(std::forward<Args>(args)...);
     if (detail::CellBase* reused = TakeFreeCell(std::type_index(typeid(A)))) {
       // A retired actor's cell, idle and with its token held: a new actor, a new generation.
       auto* cell = static_cast<detail::CellImpl<A>*>(reused);
       if (options.name.empty()) options.name = "actor-" + std::to_string(cell->id());
-      cell->Reincarnate(std::move(options.name), std::move(options.supervisor), std::forward<Args>(args)...);
+      cell->Reincarnate(std::move(options.name), std::move(options.supervisor), std::move(actor));
       Address<typename A::Message> address(cell, cell->gen());
       cell->EndReuse();
       return address;
@@ -87,7 +89,7 @@ class System {
     const ActorId id = next_id_.fetch_add(1, std::memory_order_relaxed);
     if (options.name.empty()) options.name = "actor-" + std::to_string(id);
     auto cell = std::make_unique<detail::CellImpl<A>>(&core_, id, std::move(options.name),
-                                                      std::move(options.supervisor), std::forward<Args>(args)...);
+                                                      std::move(options.supervisor), std::move(actor));
     Address<typename A::Message> address(cell.get(), 0);
     std::lock_guard<std::mutex> lock(cells_mu_);
     cells_.push_back(std::move(cell));

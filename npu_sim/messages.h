@@ -82,8 +82,10 @@ using ModelMsg = std::variant<ModelDone, BindModelStream, ExecuteModel, AbortMod
 // ---- to a stream --------------------------------------------------------------------------------
 // Host submissions carry a per-stream sequence number given by the host API under the stream's
 // lock: the stream applies them in that order, whichever host threads sent them.
-// Submit and Synchronize are sent with SendInOrder / AskInOrder: a stream handles them in the
-// order the host made them, whichever threads and actors made them.
+// Every message the host API sends a stream (Submit, Synchronize, AbortStream, ResetStream,
+// LoadProgram, ElideWaits, SetStreamFault) goes with SendInOrder / AskInOrder: a stream handles
+// them in the order the host made them, whichever threads and actors made them (an abort sent
+// after a submission never overtakes it).
 struct Submit {  // host stream: append tasks, submitted at host virtual time `at`
   static constexpr std::string_view kKind = "Submit";
   std::vector<Task> tasks;
@@ -124,10 +126,12 @@ struct PatchTask {  // Ask<void>: a task update from another stream
   std::uint64_t tiling_key = 0;
   StreamId from_stream = 0;
   std::uint32_t from_task = 0;
-  // The sender's model run (0 from a host stream). A model stream that has not started that run
-  // yet holds the update until it has: on the device both streams start together, so the update
-  // never lands before the target's first fetch of the run, whatever the message timing.
+  // The sender's model and run (none and 0 from a host stream). A model stream that has not
+  // started that run yet holds the update until it has: on the device both streams start
+  // together, so the update never lands before the target's first fetch of the run, whatever
+  // the message timing. An update from another model or an older run is refused as stale.
   std::uint64_t run = 0;
+  actors::Address<ModelMsg> model;
 };
 struct ElideWaits {  // Ask<void>, model stream: these event waits of the program become NOPs
   static constexpr std::string_view kKind = "ElideWaits";

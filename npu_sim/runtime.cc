@@ -256,7 +256,7 @@ StatusOr<Stream> Runtime::CreateStream(int device) {
     // and a wait that holds them all would starve the stream that has to answer.
     HostStream& hs = *dev->streams[*reused];
     lock.unlock();
-    Status reset = hs.addr.Ask(ResetStream{}).Get();
+    Status reset = hs.addr.AskInOrder(ResetStream{}).Get();
     lock.lock();
     if (!reset.ok()) {
       (void)dev->device->RetireStream(*reused);  // back to the pool
@@ -298,7 +298,7 @@ Status Runtime::DestroyStream(Stream stream) {
                                   stream.id, stream.device, hs->model);
     hs->live = false;
   }
-  hs->addr.Send(npu_sim::AbortStream{Status::Aborted("device {} stream {}: destroyed", stream.device, stream.id)});
+  hs->addr.SendInOrder(npu_sim::AbortStream{Status::Aborted("device {} stream {}: destroyed", stream.device, stream.id)});
   std::lock_guard<std::mutex> lock(dev->mu);
   return dev->device->RetireStream(stream.id);
 }
@@ -332,7 +332,7 @@ Status Runtime::AbortStream(Stream stream) {
       return Status::ParamInvalid("npu_sim: device {} stream {} is bound to model {}; abort the model", stream.device,
                                   stream.id, hs->model);
   }
-  hs->addr.Send(npu_sim::AbortStream{Status::Aborted("device {} stream {}: aborted", stream.device, stream.id)});
+  hs->addr.SendInOrder(npu_sim::AbortStream{Status::Aborted("device {} stream {}: aborted", stream.device, stream.id)});
   return Status::Ok();
 }
 
@@ -492,7 +492,7 @@ Status Runtime::LoadTasks(Model model, Stream stream, std::vector<Task> tasks, s
   std::uint32_t slots = 0;
   for (const IoPatch& p : patches) slots = std::max(slots, p.slot + 1);
   HostCall(*dev, "load tasks");
-  NPUFLOW_RETURN_IF_ERROR(hs->addr.Ask(LoadProgram{std::move(tasks), std::move(patches)}).Get());
+  NPUFLOW_RETURN_IF_ERROR(hs->addr.AskInOrder(LoadProgram{std::move(tasks), std::move(patches)}).Get());
   std::lock_guard<std::mutex> lock(dev->mu);
   m->io_slots = std::max(m->io_slots, slots);
   return Status::Ok();
@@ -503,7 +503,7 @@ Status Runtime::ElideWaits(Model model, Stream stream, std::vector<std::uint32_t
   NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, BoundStreamOf(model, stream));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
   HostCall(*dev, "elide waits");
-  return hs->addr.Ask(npu_sim::ElideWaits{std::move(tasks)}).Get();
+  return hs->addr.AskInOrder(npu_sim::ElideWaits{std::move(tasks)}).Get();
 }
 
 actors::Future<Status> Runtime::ElideWaitsAsync(Model model, Stream stream, std::vector<std::uint32_t> tasks) {
@@ -513,7 +513,7 @@ actors::Future<Status> Runtime::ElideWaitsAsync(Model model, Stream stream, std:
   auto dev = Dev(stream.device);
   if (!dev.ok()) return actors::Future<Status>::Ready(dev.status());
   HostCall(**dev, "elide waits");
-  return (*hs)->addr.Ask(npu_sim::ElideWaits{std::move(tasks)});
+  return (*hs)->addr.AskInOrder(npu_sim::ElideWaits{std::move(tasks)});
 }
 
 StatusOr<Runtime::CheckedRun> Runtime::CheckRun(Model model, std::vector<std::uint64_t> io) const {
@@ -633,7 +633,7 @@ Status Runtime::InjectFault(int device, FaultTarget target, int index, Fault fau
   switch (target) {
     case FaultTarget::kStream: {
       NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(Stream{device, static_cast<StreamId>(index)}));
-      return hs->addr.Ask(SetStreamFault{fault}).Get();
+      return hs->addr.AskInOrder(SetStreamFault{fault}).Get();
     }
     case FaultTarget::kAICore: return dev->device->aicore.Ask(SetUnitFault{index, fault}).Get();
     case FaultTarget::kAICpu: return dev->device->aicpu.Ask(SetUnitFault{index, fault}).Get();

@@ -95,8 +95,11 @@ Status StreamActor::On(StartModel& m, Ctx&) {
     }
   }
   state_ = State::kRunning;
-  Advance();
+  // The run's first fetch, then the updates sent for this run before it started here: they meet
+  // the stream as they would on the device, where both streams start together.
+  FetchAhead();
   ReleaseHeldPatches();
+  Advance();
   return Status::Ok();
 }
 
@@ -123,7 +126,8 @@ Status StreamActor::On(PatchTask& m, Ctx& ctx) {
     held_patches_.push_back(HeldPatch{m, ctx.TakeReply()});
     return Status::Ok();
   }
-  Status s = ApplyPatch(m);
+  const bool stale = mode_ == Mode::kModel && m.run != 0 && (m.run < run_ || !(m.model == model_));
+  Status s = stale ? StalePatch(m) : ApplyPatch(m);
   if (s.ok()) ctx.Reply();
   else ctx.ReplyError(std::move(s));
   return Status::Ok();
@@ -137,15 +141,17 @@ void StreamActor::ReleaseHeldPatches() {
       ++it;
       continue;
     }
-    Status s = it->patch.run < run_ ? Status::Aborted("device {}: task update from stream {} task {}: run {} of "
-                                                      "stream {} was aborted before it started",
-                                                      device_->id(), it->patch.from_stream, it->patch.from_task,
-                                                      it->patch.run, id_)
-                                    : ApplyPatch(it->patch);
+    Status s = it->patch.run < run_ || !(it->patch.model == model_) ? StalePatch(it->patch) : ApplyPatch(it->patch);
     if (s.ok()) it->reply.Reply();
     else it->reply.Fail(std::move(s));
     it = held_patches_.erase(it);
   }
+}
+
+Status StreamActor::StalePatch(const PatchTask& m) const {
+  return Status::Aborted("device {}: task update from stream {} task {} (run {}) is stale: stream {} runs another "
+                         "model or a later run ({})",
+                         device_->id(), m.from_stream, m.from_task, m.run, id_, run_);
 }
 
 Status StreamActor::ApplyPatch(const PatchTask& m) {
@@ -205,6 +211,7 @@ Status StreamActor::On(ResetStream&, Ctx& ctx) {
   for (auto& h : held_patches_) h.reply.Fail(Status::Aborted("device {} {}: destroyed", device_->id(), name_));
   held_patches_.clear();
   run_ = 0;
+  model_ = {};
   ctx.Reply();
   return Status::Ok();
 }
@@ -403,7 +410,8 @@ void StreamActor::StartTaskUpdate(const Task& t, std::uint32_t task_id) {
              .WithContext(fmt::format("device {} {} task {} (task update)", device_->id(), name_, task_id)));
     return;
   }
-  PatchTask patch{t.target_task, 0, 0, id_, task_id, mode_ == Mode::kModel ? run_ : 0};
+  PatchTask patch{t.target_task, 0, 0, id_, task_id, mode_ == Mode::kModel ? run_ : 0,
+                  mode_ == Mode::kModel ? model_ : actors::Address<ModelMsg>()};
   std::memcpy(&patch.block_dim, bd->data(), sizeof(patch.block_dim));
   std::memcpy(&patch.tiling_key, tk->data(), sizeof(patch.tiling_key));
   auto target = device_->stream(t.target_stream);

@@ -73,6 +73,7 @@ class StreamActor {
   void Compact();
   void AcceptSubmit(Submit& submit);
   Status ApplyPatch(const PatchTask& m);
+  Status StalePatch(const PatchTask& m) const;
   void ReleaseHeldPatches();
   void AnswerSyncs();
   std::uint32_t TaskId(std::size_t index) const { return static_cast<std::uint32_t>(base_ + index); }

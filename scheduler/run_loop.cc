@@ -245,11 +245,9 @@ StatusOr<std::unique_ptr<RunLoop>> RunLoop::Start(std::shared_ptr<DavinciModel> 
   return loop;
 }
 
-RunLoop::~RunLoop() {
-  (void)Stop();
-  // Nothing is in flight and nobody can push any more: its cell goes to the next Run loop.
-  if (shared_) shared_->rt->system().Retire(shared_->actor);
-}
+// The loop's actor is not retired: it may hold the last reference to its model, whose destructor
+// (an Unload that waits) must not run inside a handler.
+RunLoop::~RunLoop() { (void)Stop(); }
 
 Status RunLoop::Push(std::vector<Tensor> inputs, RunCallback done) {
   if (!done) return Status::ParamInvalid("RunLoop::Push: no callback");
