@@ -245,23 +245,13 @@ class Address {
   }
   template <typename R = void>
   Future<ReplyType<R>> AskInOrder(Msg msg) const {
-    using T = ReplyType<R>;
-    if (!cell_) return Future<T>::Ready(T(Status::ParamInvalid("Ask on an invalid (empty) address")));
-    Promise<T> promise;
-    Future<T> future = promise.GetFuture();
-    cell_->Post(std::move(msg), promise.ReleaseCore(), gen_, /*ordered=*/true);
-    return future;
+    return AskVia<R>(std::move(msg), /*ordered=*/true);
   }
 
   // Request / reply: the handler answers with ctx.Reply(R) (or ctx.Reply() for R = void).
   template <typename R = void>
   Future<ReplyType<R>> Ask(Msg msg) const {
-    using T = ReplyType<R>;
-    if (!cell_) return Future<T>::Ready(T(Status::ParamInvalid("Ask on an invalid (empty) address")));
-    Promise<T> promise;
-    Future<T> future = promise.GetFuture();
-    cell_->Post(std::move(msg), promise.ReleaseCore(), gen_);
-    return future;
+    return AskVia<R>(std::move(msg), /*ordered=*/false);
   }
 
   // Sends `msg` with someone else's reply slot: the receiver's answer goes straight to whoever
@@ -279,6 +269,15 @@ class Address {
   template <typename>
   friend class Context;
   Address(detail::Cell<Msg>* cell, std::uint32_t gen) : cell_(cell), gen_(gen) {}
+  template <typename R>
+  Future<ReplyType<R>> AskVia(Msg msg, bool ordered) const {
+    using T = ReplyType<R>;
+    if (!cell_) return Future<T>::Ready(T(Status::ParamInvalid("Ask on an invalid (empty) address")));
+    Promise<T> promise;
+    Future<T> future = promise.GetFuture();
+    cell_->Post(std::move(msg), promise.ReleaseCore(), gen_, ordered);
+    return future;
+  }
   detail::Cell<Msg>* cell_ = nullptr;
   std::uint32_t gen_ = 0;  // the actor's generation: a retired actor's address reaches nobody
 };

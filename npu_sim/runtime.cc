@@ -438,9 +438,13 @@ StatusOr<Model> Runtime::CreateModel(int device) {
 StatusOr<Runtime::ModelEntry*> Runtime::ModelOf(Model model) const {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
   std::lock_guard<std::mutex> lock(dev->mu);
-  if (model.id >= dev->models.size() || !dev->models[model.id].live)
+  return LiveModel(*dev, model);
+}
+
+StatusOr<Runtime::ModelEntry*> Runtime::LiveModel(DeviceEntry& dev, Model model) const {
+  if (model.id >= dev.models.size() || !dev.models[model.id].live)
     return Status::NotFound("npu_sim: device {} has no model {}", model.device, model.id);
-  return &dev->models[model.id];
+  return &dev.models[model.id];
 }
 
 Status Runtime::BindStream(Model model, Stream stream) {
@@ -522,9 +526,7 @@ StatusOr<Runtime::CheckedRun> Runtime::CheckRun(Model model, std::vector<std::ui
   std::uint32_t slots;
   {
     std::lock_guard<std::mutex> lock(dev->mu);
-    if (model.id >= dev->models.size() || !dev->models[model.id].live)
-      return Status::NotFound("npu_sim: device {} has no model {}", model.device, model.id);
-    run.model = &dev->models[model.id];
+    NPUFLOW_ASSIGN_OR_RETURN(run.model, LiveModel(*dev, model));
     slots = run.model->io_slots;
   }
   if (io.empty()) return run;

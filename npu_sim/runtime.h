@@ -208,6 +208,7 @@ class Runtime {
   // The stream, if it is bound to `model` (else ParamInvalid naming both).
   StatusOr<HostStream*> BoundStreamOf(Model model, Stream stream) const;
   StatusOr<ModelEntry*> ModelOf(Model model) const;
+  StatusOr<ModelEntry*> LiveModel(DeviceEntry& dev, Model model) const;  // caller holds dev.mu
   // A run of `model` with `io` (empty: as loaded), checked: the model is live and the I/O has one
   // non-null address per slot. One look-up and one lock of the device's tables per run.
   struct CheckedRun {
