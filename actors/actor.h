@@ -57,9 +57,12 @@ class Cell : public CellBase {
   using Env = Envelope<Msg>;
   using CellBase::CellBase;
 
-  // From any thread, inside or outside the system. `ordered`: into the cell's one ordered lane,
-  // which every sender shares (Address::SendInOrder).
-  void Post(Msg&& msg, CoreRef reply, std::uint32_t gen, bool ordered = false) {
+  // From any thread, inside or outside the system. kOrdered: into the cell's one ordered lane,
+  // which every sender shares (Address::SendInOrder); a template argument, so a plain send's code
+  // has no trace of it.
+  template <bool kOrdered = false>
+  void Post(Msg&& msg, CoreRef reply, std::uint32_t gen) {
+    constexpr bool ordered = kOrdered;
     DrainThreadState& ts = ThisThread();
     // From another system's handler counts as outside: this system's shutdown must wait for it.
     const bool external = !PostingFromInside();
@@ -67,7 +70,7 @@ class Cell : public CellBase {
     if (core_->stopping.load(std::memory_order_seq_cst)) {
       if (reply) {
         reply->TryFail(Status::Aborted("actor system is shut down: {} to actor '{}' not sent",
-                                       KindOf(msg), name_));
+                                       KindOf(msg), NameCopy()));
       }
     } else {
       const ActorId sender = !external ? ts.current->id() : kExternal;
@@ -75,7 +78,7 @@ class Cell : public CellBase {
         bool trigger;
         {
           std::lock_guard<std::mutex> lock(core_->det_mu);
-          (ordered ? det_ordered_ : external ? det_external_ : det_queue_)
+          (ordered ? cold_->det_ordered : external ? cold_->det_external : cold_->det_queue)
               .push_back(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
           SystemCore::DetEntry entry;
           entry.cell = this;
@@ -85,7 +88,7 @@ class Cell : public CellBase {
         }
         if (trigger) core_->sequencer->try_put(tbb::flow::continue_msg());
       } else {
-        if (ordered) [[unlikely]] {
+        if constexpr (kOrdered) {
           PushOrdered(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
         } else {
           static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
@@ -114,12 +117,12 @@ class Cell : public CellBase {
     }
     {
       std::lock_guard<std::mutex> lock(core_->det_mu);
-      for (Env& e : det_queue_) drop(e);
-      for (Env& e : det_external_) drop(e);
-      for (Env& e : det_ordered_) drop(e);
-      det_queue_.clear();
-      det_external_.clear();
-      det_ordered_.clear();
+      for (Env& e : cold_->det_queue) drop(e);
+      for (Env& e : cold_->det_external) drop(e);
+      for (Env& e : cold_->det_ordered) drop(e);
+      cold_->det_queue.clear();
+      cold_->det_external.clear();
+      cold_->det_ordered.clear();
     }
     std::lock_guard<std::mutex> lock(closure_mu_);
     dropped += static_cast<std::int64_t>(closures_.size());
@@ -131,9 +134,10 @@ class Cell : public CellBase {
   // Into the lane every SendInOrder shares. Out of line, so Post's common path stays small enough
   // to be inlined into the handlers that send (a ring of actors was 14% slower when it was not).
   [[gnu::noinline]] void PushOrdered(Env&& env) {
-    std::lock_guard<std::mutex> lock(ordered_mu_);
-    if (ordered_lane_ == nullptr) ordered_lane_ = static_cast<Lane<Env>*>(AddLane(std::make_shared<Lane<Env>>()));
-    ordered_lane_->Push(std::move(env));
+    std::lock_guard<std::mutex> lock(cold_->ordered_mu);
+    Lane<Env>*& lane = cold_->ordered_lane;
+    if (lane == nullptr) lane = static_cast<Lane<Env>*>(AddLane(std::make_shared<Lane<Env>>()));
+    lane->Push(std::move(env));
   }
 
   // The lane from the current sender (an actor, or this thread) to this cell.
@@ -159,8 +163,8 @@ class Cell : public CellBase {
   LaneBase* AddLane(std::shared_ptr<LaneBase> lane) {
     LaneBase* raw = lane.get();
     {
-      std::lock_guard<std::mutex> lock(lanes_mu_);
-      owned_lanes_.push_back(std::move(lane));
+      std::lock_guard<std::mutex> lock(cold_->lanes_mu);
+      cold_->owned_lanes.push_back(std::move(lane));
     }
     LaneBase* head = lanes_head_.load(std::memory_order_relaxed);
     do {
@@ -180,10 +184,11 @@ class Cell : public CellBase {
       if (lane->closed.load(std::memory_order_acquire) &&
           static_cast<Lane<Env>*>(lane)->Empty()) {
         prev->next = next;
-        std::lock_guard<std::mutex> lock(lanes_mu_);
-        for (auto it = owned_lanes_.begin(); it != owned_lanes_.end(); ++it) {
+        std::lock_guard<std::mutex> lock(cold_->lanes_mu);
+        std::vector<std::shared_ptr<LaneBase>>& owned = cold_->owned_lanes;
+        for (auto it = owned.begin(); it != owned.end(); ++it) {
           if (it->get() == lane) {
-            owned_lanes_.erase(it);
+            owned.erase(it);
             break;
           }
         }
@@ -194,18 +199,23 @@ class Cell : public CellBase {
     }
   }
 
+  // What every drain pass reads comes first, so that with the actor pointer of CellImpl right
+  // after it a pass touches few cache lines; the rest is in Cold.
   std::atomic<LaneBase*> lanes_head_{nullptr};
-  std::mutex lanes_mu_;
-  std::vector<std::shared_ptr<LaneBase>> owned_lanes_;
-  std::optional<Env> held_;      // the head message the tap postponed
-  std::deque<Env> det_queue_;     // deterministic mode: messages from actors (guarded by det_mu)
-  std::deque<Env> det_external_;  // deterministic mode: messages from outside (guarded by det_mu)
-  std::deque<Env> det_ordered_;   // deterministic mode: ordered messages, any sender (guarded by det_mu)
-  // The lane every SendInOrder shares: its producers take ordered_mu_ (the lane itself is a
-  // single-producer ring chain), so its order is the order they took it. Made by the first one;
-  // never reaped.
-  std::mutex ordered_mu_;
-  Lane<Env>* ordered_lane_ = nullptr;
+  std::optional<Env> held_;  // the head message the tap postponed
+  struct Cold {
+    std::mutex lanes_mu;
+    std::vector<std::shared_ptr<LaneBase>> owned_lanes;
+    std::deque<Env> det_queue;     // deterministic mode: messages from actors (guarded by det_mu)
+    std::deque<Env> det_external;  // deterministic mode: messages from outside (guarded by det_mu)
+    std::deque<Env> det_ordered;   // deterministic mode: ordered messages, any sender (guarded by det_mu)
+    // The lane every SendInOrder shares: its producers take ordered_mu (the lane itself is a
+    // single-producer ring chain), so its order is the order they took it. Made by the first
+    // one; never reaped.
+    std::mutex ordered_mu;
+    Lane<Env>* ordered_lane = nullptr;
+  };
+  const std::unique_ptr<Cold> cold_ = std::make_unique<Cold>();
 };
 
 template <typename A>
@@ -228,7 +238,8 @@ class Address {
 
   bool valid() const { return cell_ != nullptr; }
   ActorId id() const { return cell_ ? cell_->id() : kExternal; }
-  std::string_view name() const { return cell_ ? std::string_view(cell_->name()) : std::string_view(); }
+  // The actor's name (of the cell's current actor: a retired actor's cell may have a new one).
+  std::string name() const { return cell_ ? cell_->NameCopy() : std::string(); }
 
   // Fire and forget. A failure while handling it goes to the receiver's supervisor.
   void Send(Msg msg) const {
@@ -241,17 +252,17 @@ class Address {
   // device stream needs of its host submissions. No order against plain Sends: each sender's
   // plain messages keep their own lane.
   void SendInOrder(Msg msg) const {
-    if (cell_) cell_->Post(std::move(msg), {}, gen_, /*ordered=*/true);
+    if (cell_) cell_->template Post<true>(std::move(msg), {}, gen_);
   }
   template <typename R = void>
   Future<ReplyType<R>> AskInOrder(Msg msg) const {
-    return AskVia<R>(std::move(msg), /*ordered=*/true);
+    return AskVia<R, true>(std::move(msg));
   }
 
   // Request / reply: the handler answers with ctx.Reply(R) (or ctx.Reply() for R = void).
   template <typename R = void>
   Future<ReplyType<R>> Ask(Msg msg) const {
-    return AskVia<R>(std::move(msg), /*ordered=*/false);
+    return AskVia<R, false>(std::move(msg));
   }
 
   // Sends `msg` with someone else's reply slot: the receiver's answer goes straight to whoever
@@ -269,13 +280,13 @@ class Address {
   template <typename>
   friend class Context;
   Address(detail::Cell<Msg>* cell, std::uint32_t gen) : cell_(cell), gen_(gen) {}
-  template <typename R>
-  Future<ReplyType<R>> AskVia(Msg msg, bool ordered) const {
+  template <typename R, bool kOrdered>
+  Future<ReplyType<R>> AskVia(Msg msg) const {
     using T = ReplyType<R>;
     if (!cell_) return Future<T>::Ready(T(Status::ParamInvalid("Ask on an invalid (empty) address")));
     Promise<T> promise;
     Future<T> future = promise.GetFuture();
-    cell_->Post(std::move(msg), promise.ReleaseCore(), gen_, ordered);
+    cell_->template Post<kOrdered>(std::move(msg), promise.ReleaseCore(), gen_);
     return future;
   }
   detail::Cell<Msg>* cell_ = nullptr;
@@ -435,7 +446,10 @@ class CellImpl final : public Cell<typename A::Message> {
   // A new actor in this retired cell; the caller holds its token (BeginReuse) and nobody else
   // can reach the cell (every address to it is of an older generation).
   void Reincarnate(std::string name, Supervisor supervisor, std::unique_ptr<A> actor) {
-    this->name_ = std::move(name);
+    {
+      std::lock_guard<std::mutex> lock(this->name_mu_);
+      this->name_ = std::move(name);
+    }
     this->supervisor_ = std::move(supervisor);
     actor_ = std::move(actor);
   }
@@ -452,7 +466,8 @@ class CellImpl final : public Cell<typename A::Message> {
       this->RunClosure(entry.closure, entry.gen);
       return;
     }
-    std::deque<Env>& queue = entry.ordered ? this->det_ordered_ : entry.external ? this->det_external_ : this->det_queue_;
+    auto& cold = *this->cold_;
+    std::deque<Env>& queue = entry.ordered ? cold.det_ordered : entry.external ? cold.det_external : cold.det_queue;
     std::optional<Env> env;
     {
       std::lock_guard<std::mutex> lock(this->core_->det_mu);

@@ -267,7 +267,13 @@ class CellBase {
   CellBase& operator=(const CellBase&) = delete;
 
   ActorId id() const { return id_; }
+  // The actor's name, for its own handlers (and its drain): the token holder's view.
   const std::string& name() const { return name_; }
+  // The name from any thread: a Spawn that reuses the cell may be renaming it.
+  std::string NameCopy() const {
+    std::lock_guard<std::mutex> lock(name_mu_);
+    return name_;
+  }
   SystemCore* core() const { return core_; }
   std::uint64_t handled() const { return handled_.load(std::memory_order_relaxed); }
 
@@ -327,15 +333,17 @@ class CellBase {
     return pending_.fetch_add(count, std::memory_order_acq_rel) == 0;
   }
 
+  // Read by every send and drain pass: these six share the first cache line (48 bytes with the
+  // vtable pointer); pending_, which every sender writes, starts a line of its own further on.
   SystemCore* const core_;
-  const ActorId id_;
-  std::string name_;  // changes only when a Spawn reuses the cell (idle, its token held)
   const std::uint64_t uid_;
-  Supervisor supervisor_;
-  std::type_index type_ = std::type_index(typeid(void));  // the actor's type, the key of its free list
+  const ActorId id_;
   std::atomic<std::uint32_t> gen_{0};
   PassResult (*pass_fn_)(CellBase*) = nullptr;  // the typed drain pass: one indirect call per pass
   std::unique_ptr<tbb::flow::function_node<tbb::flow::continue_msg, tbb::flow::continue_msg>> node_;
+  std::string name_;  // changes only when a Spawn reuses the cell (idle, its token held; see name_mu_)
+  Supervisor supervisor_;
+  std::type_index type_ = std::type_index(typeid(void));  // the actor's type, the key of its free list
 
   alignas(64) std::atomic<std::int64_t> pending_{0};
   std::atomic<std::uint64_t> handled_{0};  // single writer (the token holder)
@@ -349,6 +357,7 @@ class CellBase {
   std::unordered_map<std::uint64_t, LaneBase*> out_lanes_;
   std::uint64_t out_last_uid_ = 0;
   LaneBase* out_last_lane_ = nullptr;
+  mutable std::mutex name_mu_;  // name_ is written under it (reuse) and read under it off the token
 
   template <typename>
   friend class Cell;

@@ -60,7 +60,7 @@ std::uint64_t NextCellUid() {
 }
 
 CellBase::CellBase(SystemCore* core, ActorId id, std::string name, Supervisor supervisor)
-    : core_(core), id_(id), name_(std::move(name)), uid_(NextCellUid()), supervisor_(std::move(supervisor)) {
+    : core_(core), uid_(NextCellUid()), id_(id), name_(std::move(name)), supervisor_(std::move(supervisor)) {
   link_->cell = this;
 }
 

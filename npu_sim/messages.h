@@ -80,8 +80,6 @@ struct AbortModel {  // Ask<void>: stops every bound stream; the running and que
 using ModelMsg = std::variant<ModelDone, BindModelStream, ExecuteModel, AbortModel>;
 
 // ---- to a stream --------------------------------------------------------------------------------
-// Host submissions carry a per-stream sequence number given by the host API under the stream's
-// lock: the stream applies them in that order, whichever host threads sent them.
 // Every message the host API sends a stream (Submit, Synchronize, AbortStream, ResetStream,
 // LoadProgram, ElideWaits, SetStreamFault) goes with SendInOrder / AskInOrder: a stream handles
 // them in the order the host made them, whichever threads and actors made them (an abort sent

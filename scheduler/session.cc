@@ -131,6 +131,7 @@ StatusOr<actors::Address<SessionMsg>> Session::Actor() const {
   ModelManager* mm = ModelManager::Get();
   if (mm == nullptr || mm->generation() != generation_)
     return Status::Failed("session {}: the ModelManager it was made under is finalized", id_);
+  if (actor_retired_.load(std::memory_order_acquire)) return Status::Failed("session {} is finalized", id_);
   return actor_;
 }
 
@@ -388,6 +389,10 @@ Status Session::Finalize() {
     if (ModelManager* mm = ModelManager::Get()) {
       Status s = mm->DestroySession(id_);
       if (first.ok() && !s.ok()) first = s;
+      // Nothing is left in the actor (its table went out with Finalize): its cell goes to the next
+      // session made. A lease still held returns to nobody; a call made from now on fails here.
+      actor_retired_.store(true, std::memory_order_release);
+      mm->runtime().system().Retire(*actor);
     }
   }
   // The session's temporary weight directory goes with it; a user's directory never does.

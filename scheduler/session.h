@@ -161,6 +161,7 @@ class Session {
   actors::Address<SessionMsg> actor_;  // SessionActor: the graph table and each graph's lease
   std::uint64_t generation_ = 0;       // of the ModelManager it was made under
   std::atomic<bool> finalized_{false};
+  std::atomic<bool> actor_retired_{false};  // Finalize is done: the actor is gone, its cell reused
   // External weights: regions copied once per device for all of this session's models, and the
   // temporary weight directory its builds write to (removed by Finalize if one did).
   std::shared_ptr<weights::ExternalWeightManager> weight_manager_;

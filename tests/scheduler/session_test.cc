@@ -153,6 +153,29 @@ TEST_F(SchedulerSession, FinalizeUnloadsEverythingAndLaterCallsFail) {
   EXPECT_FALSE(s.AddGraph(3, Parse(kChain)).ok());
 }
 
+// A finalized session's actor is retired: making and closing sessions does not grow the actor
+// system, and a call on a closed session fails naming it as finalized.
+TEST_F(SchedulerSession, FinalizedSessionsKeepTheActorCellsBounded) {
+  const Tensor x = F32({8, 64}, 0.5f);
+  auto cycle = [&] {
+    auto session = Session::Create({});
+    ASSERT_TRUE(session.ok()) << session.status();
+    ASSERT_TRUE((*session)->AddGraph(1, Parse(kChain)).ok());
+    auto out = (*session)->RunGraph(1, {x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE((*session)->Finalize().ok());
+    auto after = (*session)->RunGraph(1, {x});
+    ASSERT_FALSE(after.ok());
+    EXPECT_TRUE(Contains(after.status().message(), "finalized")) << after.status();
+  };
+  for (int i = 0; i < 10; ++i) cycle();  // the cells a cycle needs, once
+  rt().system().WaitIdle();
+  const std::size_t cells = rt().system().Stats().cells;
+  for (int i = 0; i < 100; ++i) cycle();
+  rt().system().WaitIdle();
+  EXPECT_LE(rt().system().Stats().cells, cells + 4) << "100 more sessions";
+}
+
 TEST_F(SchedulerSession, CreateNeedsModelManager) {
   ASSERT_TRUE(ModelManager::Finalize().ok());
   auto session = Session::Create({});
