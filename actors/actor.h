@@ -45,8 +45,8 @@ template <typename Msg>
 struct Envelope {
   Msg msg;
   ActorId sender = kExternal;
-  ReplyRef reply;         // null for Send; fails the Ask if the envelope dies unanswered
   std::uint32_t gen = 0;  // the receiver's generation it was sent to (dropped if retired since)
+  ReplyRef reply;         // null for Send; fails the Ask if the envelope dies unanswered
   bool tapped = false;    // already offered to the delivery tap
 };
 
@@ -79,7 +79,7 @@ class Cell : public CellBase {
         {
           std::lock_guard<std::mutex> lock(core_->det_mu);
           (ordered ? cold_->det_ordered : external ? cold_->det_external : cold_->det_queue)
-              .push_back(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
+              .push_back(Env{std::move(msg), sender, gen, ReplyRef(std::move(reply))});
           SystemCore::DetEntry entry;
           entry.cell = this;
           entry.external = external;
@@ -89,9 +89,9 @@ class Cell : public CellBase {
         if (trigger) core_->sequencer->try_put(tbb::flow::continue_msg());
       } else {
         if constexpr (kOrdered) {
-          PushOrdered(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
+          PushOrdered(Env{std::move(msg), sender, gen, ReplyRef(std::move(reply))});
         } else {
-          static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, ReplyRef(std::move(reply)), gen});
+          static_cast<Lane<Env>*>(LaneFrom(ts))->Push(Env{std::move(msg), sender, gen, ReplyRef(std::move(reply))});
         }
         if (TakeToken(1)) Schedule();
       }

@@ -271,7 +271,7 @@ class FlowNodeCell final : public actors::detail::Cell<typename A::Message> {
         node_(*core->graph, flow::serial, [this](const NodeItem& item) {
           // The node owns its buffered copy until the body returns: moving out of it is safe.
           auto& owned = const_cast<NodeItem&>(item);
-          Env env{std::move(owned.msg), owned.sender, actors::detail::ReplyRef(std::move(owned.reply))};
+          Env env{std::move(owned.msg), owned.sender, 0, actors::detail::ReplyRef(std::move(owned.reply))};
           Deliver(env);
           return flow::continue_msg();
         }) {}
