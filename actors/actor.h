@@ -45,9 +45,16 @@ template <typename Msg>
 struct Envelope {
   Msg msg;
   ActorId sender = kExternal;
-  std::uint32_t gen = 0;  // the receiver's generation it was sent to (dropped if retired since)
-  ReplyRef reply;         // null for Send; fails the Ask if the envelope dies unanswered
-  bool tapped = false;    // already offered to the delivery tap
+  // The receiver's generation it was sent to (dropped if retired since), and in the top bit
+  // whether it was already offered to the delivery tap: one word, so that an envelope is no
+  // larger than before generations (a fan-in of small messages lost 12% to 8 more bytes).
+  std::uint32_t gen_tapped = 0;
+  ReplyRef reply;  // null for Send; fails the Ask if the envelope dies unanswered
+
+  static constexpr std::uint32_t kTappedBit = 1u << 31;
+  std::uint32_t gen() const { return gen_tapped & ~kTappedBit; }
+  bool tapped() const { return (gen_tapped & kTappedBit) != 0; }
+  void MarkTapped() { gen_tapped |= kTappedBit; }
 };
 
 // The part of a cell that depends on the message type: the mailbox and Post.
@@ -475,8 +482,8 @@ class CellImpl final : public Cell<typename A::Message> {
       env.emplace(std::move(queue.front()));
       queue.pop_front();
     }
-    if (DeliveryTap* tap = this->core_->tap.load(std::memory_order_acquire); tap && !env->tapped) {
-      env->tapped = true;
+    if (DeliveryTap* tap = this->core_->tap.load(std::memory_order_acquire); tap && !env->tapped()) {
+      env->MarkTapped();
       if (this->AskTap(tap, Delivery{env->sender, this->id_, this->name_, KindOf(env->msg)}).count() > 0) {
         // Postponed with no wall time: back to the head of its queue, delivered from the back
         // of the delivery order. The sequencer is running, so no trigger is needed.
@@ -525,8 +532,8 @@ class CellImpl final : public Cell<typename A::Message> {
           r.handled += 1 + this->DropQueued(Status::Aborted("actor system shut down before delivery"));
           return r;
         }
-        if (kTapHook && tap != nullptr && !env->tapped) {
-          env->tapped = true;
+        if (kTapHook && tap != nullptr && !env->tapped()) {
+          env->MarkTapped();
           auto delay = this->AskTap(tap, Delivery{env->sender, this->id_, this->name_, KindOf(env->msg)});
           // No parking once shutdown has begun: the timer is (or is about to be) gone.
           if (delay.count() > 0 && !this->core_->stopping.load(std::memory_order_acquire)) {
@@ -555,7 +562,7 @@ class CellImpl final : public Cell<typename A::Message> {
   }
 
   void Deliver(Env& env) {
-    if (env.gen != this->gen_.load(std::memory_order_relaxed)) {  // sent to an actor since retired
+    if (env.gen() != this->gen_.load(std::memory_order_relaxed)) {  // sent to an actor since retired
       if (env.reply) env.reply->TryFail(Status::Aborted("actor '{}' is retired: {} not delivered", this->name_, KindOf(env.msg)));
       env.reply.reset();
       return;

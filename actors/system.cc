@@ -213,7 +213,7 @@ void CellBase::Retire(std::uint32_t gen) {
     }
     link_ = std::make_shared<CellLink>();
     link_->cell = this;
-    gen_.store(gen + 1, std::memory_order_release);
+    gen_.store((gen + 1) & 0x7fffffffu, std::memory_order_release);  // 31 bits: an envelope's top bit is its tap mark
     DestroyActor();
     core_->retired_cells.fetch_add(1, std::memory_order_relaxed);
     if (core_->deterministic || core_->stopping.load(std::memory_order_acquire)) return;

@@ -286,8 +286,8 @@ class FlowNodeCell final : public actors::detail::Cell<typename A::Message> {
     auto& ts = actors::detail::ThisThread();
     const auto saved = ts;
     ts = actors::detail::DrainThreadState{this, nullptr, true};
-    if (actors::DeliveryTap* tap = this->core_->tap.load(std::memory_order_relaxed); tap && !env.tapped) {
-      env.tapped = true;
+    if (actors::DeliveryTap* tap = this->core_->tap.load(std::memory_order_relaxed); tap && !env.tapped()) {
+      env.MarkTapped();
       tap->OnDelivery(actors::Delivery{env.sender, this->id_, this->name_, actors::KindOf(env.msg)});
     }
     auto ctx = actors::detail::ContextAccess::Make<Msg>(this, &env);
