@@ -694,14 +694,6 @@ void BM_CafFanOutFanIn(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kItems);
 }
 
-double NsPer(const Results& r, const std::string& name) {
-  auto it = r.find(name);
-  return it == r.end() || it->second.rate <= 0 ? 0 : 1e9 / it->second.rate;
-}
-double Rate(const Results& r, const std::string& name) {
-  auto it = r.find(name);
-  return it == r.end() ? 0 : it->second.rate;
-}
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include "benchmarks/npu_bench.h"
 #include "benchmarks/ops_bench.h"
 #include "benchmarks/v1_bench.h"
+#include "benchmarks/v2_bench.h"
 #include "benchmarks/weights_bench.h"
 
 namespace npuflow::bench {
@@ -28,6 +29,10 @@ const std::vector<Area>& Areas() {
       {"v1", "v1 task sink: host interactions and time per inference vs host-scheduled tasks (200-op chain); "
              "throughput with 1, 2, 4, 8 execution streams (200-op DAG)",
        &RegisterV1Benchmarks, &V1Figures},
+      {"v2", "RT2.0 executors: sequential on a 100k-node chain vs a plain function-pointer loop and oneTBB's flow "
+             "graph; topological and priority on a random 100k-node DAG vs a bare ready-counter loop; multi-thread "
+             "(2 threads) vs sequential on a wide DAG of 10 us kernels",
+       &RegisterV2Benchmarks, &V2Figures},
       {"weights", "external weights: 500 MB Const -> FileConstant (mode 1, mode 2) vs the same SHA-256 by OpenSSL on "
                   "one thread; loading a 500 MB combined file vs cat; peak host staging memory",
        &RegisterWeightsBenchmarks, &WeightsFigures},

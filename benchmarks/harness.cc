@@ -154,6 +154,16 @@ Status RunArea(const std::string& area_name, const RunOptions& options, std::ost
   return Status::Ok();
 }
 
+double Rate(const Results& results, const std::string& bench) {
+  auto it = results.find(bench);
+  return it == results.end() ? 0 : it->second.rate;
+}
+
+double NsPer(const Results& results, const std::string& bench) {
+  const double rate = Rate(results, bench);
+  return rate <= 0 ? 0 : 1e9 / rate;
+}
+
 double Counter(const Results& results, const std::string& bench, const std::string& counter) {
   auto it = results.find(bench);
   if (it == results.end()) return 0;

@@ -72,6 +72,9 @@ void PrintFigures(const std::vector<Figure>& figures, bool json, std::ostream& o
 // per-round samples a benchmark collected itself.
 double Counter(const Results& results, const std::string& bench, const std::string& counter);
 double MedianOf(std::vector<double> samples);
+// A benchmark's items per second (its rate), and the nanoseconds per item; 0 when it did not run.
+double Rate(const Results& results, const std::string& bench);
+double NsPer(const Results& results, const std::string& bench);
 
 // The plain read a memory-bound kernel is measured against: `bytes` of f32 summed in 32 lanes,
 // prefetched non-temporally ahead as the GEMV prefetches its weights (graph/kernels/matmul.h), so
