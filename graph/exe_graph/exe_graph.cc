@@ -194,4 +194,24 @@ void ExecuteGraph::RemapNodes(const std::vector<int>& remap) {
   for (ExeValue& v : values_) v.producer = v.producer >= 0 ? remap[v.producer] : -1;
 }
 
+Status ExecuteGraphSet::Validate() const {
+  if (!init || !main || !deinit) return Status::ParamInvalid("execute graph set: Init, Main and DeInit must all exist");
+  const std::size_t io = desc.inputs.size() + desc.outputs.size();
+  const std::size_t from_init = init->outputs().size();
+  if (main->inputs().size() != io + from_init)
+    return Status::ParamInvalid("execute graph '{}': {} inputs, expected {} model inputs + {} model outputs + {} from "
+                                "Init",
+                                main->name(), main->inputs().size(), desc.inputs.size(), desc.outputs.size(), from_init);
+  if (deinit->inputs().size() != from_init)
+    return Status::ParamInvalid("execute graph '{}': {} inputs, expected Init's {} outputs", deinit->name(),
+                                deinit->inputs().size(), from_init);
+  if (desc.reusable_stream_num < 1 || desc.reusable_event_num < 0 || desc.reusable_notify_num < 0 ||
+      desc.attached_stream_num < 0)
+    return Status::ParamInvalid("model desc: resource counts out of range (streams {}, events {}, notifies {}, "
+                                "attached streams {})",
+                                desc.reusable_stream_num, desc.reusable_event_num, desc.reusable_notify_num,
+                                desc.attached_stream_num);
+  return Status::Ok();
+}
+
 }  // namespace npuflow::exe

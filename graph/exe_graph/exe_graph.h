@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -100,6 +101,33 @@ class ExecuteGraph {
   std::vector<ExeValue> values_;
   std::vector<int> inputs_;
   std::vector<int> outputs_;
+};
+
+// What a loaded model needs and offers (GE's ModelDesc): its inputs and outputs, and the
+// graph-level resources lowering counted.
+struct ModelIoDesc {
+  std::string name;
+  graph::TensorDesc desc;  // symbolic dims where the shape is known only at run time
+};
+struct ModelDesc {
+  std::vector<ModelIoDesc> inputs;
+  std::vector<ModelIoDesc> outputs;
+  int reusable_stream_num = 1;  // the main stream included
+  int reusable_event_num = 0;
+  int reusable_notify_num = 0;
+  int attached_stream_num = 0;
+};
+
+// The three graphs of a model. Main's inputs are, in order: the model's inputs, the model's
+// outputs (the tensors the caller gives to be written), then Init's outputs; DeInit's inputs are
+// Init's outputs. Init and DeInit may be empty graphs.
+struct ExecuteGraphSet {
+  std::shared_ptr<ExecuteGraph> init;
+  std::shared_ptr<ExecuteGraph> main;
+  std::shared_ptr<ExecuteGraph> deinit;
+  ModelDesc desc;
+  // The three graphs exist and their inputs and outputs line up as above.
+  Status Validate() const;
 };
 
 }  // namespace npuflow::exe
