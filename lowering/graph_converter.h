@@ -1,0 +1,56 @@
+// GraphConverter: ComputeGraph -> ExecuteGraphSet, RT2.0's lowering (seed 001 section 5.1).
+//
+// Init gets the constants (Const, FileConstant, Variable values) placed on the device; DeInit
+// releases them; Main gets, per compute op, plain-function nodes: InferShape and Tiling (only for
+// ops whose input shapes are unknown at lowering time: for static ones both are folded into the
+// next two at load), AllocOutputs [memory], LaunchKernel [launch], and a FreeMemory [memory] per
+// tensor after its last reader's launch. Model inputs go through PrepareInput, outputs through
+// CopyOutput (scheduler/v2/op_kernels.h runs them).
+//
+// Each node is lowered by a NodeConverter found in the NodeConverterRegistry by, in order, the
+// node's lowering-function attribute (_ge_attr_lowering_func), its op type, its kernel library
+// (the op's engine: "AICore", "AICPU"); none found is an error naming the node and the three keys.
+// Node priorities follow the ComputeGraph's topological order, so the priority executor issues
+// work in compute order. One stream: the model desc asks for one reusable stream.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "graph/exe_graph/exe_graph.h"
+#include "graph/ir/compute_graph.h"
+#include "graph/model_file/compiled_model.h"
+#include "npu_sim/chip_spec.h"
+
+namespace npuflow::lowering {
+
+inline constexpr std::string_view kLoweringFuncAttr = "_ge_attr_lowering_func";
+
+struct LowerContext;
+using NodeConverterFn = Status (*)(const graph::Node& node, LowerContext& ctx);
+
+class NodeConverterRegistry {
+ public:
+  static NodeConverterRegistry& Global();  // the built-ins registered
+  void Register(std::string key, NodeConverterFn fn);  // the last registration wins
+  NodeConverterFn FindRegisterData(std::string_view key) const;  // null when none
+
+ private:
+  std::vector<std::pair<std::string, NodeConverterFn>> converters_;
+};
+
+// `graph` has its output descriptors inferred (CompileV2 runs the passes first).
+StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const graph::ComputeGraph& graph,
+                                                                  const npu_sim::ChipSpec& chip);
+
+// validate, infer-shapes, const-fold and dead-code-elimination, then the conversion.
+StatusOr<exe::ExecuteGraphSet> CompileV2(std::unique_ptr<graph::ComputeGraph> graph, const graph::CompileOptions& options);
+
+// Whether any Data node of the graph has a dimension unknown until run time (--runtime auto).
+bool HasDynamicInputs(const graph::ComputeGraph& graph);
+
+}  // namespace npuflow::lowering

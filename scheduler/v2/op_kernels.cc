@@ -1,0 +1,476 @@
+#include "scheduler/v2/op_kernels.h"
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "graph/exe_graph/exe_graph.h"
+#include "graph/exe_graph/kernel_registry.h"
+#include "npu_sim/kernel.h"
+
+namespace npuflow::v2 {
+namespace {
+
+using exe::Chain;
+using exe::ExeNode;
+using exe::KernelContext;
+using graph::KernelTensor;
+using graph::TensorDesc;
+
+RunContext& Run(KernelContext* ctx) { return *static_cast<RunContext*>(ctx->args()); }
+
+Tensor* TensorIn(Chain& c) {
+  if (Buffer* b = c.Object<Buffer>()) return &b->tensor;
+  return c.Get<Tensor*>();
+}
+
+StatusOr<KernelTensor> ToKernelTensor(const TensorDesc& d) {
+  if (!d.shape.is_static()) return Status::ParamInvalid("shape {} is not static", d.ToString());
+  if (d.shape.rank() > static_cast<std::size_t>(graph::kMaxKernelRank))
+    return Status::ParamInvalid("rank {} above the limit {}", d.shape.rank(), graph::kMaxKernelRank);
+  KernelTensor t;
+  t.dtype = static_cast<std::uint32_t>(d.dtype);
+  t.rank = static_cast<std::uint32_t>(d.shape.rank());
+  for (std::size_t i = 0; i < d.shape.rank(); ++i) t.dims[i] = d.shape.dim(i).size;
+  return t;
+}
+
+TensorDesc ToDesc(const KernelTensor& t) {
+  std::vector<graph::Dim> dims;
+  for (std::uint32_t i = 0; i < t.rank; ++i) dims.push_back(graph::Dim::Static(t.dims[i]));
+  return TensorDesc{t.data_type(), graph::Shape(std::move(dims))};
+}
+
+std::string ShapeText(const KernelTensor& t) { return ToDesc(t).ToString(); }
+
+template <typename T>
+StatusOr<T> Attr(const ExeNode& node, const std::string& key) {
+  auto it = node.attrs.find(key);
+  if (it == node.attrs.end()) return Status::ParamInvalid("missing attribute '{}'", key);
+  if (const T* v = std::get_if<T>(&it->second)) return *v;
+  return Status::ParamInvalid("attribute '{}' has another type", key);
+}
+
+StatusOr<TensorDesc> DescAttr(const ExeNode& node, const std::string& prefix) {
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Shape shape, Attr<graph::Shape>(node, prefix + "_shape"));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::DataType dtype, Attr<graph::DataType>(node, prefix + "_dtype"));
+  return TensorDesc{dtype, std::move(shape)};
+}
+
+// --- The compute op's data: its OpDef and OpDesc, and what static shapes fix at load.
+
+struct OpInfo {
+  const graph::OpDef* def = nullptr;
+  graph::OpDesc op;
+  int core_count = 1;
+  const npu_sim::KernelDef* device_kernel = nullptr;
+  int num_inputs = 0;
+  int num_outputs = 0;
+  std::vector<int> alias;  // per output: the input it writes in place (-1: its own memory)
+  bool is_static = false;
+  // Static only.
+  std::vector<KernelTensor> out_shapes;
+  graph::TilingInfo tiling;
+  graph::KernelParams params;
+};
+
+StatusOr<std::shared_ptr<const void>> PrepareOp(const ExeNode& node) {
+  auto info = std::make_shared<OpInfo>();
+  NPUFLOW_ASSIGN_OR_RETURN(std::string type, Attr<std::string>(node, "op_type"));
+  NPUFLOW_ASSIGN_OR_RETURN(std::string name, Attr<std::string>(node, "op_name"));
+  NPUFLOW_ASSIGN_OR_RETURN(info->def, graph::OpRegistry::Global().Find(type));
+  info->op = graph::OpDesc(name, type);
+  for (const auto& [key, value] : node.attrs)
+    if (key.rfind("op.", 0) == 0) info->op.SetAttr(key.substr(3), value);
+  NPUFLOW_ASSIGN_OR_RETURN(std::int64_t cores, Attr<std::int64_t>(node, "core_count"));
+  NPUFLOW_ASSIGN_OR_RETURN(std::int64_t nin, Attr<std::int64_t>(node, "num_inputs"));
+  NPUFLOW_ASSIGN_OR_RETURN(std::int64_t nout, Attr<std::int64_t>(node, "num_outputs"));
+  info->core_count = static_cast<int>(cores);
+  info->num_inputs = static_cast<int>(nin);
+  info->num_outputs = static_cast<int>(nout);
+  if (info->def->device_kernel.empty())
+    return Status::Unsupported("op {} has no device kernel", type);
+  NPUFLOW_ASSIGN_OR_RETURN(info->device_kernel, npu_sim::KernelRegistry::Global().Find(info->def->device_kernel));
+  for (int j = 0; j < info->num_outputs; ++j) {
+    auto a = Attr<std::int64_t>(node, fmt::format("alias_{}", j));
+    info->alias.push_back(a.ok() ? static_cast<int>(*a) : -1);
+  }
+  info->is_static = Attr<bool>(node, "static").value_or(false);
+  if (info->is_static) {
+    std::vector<TensorDesc> in, out;
+    for (int i = 0; i < info->num_inputs; ++i) {
+      NPUFLOW_ASSIGN_OR_RETURN(TensorDesc d, DescAttr(node, fmt::format("in{}", i)));
+      in.push_back(std::move(d));
+    }
+    for (int j = 0; j < info->num_outputs; ++j) {
+      NPUFLOW_ASSIGN_OR_RETURN(TensorDesc d, DescAttr(node, fmt::format("out{}", j)));
+      NPUFLOW_ASSIGN_OR_RETURN(KernelTensor t, ToKernelTensor(d));
+      info->out_shapes.push_back(t);
+      out.push_back(std::move(d));
+    }
+    if (info->def->tiling != nullptr) {
+      NPUFLOW_ASSIGN_OR_RETURN(info->tiling, info->def->tiling(info->op, in, {}, info->core_count));
+    }
+    NPUFLOW_ASSIGN_OR_RETURN(info->params, graph::EncodeKernelParams(*info->def, info->op, in, out));
+  }
+  return std::shared_ptr<const void>(std::move(info));
+}
+
+std::vector<TensorDesc> InputDescs(KernelContext* ctx, int n) {
+  std::vector<TensorDesc> descs;
+  descs.reserve(n);
+  for (int i = 0; i < n; ++i) descs.push_back(ToDesc(TensorIn(ctx->input(i))->shape));
+  return descs;
+}
+
+Status CreateBuffers(KernelContext* ctx) {
+  for (std::uint32_t j = 0; j < ctx->num_outputs; ++j) ctx->output(j).Emplace<Buffer>();
+  return Status::Ok();
+}
+
+// InferShape: in(inputs) out(output buffers).
+std::uint32_t InferShapeRun(KernelContext* ctx) {
+  const OpInfo& info = ctx->info<OpInfo>();
+  const std::vector<TensorDesc> in = InputDescs(ctx, info.num_inputs);
+  std::vector<TensorDesc> out;
+  Status s = graph::InferOutputs(*info.def, info.op, in, out);
+  if (!s.ok()) return ctx->Fail(std::move(s));
+  for (int j = 0; j < info.num_outputs; ++j) {
+    auto t = ToKernelTensor(out[j]);
+    if (!t.ok()) return ctx->Fail(t.status().WithContext(fmt::format("output {}", j)));
+    ctx->output(j).Object<Buffer>()->tensor.shape = *t;
+  }
+  return exe::kKernelSuccess;
+}
+
+Status CreateTilingData(KernelContext* ctx) {
+  ctx->output(0).Emplace<TilingData>();
+  return Status::Ok();
+}
+
+// Tiling: in(inputs, outputs) out(tiling data).
+std::uint32_t TilingRun(KernelContext* ctx) {
+  const OpInfo& info = ctx->info<OpInfo>();
+  const std::vector<TensorDesc> in = InputDescs(ctx, info.num_inputs);
+  std::vector<TensorDesc> out;
+  for (int j = 0; j < info.num_outputs; ++j) out.push_back(ToDesc(TensorIn(ctx->input(info.num_inputs + j))->shape));
+  TilingData& data = *ctx->output(0).Object<TilingData>();
+  data.tiling = graph::TilingInfo{};
+  if (info.def->tiling != nullptr) {
+    auto tiling = info.def->tiling(info.op, in, {}, info.core_count);
+    if (!tiling.ok()) return ctx->Fail(tiling.status());
+    data.tiling = *tiling;
+  }
+  auto params = graph::EncodeKernelParams(*info.def, info.op, in, out);
+  if (!params.ok()) return ctx->Fail(params.status());
+  data.params = *params;
+  return exe::kKernelSuccess;
+}
+
+Status CreateStaticBuffers(KernelContext* ctx) {
+  const OpInfo& info = ctx->info<OpInfo>();
+  for (std::uint32_t j = 0; j < ctx->num_outputs; ++j) {
+    Buffer& b = ctx->output(j).Emplace<Buffer>();
+    if (info.is_static) b.tensor.shape = info.out_shapes[j];
+  }
+  return Status::Ok();
+}
+
+// AllocOutputs: in(inputs) out(output buffers). Static ops made their buffers (with shapes) at load.
+std::uint32_t AllocOutputsRun(KernelContext* ctx) {
+  const OpInfo& info = ctx->info<OpInfo>();
+  Allocator* allocator = Run(ctx).device_allocator;
+  for (int j = 0; j < info.num_outputs; ++j) {
+    Buffer& b = *ctx->output(j).Object<Buffer>();
+    b.tensor.placement = TensorPlacement::kOnDeviceHbm;
+    if (info.alias[j] >= 0) {  // written in place over its input (a Variable's update)
+      const Tensor* in = TensorIn(ctx->input(info.alias[j]));
+      b.tensor.addr = in->addr;
+      b.tensor.size = in->size;
+      b.block = MemBlock{};
+      continue;
+    }
+    auto block = allocator->Malloc(b.tensor.shape.bytes());
+    if (!block.ok()) return ctx->Fail(block.status().WithContext(fmt::format("output {} of {}", j, ShapeText(b.tensor.shape))));
+    b.block = *block;
+    b.tensor.addr = block->addr;
+    b.tensor.size = block->size;
+  }
+  return exe::kKernelSuccess;
+}
+
+// LaunchKernel: in(inputs, outputs[, tiling data]). One Submit: the params copy, then the kernel.
+// The params and workspace blocks go back to the allocator at once: whatever takes them next is
+// ordered after this kernel on the same stream.
+std::uint32_t LaunchRun(KernelContext* ctx) {
+  const OpInfo& info = ctx->info<OpInfo>();
+  RunContext& rc = Run(ctx);
+  const graph::TilingInfo* tiling = &info.tiling;
+  const graph::KernelParams* params = &info.params;
+  if (!info.is_static) {
+    const TilingData& data = *ctx->input(info.num_inputs + info.num_outputs).Object<TilingData>();
+    tiling = &data.tiling;
+    params = &data.params;
+  }
+  const std::uint64_t params_bytes = graph::KernelParamsBytes(*params);
+  auto params_block = rc.device_allocator->Malloc(params_bytes);
+  if (!params_block.ok()) return ctx->Fail(params_block.status().WithContext("kernel params"));
+  MemBlock workspace;
+  if (tiling->workspace_bytes > 0) {
+    auto ws = rc.device_allocator->Malloc(tiling->workspace_bytes);
+    if (!ws.ok()) {
+      rc.device_allocator->Free(*params_block);
+      return ctx->Fail(ws.status().WithContext("workspace"));
+    }
+    workspace = *ws;
+  }
+  std::vector<std::uint64_t> args;
+  args.reserve(info.num_inputs + info.num_outputs + 2);
+  for (int i = 0; i < info.num_inputs + info.num_outputs; ++i) args.push_back(TensorIn(ctx->input(i))->addr);
+  args.push_back(workspace.addr);
+  args.push_back(params_block->addr);
+
+  auto bytes = std::make_shared<graph::KernelParams>(*params);
+  std::vector<npu_sim::Task> tasks(2);
+  tasks[0] = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, params_bytes);
+  tasks[0].dst_dev = npu_sim::DevicePtr{params_block->addr};
+  tasks[0].src_host = bytes.get();
+  tasks[0].keep_alive = bytes;
+  tasks[1] = npu_sim::Task::Kernel(info.device_kernel, info.def->engine == graph::OpEngine::kAICore ? tiling->block_dim : 1,
+                                   std::move(args), tiling->tiling_key);
+  tasks[1].name = info.op.name();
+  auto submitted = rc.runtime->Submit(rc.stream, std::move(tasks));
+  rc.device_allocator->Free(*params_block);
+  rc.device_allocator->Free(workspace);
+  if (!submitted.ok()) return ctx->Fail(submitted.status());
+  return exe::kKernelSuccess;
+}
+
+std::string LaunchTrace(const KernelContext* ctx) {
+  const OpInfo& info = ctx->info<OpInfo>();
+  std::string s = info.op.type();
+  for (int j = 0; j < info.num_outputs; ++j) {
+    const Tensor* t = TensorIn(ctx->input(info.num_inputs + j));
+    s += " " + ShapeText(t->shape);
+  }
+  return s;
+}
+
+std::string OpExceptionDump(const KernelContext* ctx) {
+  const OpInfo& info = ctx->info<OpInfo>();
+  std::string s = "inputs";
+  for (int i = 0; i < info.num_inputs; ++i) s += " " + ShapeText(TensorIn(ctx->input(i))->shape);
+  return s;
+}
+
+// FreeMemory: in(buffer).
+std::uint32_t FreeMemoryRun(KernelContext* ctx) {
+  Buffer* b = ctx->input(0).Object<Buffer>();
+  if (b != nullptr && b->block) {
+    Run(ctx).device_allocator->Free(b->block);
+    b->block = MemBlock{};
+  }
+  return exe::kKernelSuccess;
+}
+
+// --- Model inputs and outputs.
+
+struct IoInfo {
+  std::string name;
+  TensorDesc desc;
+};
+
+StatusOr<std::shared_ptr<const void>> PrepareIo(const ExeNode& node) {
+  auto info = std::make_shared<IoInfo>();
+  NPUFLOW_ASSIGN_OR_RETURN(info->name, Attr<std::string>(node, "io_name"));
+  NPUFLOW_ASSIGN_OR_RETURN(info->desc, DescAttr(node, "io"));
+  return std::shared_ptr<const void>(std::move(info));
+}
+
+Status CreateOneBuffer(KernelContext* ctx) {
+  ctx->output(0).Emplace<Buffer>();
+  return Status::Ok();
+}
+
+// PrepareInput: in(the caller's Tensor*) out(buffer on the device).
+std::uint32_t PrepareInputRun(KernelContext* ctx) {
+  const IoInfo& info = ctx->info<IoInfo>();
+  const Tensor* user = ctx->input(0).Get<Tensor*>();
+  const KernelTensor& s = user->shape;
+  const graph::Shape& want = info.desc.shape;
+  if (s.data_type() != info.desc.dtype)
+    return ctx->Fail(Status::ParamInvalid("input '{}': dtype {}, the model takes {}", info.name,
+                                          graph::DataTypeName(s.data_type()), info.desc.ToString()));
+  if (s.rank != want.rank() || s.rank > static_cast<std::uint32_t>(graph::kMaxKernelRank))
+    return ctx->Fail(Status::ParamInvalid("input '{}': rank {}, the model takes {}", info.name, s.rank,
+                                          info.desc.ToString()));
+  for (std::uint32_t i = 0; i < s.rank; ++i) {
+    if (s.dims[i] < 0)
+      return ctx->Fail(Status::ParamInvalid("input '{}': dim {} is {}, negative", info.name, i, s.dims[i]));
+    if (want.dim(i).is_static() && want.dim(i).size != s.dims[i])
+      return ctx->Fail(Status::ParamInvalid("input '{}': shape {}, the model takes {}", info.name, ShapeText(s),
+                                            info.desc.ToString()));
+  }
+  const std::uint64_t bytes = s.bytes();
+  if (user->size < bytes)
+    return ctx->Fail(Status::ParamInvalid("input '{}': shape {} needs {} bytes, the tensor has {}", info.name,
+                                          ShapeText(s), bytes, user->size));
+  Buffer& b = *ctx->output(0).Object<Buffer>();
+  b.tensor = *user;
+  b.block = MemBlock{};
+  if (user->placement == TensorPlacement::kOnHost || user->placement == TensorPlacement::kFollowing) {
+    RunContext& rc = Run(ctx);
+    auto block = rc.device_allocator->Malloc(bytes);
+    if (!block.ok()) return ctx->Fail(block.status().WithContext(fmt::format("input '{}'", info.name)));
+    if (bytes > 0) {
+      Status c = rc.runtime->MemcpyH2DAsync(rc.stream, npu_sim::DevicePtr{block->addr},
+                                            reinterpret_cast<const void*>(user->addr), bytes);
+      if (!c.ok()) {
+        rc.device_allocator->Free(*block);
+        return ctx->Fail(c);
+      }
+    }
+    b.block = *block;
+    b.tensor.placement = TensorPlacement::kOnDeviceHbm;
+    b.tensor.addr = block->addr;
+    b.tensor.size = block->size;
+  }
+  return exe::kKernelSuccess;
+}
+
+// CopyOutput: in(the result, the caller's Tensor*).
+std::uint32_t CopyOutputRun(KernelContext* ctx) {
+  const IoInfo& info = ctx->info<IoInfo>();
+  const Tensor* result = TensorIn(ctx->input(0));
+  Tensor* user = ctx->input(1).Get<Tensor*>();
+  const std::uint64_t bytes = result->shape.bytes();
+  if (user->size < bytes)
+    return ctx->Fail(Status::ParamInvalid("output '{}': shape {} needs {} bytes, the tensor given has {}", info.name,
+                                          ShapeText(result->shape), bytes, user->size));
+  user->shape = result->shape;
+  if (bytes == 0) return exe::kKernelSuccess;
+  RunContext& rc = Run(ctx);
+  Status s = user->placement == TensorPlacement::kOnHost || user->placement == TensorPlacement::kFollowing
+                 ? rc.runtime->MemcpyD2HAsync(rc.stream, reinterpret_cast<void*>(user->addr),
+                                              npu_sim::DevicePtr{result->addr}, bytes)
+                 : rc.runtime->MemcpyD2DAsync(rc.stream, npu_sim::DevicePtr{user->addr},
+                                              npu_sim::DevicePtr{result->addr}, bytes);
+  if (!s.ok()) return ctx->Fail(s);
+  return exe::kKernelSuccess;
+}
+
+// --- Constants (Init / DeInit).
+
+struct ConstInfo {
+  TensorDesc desc;
+  std::vector<std::uint8_t> bytes;  // a Const's value
+  std::string file;                 // a FileConstant's
+  std::uint64_t offset = 0;
+};
+
+StatusOr<std::shared_ptr<const void>> PrepareConst(const ExeNode& node) {
+  auto info = std::make_shared<ConstInfo>();
+  NPUFLOW_ASSIGN_OR_RETURN(info->desc, DescAttr(node, "const"));
+  if (auto value = Attr<graph::Tensor>(node, "value"); value.ok()) {
+    info->bytes = value->data;
+  } else {
+    NPUFLOW_ASSIGN_OR_RETURN(info->file, Attr<std::string>(node, "location"));
+    NPUFLOW_ASSIGN_OR_RETURN(std::int64_t offset, Attr<std::int64_t>(node, "offset"));
+    info->offset = static_cast<std::uint64_t>(offset);
+  }
+  return std::shared_ptr<const void>(std::move(info));
+}
+
+std::uint32_t ConstToDeviceRun(KernelContext* ctx) {
+  const ConstInfo& info = ctx->info<ConstInfo>();
+  RunContext& rc = Run(ctx);
+  const std::uint64_t bytes = info.desc.bytes().value_or(0);
+  std::vector<std::uint8_t> file_bytes;
+  const std::uint8_t* src = info.bytes.data();
+  if (!info.file.empty()) {
+    std::ifstream in(info.file, std::ios::binary);
+    file_bytes.resize(bytes);
+    if (!in.seekg(static_cast<std::streamoff>(info.offset)) ||
+        !in.read(reinterpret_cast<char*>(file_bytes.data()), static_cast<std::streamsize>(bytes)))
+      return ctx->Fail(Status::DataCorrupted("{}: cannot read {} bytes at offset {}", info.file, bytes, info.offset));
+    src = file_bytes.data();
+  } else if (info.bytes.size() != bytes) {
+    return ctx->Fail(Status::Internal("constant of {} holds {} bytes", info.desc.ToString(), info.bytes.size()));
+  }
+  Buffer& b = ctx->output(0).Emplace<Buffer>();
+  auto shape = ToKernelTensor(info.desc);
+  if (!shape.ok()) return ctx->Fail(shape.status());
+  b.tensor.shape = *shape;
+  if (bytes == 0) return exe::kKernelSuccess;
+  auto ptr = rc.runtime->Malloc(rc.device, bytes, npu_sim::Placement::kHbm, ctx->node->name);
+  if (!ptr.ok()) return ctx->Fail(ptr.status());
+  Status s = rc.runtime->MemcpyH2D(rc.device, *ptr, src, bytes);
+  if (!s.ok()) {
+    (void)rc.runtime->Free(rc.device, *ptr);
+    return ctx->Fail(s);
+  }
+  b.tensor.addr = ptr->value;
+  b.tensor.size = bytes;
+  b.block = MemBlock{ptr->value, bytes};
+  return exe::kKernelSuccess;
+}
+
+std::uint32_t FreeConstRun(KernelContext* ctx) {
+  Buffer* b = ctx->input(0).Object<Buffer>();
+  if (b == nullptr || !b->block) return exe::kKernelSuccess;
+  Status s = Run(ctx).runtime->Free(Run(ctx).device, npu_sim::DevicePtr{b->block.addr});
+  b->block = MemBlock{};
+  if (!s.ok()) return ctx->Fail(s);
+  return exe::kKernelSuccess;
+}
+
+// The data dumper's view of a launch: the stream is synchronized (the kernel has run), then each
+// output is read back.
+Status LaunchDump(const KernelContext* ctx, std::vector<exe::DumpTensor>& out) {
+  const OpInfo& info = ctx->info<OpInfo>();
+  RunContext& rc = *static_cast<RunContext*>(ctx->args());
+  NPUFLOW_RETURN_IF_ERROR(rc.runtime->SynchronizeStream(rc.stream));
+  for (int j = 0; j < info.num_outputs; ++j) {
+    const Tensor* t = TensorIn(ctx->input(info.num_inputs + j));
+    exe::DumpTensor d;
+    d.name = fmt::format("output{}", j);
+    d.desc = ShapeText(t->shape);
+    d.bytes.resize(t->shape.bytes());
+    if (!d.bytes.empty())
+      NPUFLOW_RETURN_IF_ERROR(rc.runtime->MemcpyD2H(rc.device, d.bytes.data(), npu_sim::DevicePtr{t->addr}, d.bytes.size()));
+    out.push_back(std::move(d));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterOpKernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    graph::RegisterBuiltinOps();
+    using exe::KernelRegister;
+    using exe::KernelTag;
+    KernelRegister("ConstToDevice").RunFunc(ConstToDeviceRun).Prepare(PrepareConst).Tag(KernelTag::kMemory);
+    KernelRegister("FreeConst").RunFunc(FreeConstRun).Tag(KernelTag::kMemory);
+    KernelRegister("PrepareInput").RunFunc(PrepareInputRun).Prepare(PrepareIo).OutputsCreator(CreateOneBuffer)
+        .Tag(KernelTag::kMemory);
+    KernelRegister("CopyOutput").RunFunc(CopyOutputRun).Prepare(PrepareIo).Tag(KernelTag::kLaunch);
+    KernelRegister("InferShape").RunFunc(InferShapeRun).Prepare(PrepareOp).OutputsCreator(CreateBuffers)
+        .ExceptionDumpInfoFiller(OpExceptionDump);
+    KernelRegister("Tiling").RunFunc(TilingRun).Prepare(PrepareOp).OutputsCreator(CreateTilingData)
+        .ExceptionDumpInfoFiller(OpExceptionDump);
+    KernelRegister("AllocOutputs").RunFunc(AllocOutputsRun).Prepare(PrepareOp).OutputsCreator(CreateStaticBuffers)
+        .Tag(KernelTag::kMemory);
+    KernelRegister("LaunchKernel").RunFunc(LaunchRun).Prepare(PrepareOp).TracePrinter(LaunchTrace)
+        .ExceptionDumpInfoFiller(OpExceptionDump).DataDumpInfoFiller(LaunchDump).Tag(KernelTag::kLaunch);
+    KernelRegister("FreeMemory").RunFunc(FreeMemoryRun).Tag(KernelTag::kMemory);
+  });
+}
+
+}  // namespace npuflow::v2

@@ -1,0 +1,219 @@
+// RT2.0 end to end: ComputeGraph -> lowering -> ModelV2Executor on npu_sim, against the reference
+// interpreter; a dynamic batch run with 20 shapes on every executor, the static path (InferShape
+// and Tiling folded), bad inputs, and the converter lookup.
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "graph/ir/compute_graph.h"
+#include "graph/ir/tensor_access.h"
+#include "graph/ops/interpreter.h"
+#include "graph/ops/op_registry.h"
+#include "lowering/graph_converter.h"
+#include "npu_sim/runtime.h"
+#include "scheduler/v2/model_v2_executor.h"
+#include "scheduler/v2/op_kernels.h"
+
+namespace npuflow::v2 {
+namespace {
+
+using graph::ComputeGraph;
+using graph::DataType;
+using graph::Dim;
+using graph::Endpoint;
+using graph::Node;
+using graph::OpDesc;
+using graph::Shape;
+using graph::TensorDesc;
+
+graph::Tensor RandomTensor(const TensorDesc& desc, std::uint32_t seed) {
+  graph::Tensor t = graph::ZeroTensor(desc);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const std::size_t n = t.data.size() / sizeof(float);
+  for (std::size_t i = 0; i < n; ++i) graph::StoreF(t, i, u(rng));
+  return t;
+}
+
+Node* AddOp(ComputeGraph& g, const std::string& name, const std::string& type, std::vector<Endpoint> inputs,
+            std::map<std::string, graph::AttrValue> attrs = {}) {
+  OpDesc op(name, type);
+  for (auto& [k, v] : attrs) op.SetAttr(k, v);
+  Node* node = *g.AddNode(std::move(op));
+  for (const Endpoint& e : inputs) EXPECT_TRUE(g.AddInput(node, e).ok());
+  return node;
+}
+
+// x[batch, 16] -> MatMul(W1[16, 8], b1) -> Relu -> MatMul(W2[8, 4]) -> Softmax -> out.
+std::unique_ptr<ComputeGraph> Mlp(Dim batch) {
+  auto g = std::make_unique<ComputeGraph>("mlp");
+  Node* x = AddOp(*g, "x", "Data", {},
+                  {{"dtype", DataType::kFloat32}, {"shape", Shape(std::vector<Dim>{batch, Dim::Static(16)})}});
+  Node* w1 = AddOp(*g, "w1", "Const", {}, {{"value", RandomTensor({DataType::kFloat32, Shape{16, 8}}, 1)}});
+  Node* b1 = AddOp(*g, "b1", "Const", {}, {{"value", RandomTensor({DataType::kFloat32, Shape{8}}, 2)}});
+  Node* w2 = AddOp(*g, "w2", "Const", {}, {{"value", RandomTensor({DataType::kFloat32, Shape{8, 4}}, 3)}});
+  Node* mm1 = AddOp(*g, "mm1", "MatMul", {{x, 0}, {w1, 0}, {b1, 0}});
+  Node* relu = AddOp(*g, "relu", "Relu", {{mm1, 0}});
+  Node* mm2 = AddOp(*g, "mm2", "MatMul", {{relu, 0}, {w2, 0}});
+  Node* sm = AddOp(*g, "softmax", "Softmax", {{mm2, 0}});
+  AddOp(*g, "output", "NetOutput", {{sm, 0}, {relu, 0}});
+  return g;
+}
+
+class V2Lowering : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RegisterOpKernels();
+    npu_sim::RuntimeOptions options;
+    options.workers = 2;
+    rt_ = *npu_sim::Runtime::Create(options);
+  }
+
+  // Runs the model once with host tensors; returns the outputs as graph tensors.
+  StatusOr<std::vector<graph::Tensor>> RunV2(ModelV2Executor& m, const std::vector<graph::Tensor>& inputs) {
+    std::vector<Tensor> in(inputs.size());
+    std::vector<Tensor*> in_ptrs;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      in[i].placement = TensorPlacement::kOnHost;
+      in[i].addr = reinterpret_cast<std::uint64_t>(inputs[i].data.data());
+      in[i].size = inputs[i].data.size();
+      in[i].shape.dtype = static_cast<std::uint32_t>(inputs[i].desc.dtype);
+      in[i].shape.rank = static_cast<std::uint32_t>(inputs[i].desc.shape.rank());
+      for (std::size_t d = 0; d < inputs[i].desc.shape.rank(); ++d) in[i].shape.dims[d] = inputs[i].desc.shape.dim(d).size;
+      in_ptrs.push_back(&in[i]);
+    }
+    const std::size_t nout = m.GetModelDesc().outputs.size();
+    std::vector<std::vector<std::uint8_t>> out_bytes(nout, std::vector<std::uint8_t>(1 << 16));
+    std::vector<Tensor> out(nout);
+    std::vector<Tensor*> out_ptrs;
+    for (std::size_t j = 0; j < nout; ++j) {
+      out[j].placement = TensorPlacement::kOnHost;
+      out[j].addr = reinterpret_cast<std::uint64_t>(out_bytes[j].data());
+      out[j].size = out_bytes[j].size();
+      out_ptrs.push_back(&out[j]);
+    }
+    NPUFLOW_RETURN_IF_ERROR(m.ExecuteSync(in_ptrs.data(), in_ptrs.size(), out_ptrs.data(), out_ptrs.size()));
+    std::vector<graph::Tensor> result;
+    for (std::size_t j = 0; j < nout; ++j) {
+      std::vector<Dim> dims;
+      for (std::uint32_t d = 0; d < out[j].shape.rank; ++d) dims.push_back(Dim::Static(out[j].shape.dims[d]));
+      graph::Tensor t = graph::ZeroTensor(TensorDesc{out[j].shape.data_type(), Shape(std::move(dims))});
+      std::memcpy(t.data.data(), out_bytes[j].data(), t.data.size());
+      result.push_back(std::move(t));
+    }
+    return result;
+  }
+
+  std::unique_ptr<npu_sim::Runtime> rt_;
+};
+
+void ExpectNear(const graph::Tensor& a, const graph::Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.desc, b.desc) << what;
+  const std::size_t n = a.data.size() / graph::DataTypeSize(a.desc.dtype);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_NEAR(graph::LoadF(a, i), graph::LoadF(b, i), 1e-4) << what << " element " << i;
+}
+
+TEST_F(V2Lowering, ADynamicBatchRunsWithTwentyShapesOnEveryExecutor) {
+  auto reference_graph = Mlp(Dim::Symbolic("batch"));
+  auto interpreter = *graph::Interpreter::Create(*reference_graph);
+  auto set = lowering::CompileV2(Mlp(Dim::Symbolic("batch")), graph::CompileOptions{});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->desc.inputs.size(), 1u);
+  EXPECT_EQ(set->desc.outputs.size(), 2u);
+  EXPECT_EQ(set->init->nodes().size(), 3u);  // three constants
+  EXPECT_NE(set->main->FindNode("mm1/infer_shape"), -1) << set->main->ToText();
+  for (ExecutorType type : {ExecutorType::kSequentialPriority, ExecutorType::kTopological,
+                            ExecutorType::kTopologicalPriority, ExecutorType::kTopologicalMultiThread}) {
+    auto m = ModelV2Executor::Create(*set, rt_.get(), 0, ExecutorOption{.type = type});
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE((*m)->Load().ok());
+    for (int batch = 1; batch <= 39; batch += 2) {
+      graph::Tensor x = RandomTensor({DataType::kFloat32, Shape{batch, 16}}, 100 + batch);
+      auto want = interpreter->Run({{"x", x}});
+      ASSERT_TRUE(want.ok()) << want.status();
+      auto got = RunV2(**m, {x});
+      ASSERT_TRUE(got.ok()) << ExecutorTypeName(type) << " batch " << batch << ": " << got.status();
+      ExpectNear((*got)[0], (*want)[0], "softmax, batch " + std::to_string(batch));
+      ExpectNear((*got)[1], (*want)[1], "relu, batch " + std::to_string(batch));
+    }
+    ASSERT_TRUE((*m)->UnLoad().ok());
+  }
+}
+
+TEST_F(V2Lowering, StaticShapesFoldInferShapeAndTiling) {
+  auto reference_graph = Mlp(Dim::Static(5));
+  auto interpreter = *graph::Interpreter::Create(*reference_graph);
+  auto set = lowering::CompileV2(Mlp(Dim::Static(5)), graph::CompileOptions{});
+  ASSERT_TRUE(set.ok()) << set.status();
+  for (const exe::ExeNode& n : set->main->nodes()) {
+    EXPECT_NE(n.kernel, "InferShape") << n.name;
+    EXPECT_NE(n.kernel, "Tiling") << n.name;
+  }
+  auto m = *ModelV2Executor::Create(*set, rt_.get(), 0);
+  ASSERT_TRUE(m->Load().ok());
+  EXPECT_EQ(m->main_executor_type(), ExecutorType::kSequentialPriority) << "auto: no control flow";
+  graph::Tensor x = RandomTensor({DataType::kFloat32, Shape{5, 16}}, 9);
+  auto got = RunV2(*m, {x});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectNear((*got)[0], (*interpreter->Run({{"x", x}}))[0], "softmax");
+}
+
+TEST_F(V2Lowering, BadInputShapesAreClearErrorsAndTheModelStaysUsable) {
+  auto set = *lowering::CompileV2(Mlp(Dim::Symbolic("batch")), graph::CompileOptions{});
+  auto m = *ModelV2Executor::Create(set, rt_.get(), 0);
+  ASSERT_TRUE(m->Load().ok());
+  graph::Tensor rank3 = RandomTensor({DataType::kFloat32, Shape{2, 16, 1}}, 1);
+  auto s = RunV2(*m, {rank3});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kParamInvalid);
+  EXPECT_NE(s.status().message().find("input 'x': rank 3, the model takes f32[batch, 16]"), std::string_view::npos)
+      << s.status();
+  graph::Tensor wrong = RandomTensor({DataType::kFloat32, Shape{2, 15}}, 1);
+  s = RunV2(*m, {wrong});
+  EXPECT_NE(s.status().message().find("input 'x': shape f32[2, 15], the model takes f32[batch, 16]"),
+            std::string_view::npos)
+      << s.status();
+  graph::Tensor ok = RandomTensor({DataType::kFloat32, Shape{3, 16}}, 1);
+  EXPECT_TRUE(RunV2(*m, {ok}).ok()) << "usable after bad inputs";
+  ASSERT_TRUE(m->UnLoad().ok());
+}
+
+int g_custom_calls = 0;
+Status CustomRelu(const Node& node, lowering::LowerContext& ctx) {
+  ++g_custom_calls;
+  return lowering::NodeConverterRegistry::Global().FindRegisterData("AICore")(node, ctx);
+}
+
+TEST_F(V2Lowering, ConverterLookupOrderAndItsError) {
+  auto g = Mlp(Dim::Static(2));
+  g->FindNode("relu")->op().SetAttr(std::string(lowering::kLoweringFuncAttr), std::string("TestCustomRelu"));
+  lowering::NodeConverterRegistry::Global().Register("TestCustomRelu", &CustomRelu);
+  g_custom_calls = 0;
+  ASSERT_TRUE(lowering::CompileV2(std::move(g), graph::CompileOptions{}).ok());
+  EXPECT_EQ(g_custom_calls, 1) << "the lowering-function attribute comes first";
+
+  graph::RegisterBuiltinOps();
+  graph::OpRegistry::Global().Register(
+      graph::OpDef{.type = "TestHostOnly", .min_inputs = 1, .max_inputs = 1, .engine = graph::OpEngine::kHostLocal,
+                   .infer = [](const OpDesc&, const std::vector<TensorDesc>& in, std::vector<TensorDesc>& out) {
+                     out = in;
+                     return Status::Ok();
+                   }});
+  auto h = Mlp(Dim::Static(2));
+  Node* host = AddOp(*h, "host_op", "TestHostOnly", {{h->FindNode("relu"), 0}});
+  ASSERT_TRUE(h->AddInput(h->FindNode("output"), {host, 0}).ok());
+  auto set = lowering::CompileV2(std::move(h), graph::CompileOptions{});
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(set.status().message().find("node 'host_op' (TestHostOnly): no node converter for its lowering function "
+                                        "'(none)', its op type 'TestHostOnly' or its kernel library 'host'"),
+            std::string_view::npos)
+      << set.status();
+}
+
+}  // namespace
+}  // namespace npuflow::v2
