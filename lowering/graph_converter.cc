@@ -359,6 +359,7 @@ StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const ComputeGr
     set.desc.outputs.push_back({name, src.node->outputs()[src.index]});
   }
   for (Node* node : constants) {
+    if (node->type() == "Variable") set.desc.updates_variables = true;
     NPUFLOW_ASSIGN_OR_RETURN(NodeConverterFn fn, FindConverter(*node));
     NPUFLOW_RETURN_IF_ERROR(fn(*node, ctx));
     const int value = set.main->AddInput(node->name());

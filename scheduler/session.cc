@@ -7,6 +7,7 @@
 
 #include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
+#include "lowering/graph_converter.h"
 #include "scheduler/session_actor.h"
 #include "weights/convert.h"
 #include "weights/weight_dir.h"
@@ -147,14 +148,29 @@ StatusOr<Session::Held> Session::LeaseNode(NodePtr node) const {
   return Held(actor, std::move(used), true);
 }
 
-StatusOr<std::shared_ptr<DavinciModel>> Session::ModelForRun(std::uint32_t graph_id, npu_sim::Timeout* timeout) {
+StatusOr<Session::RunTarget> Session::TargetForRun(std::uint32_t graph_id, npu_sim::Timeout* timeout) {
   NPUFLOW_ASSIGN_OR_RETURN(auto actor, Actor());
   NPUFLOW_ASSIGN_OR_RETURN(Used used, actor.Ask<Used>(session_msg::Use{graph_id, true}).Get());
+  if (timeout != nullptr) *timeout = used.node->options.timeout;  // options never change once added
+  if (used.v2) return RunTarget{nullptr, std::move(used.v2)};
   const bool leased = used.model == nullptr;
   Held held(actor, std::move(used), leased);
-  if (timeout != nullptr) *timeout = held.node().options.timeout;  // options never change once added
-  if (!leased) return held.model();
-  return EnsureLoaded(held.node());
+  if (!leased) return RunTarget{held.model(), nullptr};
+  NPUFLOW_RETURN_IF_ERROR(Build(held.node()));
+  if (held.node().v2_graphs) {
+    NPUFLOW_ASSIGN_OR_RETURN(auto v2, EnsureLoadedV2(held.node()));
+    return RunTarget{nullptr, std::move(v2)};
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(auto model, EnsureLoaded(held.node()));
+  return RunTarget{std::move(model), nullptr};
+}
+
+StatusOr<std::shared_ptr<DavinciModel>> Session::ModelForRun(std::uint32_t graph_id, npu_sim::Timeout* timeout) {
+  NPUFLOW_ASSIGN_OR_RETURN(RunTarget target, TargetForRun(graph_id, timeout));
+  if (target.v2)
+    return Status::Unsupported("session {} graph {} has unknown dimensions and runs on RT2.0: use RunGraph", id_,
+                               graph_id);
+  return std::move(target.v1);
 }
 
 Status Session::Insert(std::uint32_t graph_id, std::shared_ptr<GraphNode> node, std::string use) {
@@ -182,7 +198,7 @@ Status Session::AddCompiledModel(std::uint32_t graph_id, std::shared_ptr<const C
 }
 
 Status Session::Build(GraphNode& node) {
-  if (node.compiled) return Status::Ok();
+  if (node.compiled || node.v2_graphs) return Status::Ok();
   ModelManager* mm = ModelManager::Get();
   if (mm == nullptr) return Status::Failed("session {}: ModelManager is finalized", id_);
   lowering::CompileOptions co;
@@ -209,6 +225,13 @@ Status Session::Build(GraphNode& node) {
   // The graph is kept if compilation fails, so the user can see the error and remove it.
   auto copy = graph::ParseGraphText(graph::PrintGraphText(*node.graph), node.graph->name());
   if (!copy.ok()) return copy.status().WithContext(fmt::format("session {} graph {}", id_, node.id));
+  if (lowering::HasDynamicInputs(**copy)) {  // GE's IsNeedHybridLoad: RT2.0 runs it
+    auto graphs = lowering::CompileV2(std::move(*copy), co);
+    if (!graphs.ok()) return graphs.status().WithContext(fmt::format("session {}: building graph {} for RT2.0", id_, node.id));
+    node.v2_graphs = std::make_shared<const exe::ExecuteGraphSet>(std::move(*graphs));
+    node.graph.reset();
+    return Status::Ok();
+  }
   auto compiled = lowering::CompileV1(std::move(*copy), co);
   if (!compiled.ok()) return compiled.status().WithContext(fmt::format("session {}: building graph {}", id_, node.id));
   node.compiled = std::make_shared<const CompiledModel>(std::move(*compiled));
@@ -255,14 +278,33 @@ StatusOr<std::shared_ptr<DavinciModel>> Session::EnsureLoaded(GraphNode& node) {
   return node.model;
 }
 
+StatusOr<std::shared_ptr<v2::RtV2SimpleExecutor>> Session::EnsureLoadedV2(GraphNode& node) {
+  if (node.v2) return node.v2;
+  ModelManager* mm = ModelManager::Get();
+  if (mm == nullptr) return Status::Failed("session {}: ModelManager is finalized", id_);
+  auto loaded = v2::RtV2SimpleExecutor::Create(node.v2_graphs, &mm->runtime(), node.options.device, v2::ExecutorOption{},
+                                               std::max(1, node.options.execution_streams));
+  if (!loaded.ok()) return loaded.status().WithContext(fmt::format("session {}: loading graph {} on RT2.0", id_, node.id));
+  node.v2 = *std::move(loaded);
+  return node.v2;
+}
+
 Status Session::LoadGraph(std::uint32_t graph_id) {
   NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
+  NPUFLOW_RETURN_IF_ERROR(Build(held.node()));
+  if (held.node().v2_graphs) return EnsureLoadedV2(held.node()).status();
   return EnsureLoaded(held.node()).status();
 }
 
 StatusOr<std::vector<Tensor>> Session::RunGraph(std::uint32_t graph_id, const std::vector<Tensor>& inputs) {
   npu_sim::Timeout timeout;
-  NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<DavinciModel> model, ModelForRun(graph_id, &timeout));
+  NPUFLOW_ASSIGN_OR_RETURN(RunTarget target, TargetForRun(graph_id, &timeout));
+  if (target.v2) {
+    auto outputs = target.v2->Run(inputs);
+    if (!outputs.ok()) return outputs.status().WithContext(fmt::format("session {} graph {}", id_, graph_id));
+    return outputs;
+  }
+  std::shared_ptr<DavinciModel> model = std::move(target.v1);
   const CompiledModel& m = model->compiled();
   if (inputs.size() != m.inputs.size())
     return Status::ParamInvalid("session {} graph {}: {} inputs given, the graph takes {}", id_, graph_id,
@@ -281,6 +323,11 @@ Status Session::RunGraphAsync(std::uint32_t graph_id, std::vector<Tensor> inputs
   if (!done) return Status::ParamInvalid("session {}: RunGraphAsync without a callback", id_);
   NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
   GraphNode& node = held.node();
+  NPUFLOW_RETURN_IF_ERROR(Build(node));
+  if (node.v2_graphs)
+    return Status::Unsupported("session {} graph {} has unknown dimensions and runs on RT2.0: RunGraphAsync takes "
+                               "static graphs (the Run loop is v1's); use RunGraph",
+                               id_, graph_id);
   NPUFLOW_ASSIGN_OR_RETURN(auto model, EnsureLoaded(node));
   if (!node.loop) {
     NPUFLOW_ASSIGN_OR_RETURN(node.loop, RunLoop::Start(model, node.options.timeout));
@@ -342,6 +389,7 @@ Status Release(Session::GraphNode& node) {
     node.model_id.reset();
   }
   node.model.reset();
+  node.v2.reset();  // its instances unload (DeInit frees the constants)
   return first;
 }
 }  // namespace

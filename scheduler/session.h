@@ -24,8 +24,11 @@
 //   npuflow.modelDir          the directory of the model file: its weight/ holds moved files
 //
 // Entry points and the runtime paths they take (seed 002, 3.4):
-//   RunGraph                 -> NnExecute: a message to the model's ModelActor, then a wait
-//   RunGraphAsync            -> the model's Run loop, outputs to the callback
+//   RunGraph                 -> NnExecute: a message to the model's ModelActor, then a wait; a
+//                               graph with an unknown dimension in a Data shape is built for RT2.0
+//                               instead (GE's IsNeedHybridLoad) and runs on a pool of
+//                               ModelV2Executors (up to execution_streams), any shape each call
+//   RunGraphAsync            -> the model's Run loop, outputs to the callback (static graphs)
 //   RunGraphWithStreamAsync  -> NnExecute async on the caller's stream, device buffers only
 //
 // The session's state is an actor (SessionActor, scheduler/session_actor.h): its graph table and,
@@ -50,6 +53,7 @@
 #include "graph/ir/compute_graph.h"
 #include "scheduler/run_loop.h"
 #include "scheduler/model_manager.h"
+#include "scheduler/v2/rt_v2_executor.h"
 #include "weights/convert.h"
 
 namespace npuflow::scheduler {
@@ -142,6 +146,12 @@ class Session {
 
  private:
   class Held;
+  struct RunTarget {
+    std::shared_ptr<DavinciModel> v1;
+    std::shared_ptr<v2::RtV2SimpleExecutor> v2;
+  };
+  StatusOr<RunTarget> TargetForRun(std::uint32_t graph_id, npu_sim::Timeout* timeout);
+  StatusOr<std::shared_ptr<v2::RtV2SimpleExecutor>> EnsureLoadedV2(GraphNode& node);
   Session(std::uint64_t id, GraphOptions options, std::string temporary_weight_dir)
       : id_(id), options_(std::move(options)), temporary_weight_dir_(std::move(temporary_weight_dir)) {}
   // The session's actor, while the ModelManager it was made under lives (else Failed).

@@ -39,7 +39,8 @@ class SessionActor {
     const NodePtr& node = it->second;
     // No holder, so nobody writes the node: a loaded model may be used without the lease.
     if (m.run && !node->leased && node->model != nullptr && !node->model->unloaded())
-      return ctx.Reply(Used{node, node->model});
+      return ctx.Reply(Used{node, node->model, nullptr});
+    if (m.run && !node->leased && node->v2 != nullptr) return ctx.Reply(Used{node, nullptr, node->v2});
     Grant(node, ctx, Used{node, nullptr});
   }
 

@@ -21,6 +21,7 @@
 #include "scheduler/davinci_model.h"
 #include "scheduler/run_loop.h"
 #include "scheduler/session.h"
+#include "scheduler/v2/rt_v2_executor.h"
 
 namespace npuflow::scheduler {
 
@@ -41,6 +42,7 @@ struct Use {
 struct Used {
   NodePtr node;
   std::shared_ptr<DavinciModel> model;  // set: loaded, not leased
+  std::shared_ptr<v2::RtV2SimpleExecutor> v2;  // set: a loaded dynamic-shape graph, not leased
 };
 struct Lease {  // Ask<Used>: the lease on a node already found (e.g. taken out of the table)
   static constexpr std::string_view kKind = "Lease";
@@ -73,6 +75,10 @@ struct Session::GraphNode {
   std::shared_ptr<const CompiledModel> compiled;
   std::optional<std::uint32_t> model_id;
   std::shared_ptr<DavinciModel> model;  // the loaded model while it is loaded (no table lookup per run)
+  // A graph with unknown dimensions runs on RT2.0 (GE's IsNeedHybridLoad): its execute graphs
+  // once built, and the executor once loaded.
+  std::shared_ptr<const exe::ExecuteGraphSet> v2_graphs;
+  std::shared_ptr<v2::RtV2SimpleExecutor> v2;
   std::unique_ptr<RunLoop> loop;
   npu_sim::DevicePtr const_base, feature_base;
   std::uint64_t const_size = 0, feature_size = 0;

@@ -116,6 +116,7 @@ struct ModelDesc {
   int reusable_event_num = 0;
   int reusable_notify_num = 0;
   int attached_stream_num = 0;
+  bool updates_variables = false;  // the model holds Variables: their state lives in one instance
 };
 
 // The three graphs of a model. Main's inputs are, in order: the model's inputs, the model's

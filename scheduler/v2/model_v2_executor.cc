@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/logging.h"
+#include "scheduler/v2/op_kernels.h"
 
 namespace npuflow::v2 {
 
@@ -35,6 +36,7 @@ StatusOr<std::unique_ptr<ModelV2Executor>> ModelV2Executor::Create(exe::ExecuteG
                                                                    npu_sim::Runtime* runtime, int device,
                                                                    ExecutorOption option) {
   if (runtime == nullptr) return Status::ParamInvalid("ModelV2Executor::Create: no runtime");
+  RegisterOpKernels();  // what lowered graphs run
   NPUFLOW_RETURN_IF_ERROR(graphs.Validate());
   NPUFLOW_ASSIGN_OR_RETURN(auto pairs, ParseIoReuse(option.io_reuse));
   if (option.type == ExecutorType::kTopologicalMultiThread && option.threads < 2)

@@ -1,5 +1,6 @@
 #include "scheduler/v2/op_kernels.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -349,6 +350,14 @@ std::uint32_t CopyOutputRun(KernelContext* ctx) {
   const Tensor* result = TensorIn(ctx->input(0));
   Tensor* user = ctx->input(1).Get<Tensor*>();
   const std::uint64_t bytes = result->shape.bytes();
+  if (user->addr == 0 && (user->placement == TensorPlacement::kOnHost || user->placement == TensorPlacement::kFollowing)) {
+    // Given without memory: host memory of the size needed, the caller's to free
+    // (HostMemAllocator::Free).
+    auto block = Run(ctx).host_allocator->Malloc(std::max<std::uint64_t>(bytes, 1));
+    if (!block.ok()) return ctx->Fail(block.status().WithContext(fmt::format("output '{}'", info.name)));
+    user->addr = block->addr;
+    user->size = block->size;
+  }
   if (user->size < bytes)
     return ctx->Fail(Status::ParamInvalid("output '{}': shape {} needs {} bytes, the tensor given has {}", info.name,
                                           ShapeText(result->shape), bytes, user->size));

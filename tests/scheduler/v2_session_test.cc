@@ -1,0 +1,92 @@
+// Session routing (GE's IsNeedHybridLoad): a graph whose Data shapes have an unknown dimension is
+// built for RT2.0 and RunGraph runs it with a different shape each call, from many threads, with
+// the interpreter's results; static graphs still take the v1 task sink.
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "graph/ir/tensor_access.h"
+#include "graph/ir/text_format.h"
+#include "graph/ops/interpreter.h"
+#include "scheduler/session.h"
+#include "scheduler_testing.h"
+
+namespace npuflow::scheduler {
+namespace {
+
+using test::FilledF32;
+
+std::unique_ptr<graph::ComputeGraph> Parse(const std::string& text) {
+  return *graph::ParseGraphText(text, "dynamic");
+}
+
+// x[n, 8] -> a = Relu(x) -> b = Add(a, x) -> c = Mul(b, w[8]) -> out (c, a).
+const std::string kDynamic = R"pb(
+  node { name: "x" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+         attr { key: "shape" value { shape { dim { symbol: "n" } dim { size: 8 } } } } }
+  node { name: "w" op: "Const" attr { key: "value" value { tensor { dtype: DT_FLOAT shape { dim { size: 8 } }
+         float_val: [0.5, -1, 2, 0.25, 1, -0.5, 3, 1.5] } } } }
+  node { name: "a" op: "Relu" input: "x" }
+  node { name: "b" op: "Add" input: "a" input: "x" }
+  node { name: "c" op: "Mul" input: "b" input: "w" }
+  node { name: "out" op: "NetOutput" input: "c" input: "a" }
+)pb";
+
+class V2Session : public test::ModelManagerTest {};
+
+TEST_F(V2Session, ADynamicGraphRunsWithADifferentShapeEachCallFromManyThreads) {
+  auto session = Session::Create({});
+  ASSERT_TRUE(session.ok()) << session.status();
+  Session& s = **session;
+  ASSERT_TRUE(s.AddGraph(1, Parse(kDynamic), {{"npuflow.executionStreams", "3"}}).ok());
+  ASSERT_TRUE(s.BuildGraph(1).ok());
+  auto compiled = s.GetCompiledModel(1);
+  EXPECT_FALSE(compiled.ok() && *compiled != nullptr) << "a dynamic graph has no v1 model";
+
+  auto reference_graph = Parse(kDynamic);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      auto interpreter = graph::Interpreter::Create(*reference_graph);
+      if (!interpreter.ok()) {
+        ++bad;
+        return;
+      }
+      for (int i = 0; i < 20; ++i) {
+        const int n = 1 + (t * 7 + i * 3) % 29;
+        const float base = 0.37f * static_cast<float>(t + 1) - static_cast<float>(i % 5);
+        graph::Tensor x = FilledF32({n, 8}, [base](std::size_t k) { return base + 0.25f * static_cast<float>(k % 11) - 1.0f; });
+        auto got = s.RunGraph(1, {x});
+        auto want = (*interpreter)->Run({{"x", x}});
+        if (!got.ok() || !want.ok() || got->size() != 2) {
+          ADD_FAILURE() << (got.ok() ? want.status() : got.status());
+          ++bad;
+          continue;
+        }
+        for (int k = 0; k < 2; ++k)
+          if (!((*got)[k] == (*want)[k])) ++bad;  // elementwise f32 ops: bit-exact
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+
+  graph::Tensor wrong = FilledF32({3, 7}, [](std::size_t) { return 1.0f; });
+  auto err = s.RunGraph(1, {wrong});
+  ASSERT_FALSE(err.ok());
+  EXPECT_EQ(err.status().code(), StatusCode::kParamInvalid);
+  EXPECT_NE(err.status().message().find("input 'x': shape f32[3, 7], the model takes f32[n, 8]"), std::string_view::npos)
+      << err.status();
+  EXPECT_TRUE(s.RunGraph(1, {FilledF32({2, 8}, [](std::size_t) { return 1.0f; })}).ok()) << "usable after a bad shape";
+
+  Status async = s.RunGraphAsync(1, {FilledF32({2, 8}, [](std::size_t) { return 1.0f; })}, [](Status, std::vector<graph::Tensor>) {});
+  EXPECT_EQ(async.code(), StatusCode::kUnsupported) << async;
+  EXPECT_TRUE(s.RemoveGraph(1).ok());
+  EXPECT_TRUE(s.Finalize().ok());
+}
+
+}  // namespace
+}  // namespace npuflow::scheduler
