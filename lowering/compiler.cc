@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "graph/ops/control_flow.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ir/text_format.h"
 #include "npu_sim/chip_spec.h"
@@ -25,6 +26,10 @@ StatusOr<CompiledModel> CompileV1(std::unique_ptr<ComputeGraph> graph, const Com
                                   const DumpRequest& dump) {
   graph::RegisterBuiltinOps();
   NPUFLOW_RETURN_IF_ERROR(CheckCompileOptions(options, dump.after));
+  if (graph::HasControlFlow(*graph))
+    return Status::Unsupported("graph '{}' has control flow (If/While): the v1 task sink has no branch or loop tasks; "
+                               "it runs on RT2.0 (--runtime v2 or auto)",
+                               graph->name());
   NPUFLOW_ASSIGN_OR_RETURN(npu_sim::ChipSpec chip, npu_sim::LoadChipSpec(options.chip));
   CompiledModel model;
   model.options = options;

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "graph/ir/tensor_access.h"
+#include "graph/ops/control_flow.h"
 #include "graph/ops/op_registry.h"
 #include "lowering/compiler.h"
 #include "lowering/pass.h"
@@ -18,6 +20,13 @@ using graph::Node;
 using graph::TensorDesc;
 
 // What the converters share while one graph is lowered.
+//
+// Control flow lowers into regions: an If's branch, a While's loop and its body. A region's nodes
+// run only when it is entered (a switch picked it, a loop's head fired), so no dep may reach into
+// a region from outside it: a node of a region waits only for nodes of the same region, and a
+// node left without any waits for the region's entry. A value made outside and read inside is
+// read directly; its readers, for freeing, are the region's exit node (the If's merge, the
+// While's exit), never a node inside.
 struct LowerContext {
   const ComputeGraph& graph;
   const npu_sim::ChipSpec& chip;
@@ -29,11 +38,61 @@ struct LowerContext {
   std::map<int, std::vector<int>> readers;               // value -> Main nodes that read its data
   std::vector<int> run_allocated;                        // values whose memory a run takes (to free)
   std::vector<int> user_outputs;                         // Main inputs: the caller's output tensors
+  std::map<std::string, int> variables;                  // Variable name -> its Main input (shared by name)
+  // Regions: 0 is Main itself.
+  int region = 0;
+  std::vector<int> region_parent{-1};
+  std::vector<int> region_exit{-1};  // the node, in the parent region, that stands for the region
+  std::vector<int> node_region;      // per Main node
+  std::map<int, int> value_region;   // per Main value made by a converter (absent: region 0)
+  std::string prefix;                // names of nodes lowered from a subgraph: "<call>/<role>/"
 
   exe::ExecuteGraph& main() { return *set.main; }
   std::int64_t Priority(const Node& node, int stage) const { return order.at(&node) * 8 + stage; }
-  StatusOr<int> Add(exe::ExecuteGraph& g, exe::ExeNode n, bool deps_from_inputs = true) {
-    return g.AddNode(std::move(n), deps_from_inputs);
+  int NewValue(const std::string& name) {
+    const int v = main().AddValue(prefix + name);
+    value_region[v] = region;
+    return v;
+  }
+  int RegionOf(int value) const {
+    auto it = value_region.find(value);
+    return it == value_region.end() ? 0 : it->second;
+  }
+  // Adds a Main node in the current region. With deps_from_inputs it waits for the node that
+  // makes each input ready (its allocation, else its producer). Deps on nodes of other regions
+  // are dropped (the region's entry stands for them).
+  StatusOr<int> Add(exe::ExeNode n, bool deps_from_inputs = true) {
+    if (deps_from_inputs) {
+      for (int v : n.inputs) {
+        auto it = alloc_of.find(v);
+        const int p = it != alloc_of.end() ? it->second : main().values()[v].producer;
+        const exe::ExeDep dep{p, -1};
+        if (p >= 0 && std::find(n.deps.begin(), n.deps.end(), dep) == n.deps.end()) n.deps.push_back(dep);
+      }
+    }
+    std::erase_if(n.deps, [&](const exe::ExeDep& d) {
+      return d.node < 0 || d.node >= static_cast<int>(node_region.size()) || node_region[d.node] != region;
+    });
+    n.name = prefix + n.name;
+    return AddIn(std::move(n), region);
+  }
+  // Adds a Main node to `in_region` with exactly the deps given.
+  StatusOr<int> AddIn(exe::ExeNode n, int in_region) {
+    NPUFLOW_ASSIGN_OR_RETURN(int id, main().AddNode(std::move(n), false));
+    node_region.push_back(in_region);
+    return id;
+  }
+  // `node` reads `value`: from an inner region, the reader that counts is the exit of the
+  // outermost region inside the value's own.
+  void AddReader(int value, int node) {
+    const int vr = RegionOf(value);
+    int reader = node;
+    for (int r = node_region[node]; r != vr; r = region_parent[r]) {
+      if (r <= 0) return;  // a value of an inner region read outside it: cannot happen
+      reader = region_exit[r];
+    }
+    std::vector<int>& list = readers[value];
+    if (std::find(list.begin(), list.end(), reader) == list.end()) list.push_back(reader);
   }
 };
 
@@ -65,7 +124,7 @@ Status ConvertConstant(const Node& node, LowerContext& ctx) {
     return Status::ParamInvalid("node '{}' ({}): a constant needs a static shape", node.name(), node.type());
   const TensorDesc& desc = node.outputs()[0];
   exe::ExeNode place;
-  place.name = node.name();
+  place.name = ctx.prefix + node.name();
   place.kernel = "ConstToDevice";
   SetDesc(place, "const", desc);
   if (node.type() == "FileConstant") {
@@ -79,14 +138,14 @@ Status ConvertConstant(const Node& node, LowerContext& ctx) {
     NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
     place.attrs["value"] = std::move(value);
   }
-  const int init_value = ctx.set.init->AddValue(node.name());
+  const int init_value = ctx.set.init->AddValue(ctx.prefix + node.name());
   place.outputs = {init_value};
   NPUFLOW_RETURN_IF_ERROR(ctx.set.init->AddNode(std::move(place)).status());
   ctx.set.init->AddOutput(init_value);
 
-  const int deinit_value = ctx.set.deinit->AddInput(node.name());
+  const int deinit_value = ctx.set.deinit->AddInput(ctx.prefix + node.name());
   exe::ExeNode release;
-  release.name = "free/" + node.name();
+  release.name = "free/" + ctx.prefix + node.name();
   release.kernel = "FreeConst";
   release.inputs = {deinit_value};
   NPUFLOW_RETURN_IF_ERROR(ctx.set.deinit->AddNode(std::move(release)).status());
@@ -95,7 +154,7 @@ Status ConvertConstant(const Node& node, LowerContext& ctx) {
 
 Status ConvertData(const Node& node, LowerContext& ctx) {
   const int user = ctx.main().AddInput(node.name());
-  const int buffer = ctx.main().AddValue(node.name() + ":0");
+  const int buffer = ctx.NewValue(node.name() + ":0");
   exe::ExeNode prepare;
   prepare.name = "input/" + node.name();
   prepare.kernel = "PrepareInput";
@@ -104,7 +163,7 @@ Status ConvertData(const Node& node, LowerContext& ctx) {
   prepare.priority = ctx.Priority(node, 0);
   prepare.attrs["io_name"] = node.name();
   SetDesc(prepare, "io", node.outputs()[0]);
-  NPUFLOW_ASSIGN_OR_RETURN(int id, ctx.Add(ctx.main(), std::move(prepare)));
+  NPUFLOW_ASSIGN_OR_RETURN(int id, ctx.Add(std::move(prepare)));
   ctx.tensors[{&node, 0}] = buffer;
   ctx.launch_of[buffer] = id;  // its host-to-device copy is on the stream
   ctx.alloc_of[buffer] = id;
@@ -125,8 +184,8 @@ Status ConvertNetOutput(const Node& node, LowerContext& ctx) {
     SetDesc(copy, "io", src.node->outputs()[src.index]);
     AddDep(copy, ctx.launch_of.count(value) ? ctx.launch_of[value] : -1);
     AddDep(copy, ctx.alloc_of.count(value) ? ctx.alloc_of[value] : -1);
-    NPUFLOW_ASSIGN_OR_RETURN(int id, ctx.Add(ctx.main(), std::move(copy), false));
-    ctx.readers[value].push_back(id);
+    NPUFLOW_ASSIGN_OR_RETURN(int id, ctx.Add(std::move(copy), false));
+    ctx.AddReader(value, id);
   }
   return Status::Ok();
 }
@@ -172,7 +231,7 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
     for (int j = 0; j < nout; ++j) SetDesc(common, fmt::format("out{}", j), node.outputs()[j]);
   }
   std::vector<int> outs;
-  for (int j = 0; j < nout; ++j) outs.push_back(ctx.main().AddValue(fmt::format("{}:{}", node.name(), j)));
+  for (int j = 0; j < nout; ++j) outs.push_back(ctx.NewValue(fmt::format("{}:{}", node.name(), j)));
   std::vector<int> ins_and_outs = ins;
   ins_and_outs.insert(ins_and_outs.end(), outs.begin(), outs.end());
 
@@ -184,15 +243,15 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
     n.inputs = ins;
     n.outputs = outs;
     n.priority = ctx.Priority(node, 0);
-    NPUFLOW_ASSIGN_OR_RETURN(infer, ctx.Add(ctx.main(), std::move(n)));
-    tiling_value = ctx.main().AddValue(node.name() + "/tiling");
+    NPUFLOW_ASSIGN_OR_RETURN(infer, ctx.Add(std::move(n)));
+    tiling_value = ctx.NewValue(node.name() + "/tiling");
     exe::ExeNode t = common;
     t.name = node.name() + "/tiling";
     t.kernel = "Tiling";
     t.inputs = ins_and_outs;
     t.outputs = {tiling_value};
     t.priority = ctx.Priority(node, 1);
-    NPUFLOW_ASSIGN_OR_RETURN(tiling, ctx.Add(ctx.main(), std::move(t)));
+    NPUFLOW_ASSIGN_OR_RETURN(tiling, ctx.Add(std::move(t)));
   }
   exe::ExeNode alloc = common;
   alloc.name = node.name() + "/alloc";
@@ -202,7 +261,7 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
   alloc.priority = ctx.Priority(node, 2);
   AddDep(alloc, infer);
   for (int v : ins) AddDep(alloc, ctx.alloc_of.count(v) ? ctx.alloc_of[v] : -1);
-  NPUFLOW_ASSIGN_OR_RETURN(int alloc_id, ctx.Add(ctx.main(), std::move(alloc), false));
+  NPUFLOW_ASSIGN_OR_RETURN(int alloc_id, ctx.Add(std::move(alloc), false));
 
   exe::ExeNode launch = common;
   launch.name = node.name();
@@ -216,9 +275,9 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
     AddDep(launch, ctx.launch_of.count(v) ? ctx.launch_of[v] : -1);
     AddDep(launch, ctx.alloc_of.count(v) ? ctx.alloc_of[v] : -1);
   }
-  NPUFLOW_ASSIGN_OR_RETURN(int launch_id, ctx.Add(ctx.main(), std::move(launch), false));
+  NPUFLOW_ASSIGN_OR_RETURN(int launch_id, ctx.Add(std::move(launch), false));
 
-  for (int v : ins) ctx.readers[v].push_back(launch_id);
+  for (int v : ins) ctx.AddReader(v, launch_id);
   for (int j = 0; j < nout; ++j) {
     ctx.tensors[{&node, j}] = outs[j];
     ctx.launch_of[outs[j]] = launch_id;
@@ -228,9 +287,12 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
   return Status::Ok();
 }
 
-// After every node: one FreeMemory per run-allocated tensor, after its readers (or its writer).
+// One FreeMemory per tensor a run allocates in the current region, after its readers (or its
+// writer), in that region.
 Status AddFrees(LowerContext& ctx) {
+  const std::string prefix = std::exchange(ctx.prefix, "");  // value names carry it already
   for (int value : ctx.run_allocated) {
+    if (ctx.RegionOf(value) != ctx.region) continue;
     exe::ExeNode n;
     n.name = "free/" + ctx.main().values()[value].name;
     n.kernel = "FreeMemory";
@@ -246,7 +308,237 @@ Status AddFrees(LowerContext& ctx) {
       priority = ctx.main().nodes()[ctx.launch_of[value]].priority;
     }
     n.priority = priority + 1;
-    NPUFLOW_RETURN_IF_ERROR(ctx.Add(ctx.main(), std::move(n), false).status());
+    auto added = ctx.Add(std::move(n), false);
+    if (!added.ok()) {
+      ctx.prefix = prefix;
+      return added.status();
+    }
+  }
+  ctx.prefix = prefix;
+  return Status::Ok();
+}
+
+// --- Regions (see LowerContext).
+
+struct Region {
+  int id = 0;
+  int parent = 0;
+  int first_node = 0;
+};
+
+Region OpenRegion(LowerContext& ctx, int exit_node) {
+  Region r{static_cast<int>(ctx.region_parent.size()), ctx.region, static_cast<int>(ctx.main().nodes().size())};
+  ctx.region_parent.push_back(ctx.region);
+  ctx.region_exit.push_back(exit_node);
+  ctx.region = r.id;
+  return r;
+}
+
+// Frees the region's tensors, makes every node of it that waits for nothing wait for `entry`,
+// and returns its sinks (the nodes of the region nothing waits for).
+StatusOr<std::vector<int>> CloseRegion(LowerContext& ctx, const Region& r, exe::ExeDep entry) {
+  NPUFLOW_RETURN_IF_ERROR(AddFrees(ctx));
+  exe::ExecuteGraph& g = ctx.main();
+  const int end = static_cast<int>(g.nodes().size());
+  std::vector<char> waited_for(end, 0);
+  for (int i = r.first_node; i < end; ++i) {
+    if (ctx.node_region[i] != r.id) continue;
+    if (g.nodes()[i].deps.empty()) NPUFLOW_RETURN_IF_ERROR(g.AddDep(i, entry));
+    for (const exe::ExeDep& d : g.nodes()[i].deps) waited_for[d.node] = 1;
+  }
+  std::vector<int> sinks;
+  for (int i = r.first_node; i < end; ++i)
+    if (ctx.node_region[i] == r.id && !waited_for[i]) sinks.push_back(i);
+  ctx.region = r.parent;
+  return sinks;
+}
+
+exe::ExeNode Control(std::string name, std::string kernel, std::int64_t priority) {
+  exe::ExeNode n;
+  n.name = std::move(name);
+  n.kernel = std::move(kernel);
+  n.priority = priority;
+  return n;
+}
+
+// Lowers a subgraph's nodes with its Data nodes reading `args`; returns the values its
+// NetOutput reads. Names get "<prefix><call>/<role>/"; priorities are the call's.
+StatusOr<std::vector<int>> LowerSubgraph(LowerContext& ctx, const Node& call, std::string_view role,
+                                         const ComputeGraph& sub, const std::vector<int>& args);
+
+StatusOr<std::vector<TensorDesc>> ArgDescs(const Node& node, std::size_t first) {
+  std::vector<TensorDesc> descs;
+  for (std::size_t i = first; i < node.inputs().size(); ++i) {
+    const graph::Endpoint& e = node.inputs()[i];
+    descs.push_back(e.node->outputs().at(e.index));
+  }
+  return descs;
+}
+
+// The branch's subgraph, its shapes inferred for this call (a subgraph may serve several calls).
+StatusOr<const ComputeGraph*> PrepareBranch(const Node& node, std::string_view attr,
+                                            const std::vector<TensorDesc>& args) {
+  NPUFLOW_ASSIGN_OR_RETURN(const ComputeGraph* sub, graph::BranchGraph(node, attr));
+  NPUFLOW_RETURN_IF_ERROR(graph::InferGraphShapes(const_cast<ComputeGraph&>(*sub), &args)
+                              .WithContext(fmt::format("node '{}' ({}): {} '{}'", node.name(), node.type(), attr,
+                                                       sub->name())));
+  return sub;
+}
+
+// If(cond, x...): a switch reads the condition (branch 0: then, 1: else); each branch copies its
+// results into the If's outputs and ends in a join; a merge after both joins stands for the If.
+Status ConvertIf(const Node& node, LowerContext& ctx) {
+  if (node.inputs().empty()) return Status::ParamInvalid("node '{}' (If): no condition input", node.name());
+  NPUFLOW_ASSIGN_OR_RETURN(int cond, Tensor(ctx, node, 0));
+  std::vector<int> args;
+  for (int i = 1; i < static_cast<int>(node.inputs().size()); ++i) {
+    NPUFLOW_ASSIGN_OR_RETURN(int v, Tensor(ctx, node, i));
+    args.push_back(v);
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<TensorDesc> arg_descs, ArgDescs(node, 1));
+  std::vector<int> outs;
+  for (std::size_t j = 0; j < node.outputs().size(); ++j) outs.push_back(ctx.NewValue(fmt::format("{}:{}", node.name(), j)));
+
+  exe::ExeNode merge = Control(ctx.prefix + node.name(), "NoOp", ctx.Priority(node, 3));
+  merge.kind = exe::NodeKind::kMerge;
+  NPUFLOW_ASSIGN_OR_RETURN(const int merge_id, ctx.AddIn(std::move(merge), ctx.region));
+
+  exe::ExeNode sw = Control(node.name() + "/switch", "IfSwitch", ctx.Priority(node, 0));
+  sw.kind = exe::NodeKind::kSwitch;
+  sw.branches = 2;
+  sw.inputs = {cond};
+  sw.outputs = {ctx.NewValue(node.name() + "/branch")};
+  sw.attrs["op_name"] = node.name();
+  for (int v : args) {  // the branches read them directly: issued and placed before the switch
+    AddDep(sw, ctx.launch_of.count(v) ? ctx.launch_of[v] : -1);
+    AddDep(sw, ctx.alloc_of.count(v) ? ctx.alloc_of[v] : -1);
+  }
+  AddDep(sw, ctx.launch_of.count(cond) ? ctx.launch_of[cond] : -1);
+  AddDep(sw, ctx.alloc_of.count(cond) ? ctx.alloc_of[cond] : -1);
+  NPUFLOW_ASSIGN_OR_RETURN(const int sw_id, ctx.Add(std::move(sw), false));
+  ctx.AddReader(cond, sw_id);
+
+  const std::string_view roles[2] = {graph::kIfThenAttr, graph::kIfElseAttr};
+  for (int b = 0; b < 2; ++b) {
+    NPUFLOW_ASSIGN_OR_RETURN(const ComputeGraph* sub, PrepareBranch(node, roles[b], arg_descs));
+    const Region region = OpenRegion(ctx, merge_id);
+    NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> results, LowerSubgraph(ctx, node, roles[b], *sub, args));
+    if (results.size() != outs.size())
+      return Status::ParamInvalid("node '{}' (If): {} returns {} outputs, the If has {}", node.name(), roles[b],
+                                  results.size(), outs.size());
+    const std::string prefix = std::exchange(ctx.prefix, fmt::format("{}{}/{}/", ctx.prefix, node.name(), roles[b]));
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+      exe::ExeNode copy = Control(fmt::format("output/{}", j), "CopyToValue", ctx.Priority(node, 2));
+      copy.inputs = {results[j]};
+      copy.outputs = {outs[j]};
+      AddDep(copy, ctx.launch_of.count(results[j]) ? ctx.launch_of[results[j]] : -1);
+      AddDep(copy, ctx.alloc_of.count(results[j]) ? ctx.alloc_of[results[j]] : -1);
+      NPUFLOW_ASSIGN_OR_RETURN(int copy_id, ctx.Add(std::move(copy), false));
+      ctx.AddReader(results[j], copy_id);
+    }
+    const std::string join_name = ctx.prefix + "end";
+    ctx.prefix = prefix;
+    NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> sinks, CloseRegion(ctx, region, exe::ExeDep{sw_id, b}));
+    exe::ExeNode join = Control(join_name, "NoOp", ctx.Priority(node, 3));
+    for (int k : sinks) join.deps.push_back({k, -1});
+    if (sinks.empty()) join.deps.push_back({sw_id, b});
+    NPUFLOW_ASSIGN_OR_RETURN(int join_id, ctx.AddIn(std::move(join), region.id));
+    NPUFLOW_RETURN_IF_ERROR(ctx.main().AddDep(merge_id, {join_id, -1}));
+  }
+  for (std::size_t j = 0; j < outs.size(); ++j) {
+    ctx.tensors[{&node, static_cast<int>(j)}] = outs[j];
+    ctx.launch_of[outs[j]] = merge_id;
+    ctx.alloc_of[outs[j]] = merge_id;
+    ctx.run_allocated.push_back(outs[j]);
+  }
+  return Status::Ok();
+}
+
+// While(x...): enter copies x into the loop variables; the loop's head (a merge) runs cond, whose
+// switch picks exit (0) or the body (1); the body's results are copied into the loop variables
+// (next) and the iteration's end leads back to the head. The exit stands for the While, and its
+// outputs are the loop variables.
+Status ConvertWhile(const Node& node, LowerContext& ctx) {
+  std::vector<int> args;
+  for (int i = 0; i < static_cast<int>(node.inputs().size()); ++i) {
+    NPUFLOW_ASSIGN_OR_RETURN(int v, Tensor(ctx, node, i));
+    args.push_back(v);
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(std::int64_t max_iterations, graph::MaxIterations(node));
+  std::vector<int> vars;
+  for (std::size_t j = 0; j < node.outputs().size(); ++j) vars.push_back(ctx.NewValue(fmt::format("{}:{}", node.name(), j)));
+  if (vars.size() != args.size())
+    return Status::Internal("node '{}' (While): {} outputs for {} inputs", node.name(), vars.size(), args.size());
+  const int counter = ctx.NewValue(node.name() + "/iterations");
+
+  exe::ExeNode enter = Control(node.name() + "/enter", "LoopEnter", ctx.Priority(node, 0));
+  enter.inputs = args;
+  enter.outputs = vars;
+  enter.outputs.push_back(counter);
+  for (int v : args) {
+    AddDep(enter, ctx.launch_of.count(v) ? ctx.launch_of[v] : -1);
+    AddDep(enter, ctx.alloc_of.count(v) ? ctx.alloc_of[v] : -1);
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(const int enter_id, ctx.Add(std::move(enter), false));
+  for (int v : args) ctx.AddReader(v, enter_id);
+  NPUFLOW_ASSIGN_OR_RETURN(const int exit_id,
+                           ctx.AddIn(Control(ctx.prefix + node.name(), "NoOp", ctx.Priority(node, 3)), ctx.region));
+
+  // The loop: head, cond, switch.
+  const Region loop = OpenRegion(ctx, exit_id);
+  exe::ExeNode head = Control(ctx.prefix + node.name() + "/head", "NoOp", ctx.Priority(node, 1));
+  head.kind = exe::NodeKind::kMerge;
+  head.deps.push_back({enter_id, -1});
+  NPUFLOW_ASSIGN_OR_RETURN(const int head_id, ctx.AddIn(std::move(head), loop.id));
+  NPUFLOW_ASSIGN_OR_RETURN(const ComputeGraph* cond_graph, PrepareBranch(node, graph::kWhileCondAttr, node.outputs()));
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> cond, LowerSubgraph(ctx, node, graph::kWhileCondAttr, *cond_graph, vars));
+  if (cond.size() != 1)
+    return Status::ParamInvalid("node '{}' (While): cond returns {} outputs, expected 1", node.name(), cond.size());
+  exe::ExeNode sw = Control(node.name() + "/switch", "LoopSwitch", ctx.Priority(node, 1));
+  sw.kind = exe::NodeKind::kSwitch;
+  sw.branches = 2;
+  sw.inputs = {cond[0], counter};
+  sw.outputs = {ctx.NewValue(node.name() + "/branch")};
+  sw.attrs["op_name"] = node.name();
+  sw.attrs["max_iterations"] = max_iterations;
+  AddDep(sw, ctx.launch_of.count(cond[0]) ? ctx.launch_of[cond[0]] : -1);
+  AddDep(sw, ctx.alloc_of.count(cond[0]) ? ctx.alloc_of[cond[0]] : -1);
+  AddDep(sw, head_id);
+  NPUFLOW_ASSIGN_OR_RETURN(const int sw_id, ctx.Add(std::move(sw), false));
+  ctx.AddReader(cond[0], sw_id);
+  NPUFLOW_RETURN_IF_ERROR(ctx.main().AddDep(exit_id, {sw_id, 0}));
+
+  // The body, entered by the switch's branch 1.
+  const Region body = OpenRegion(ctx, -1);
+  NPUFLOW_ASSIGN_OR_RETURN(const ComputeGraph* body_graph, PrepareBranch(node, graph::kWhileBodyAttr, node.outputs()));
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> results, LowerSubgraph(ctx, node, graph::kWhileBodyAttr, *body_graph, vars));
+  if (results.size() != vars.size())
+    return Status::ParamInvalid("node '{}' (While): body returns {} outputs for {} loop variables", node.name(),
+                                results.size(), vars.size());
+  exe::ExeNode next = Control(node.name() + "/next", "LoopNext", ctx.Priority(node, 2));
+  next.inputs = results;
+  next.outputs = vars;
+  for (int v : results) {
+    AddDep(next, ctx.launch_of.count(v) ? ctx.launch_of[v] : -1);
+    AddDep(next, ctx.alloc_of.count(v) ? ctx.alloc_of[v] : -1);
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(const int next_id, ctx.Add(std::move(next), false));
+  for (int v : results) ctx.AddReader(v, next_id);
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> body_sinks, CloseRegion(ctx, body, exe::ExeDep{sw_id, 1}));
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> loop_sinks, CloseRegion(ctx, loop, exe::ExeDep{head_id, -1}));
+
+  // The iteration's end waits for everything of the iteration, then leads back to the head.
+  exe::ExeNode end = Control(ctx.prefix + node.name() + "/next_iteration", "NoOp", ctx.Priority(node, 2));
+  for (int k : body_sinks) end.deps.push_back({k, -1});
+  for (int k : loop_sinks) end.deps.push_back({k, -1});
+  NPUFLOW_ASSIGN_OR_RETURN(const int end_id, ctx.AddIn(std::move(end), loop.id));
+  NPUFLOW_RETURN_IF_ERROR(ctx.main().AddDep(head_id, {end_id, -1}));
+
+  for (std::size_t j = 0; j < vars.size(); ++j) {
+    ctx.tensors[{&node, static_cast<int>(j)}] = vars[j];
+    ctx.launch_of[vars[j]] = exit_id;
+    ctx.alloc_of[vars[j]] = exit_id;
+    ctx.run_allocated.push_back(vars[j]);
   }
   return Status::Ok();
 }
@@ -261,6 +553,8 @@ NodeConverterRegistry& NodeConverterRegistry::Global() {
     r->Register("FileConstant", &ConvertConstant);
     r->Register("Variable", &ConvertConstant);
     r->Register("NetOutput", &ConvertNetOutput);
+    r->Register("If", &ConvertIf);
+    r->Register("While", &ConvertWhile);
     r->Register(std::string(graph::OpEngineName(graph::OpEngine::kAICore)), &ConvertComputeOp);
     r->Register(std::string(graph::OpEngineName(graph::OpEngine::kAICpu)), &ConvertComputeOp);
     return r;
@@ -304,7 +598,66 @@ StatusOr<NodeConverterFn> FindConverter(const Node& node) {
                           node.name(), node.type(), lowering_func, node.type(), library);
 }
 
+bool IsConstant(const Node& node) {
+  return node.type() == "Const" || node.type() == "FileConstant" || node.type() == "Variable";
+}
+
+StatusOr<std::vector<int>> LowerSubgraph(LowerContext& ctx, const Node& call, std::string_view role,
+                                         const ComputeGraph& sub, const std::vector<int>& args) {
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<Node*> data, graph::SubgraphInputs(sub));
+  if (data.size() != args.size())
+    return Status::ParamInvalid("node '{}' ({}): {} '{}' takes {} inputs, the node gives {}", call.name(), call.type(),
+                                role, sub.name(), data.size(), args.size());
+  NPUFLOW_ASSIGN_OR_RETURN(Node* out, graph::SubgraphOutput(sub));
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<Node*> order, sub.TopologicalOrder());
+  for (std::size_t i = 0; i < data.size(); ++i) ctx.tensors[{data[i], 0}] = args[i];
+  for (Node* n : order) ctx.order[n] = ctx.order.at(&call);
+  const std::string prefix = std::exchange(ctx.prefix, fmt::format("{}{}/{}/", ctx.prefix, call.name(), role));
+  Status s;
+  for (Node* n : order) {
+    if (n->type() == "Data" || n->type() == "NetOutput" || IsConstant(*n)) continue;
+    auto fn = FindConverter(*n);
+    if (!fn.ok()) {
+      s = fn.status();
+      break;
+    }
+    s = (*fn)(*n, ctx);
+    if (!s.ok()) break;
+  }
+  ctx.prefix = prefix;
+  NPUFLOW_RETURN_IF_ERROR(s.WithContext(fmt::format("node '{}' ({}): {} '{}'", call.name(), call.type(), role,
+                                                     sub.name())));
+  std::vector<int> results;
+  for (int j = 0; j < static_cast<int>(out->inputs().size()); ++j) {
+    NPUFLOW_ASSIGN_OR_RETURN(int v, Tensor(ctx, *out, j));
+    results.push_back(v);
+  }
+  return results;
+}
+
+// Places a constant (in Init) and makes it a Main input; same-named Variables share one.
+Status LowerConstant(LowerContext& ctx, Node* node, const std::string& prefix) {
+  if (node->type() == "Variable") {
+    ctx.set.desc.updates_variables = true;
+    if (auto it = ctx.variables.find(node->name()); it != ctx.variables.end()) {
+      ctx.tensors[{node, 0}] = it->second;
+      return Status::Ok();
+    }
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(NodeConverterFn fn, FindConverter(*node));
+  ctx.prefix = node->type() == "Variable" ? "" : prefix;
+  Status s = fn(*node, ctx);
+  const int value = ctx.set.main->AddInput(ctx.prefix + node->name());
+  ctx.prefix.clear();
+  NPUFLOW_RETURN_IF_ERROR(s);
+  ctx.tensors[{node, 0}] = value;
+  if (node->type() == "Variable") ctx.variables[node->name()] = value;
+  return Status::Ok();
+}
+
 }  // namespace
+
+bool NeedsRuntimeV2(const ComputeGraph& graph) { return HasDynamicInputs(graph) || graph::HasControlFlow(graph); }
 
 bool HasDynamicInputs(const ComputeGraph& graph) {
   for (const Node* node : graph.nodes()) {
@@ -318,13 +671,11 @@ bool HasDynamicInputs(const ComputeGraph& graph) {
 StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const ComputeGraph& graph,
                                                                   const npu_sim::ChipSpec& chip) {
   graph::RegisterBuiltinOps();
-  if (!graph.subgraphs().empty())
-    return Status::Unsupported("graph '{}': subgraphs (PartitionedCall) are not lowered to RT2.0 yet", graph.name());
   exe::ExecuteGraphSet set;
   set.init = std::make_shared<exe::ExecuteGraph>(graph.name() + ".init");
   set.main = std::make_shared<exe::ExecuteGraph>(graph.name());
   set.deinit = std::make_shared<exe::ExecuteGraph>(graph.name() + ".deinit");
-  LowerContext ctx{graph, chip, set, {}, {}, {}, {}, {}, {}, {}};
+  LowerContext ctx{graph, chip, set};
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<Node*> order, graph.TopologicalOrder());
   for (std::size_t i = 0; i < order.size(); ++i) ctx.order[order[i]] = static_cast<std::int64_t>(i);
 
@@ -342,7 +693,7 @@ StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const ComputeGr
     } else if (node->type() == "NetOutput") {
       if (net_output) return Status::ParamInvalid("graph '{}': more than one NetOutput", graph.name());
       net_output = node;
-    } else if (node->type() == "Const" || node->type() == "FileConstant" || node->type() == "Variable") {
+    } else if (IsConstant(*node)) {
       constants.push_back(node);
     }
   }
@@ -358,16 +709,13 @@ StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const ComputeGr
     ctx.user_outputs.push_back(set.main->AddInput("output/" + name));
     set.desc.outputs.push_back({name, src.node->outputs()[src.index]});
   }
-  for (Node* node : constants) {
-    if (node->type() == "Variable") set.desc.updates_variables = true;
-    NPUFLOW_ASSIGN_OR_RETURN(NodeConverterFn fn, FindConverter(*node));
-    NPUFLOW_RETURN_IF_ERROR(fn(*node, ctx));
-    const int value = set.main->AddInput(node->name());
-    ctx.tensors[{node, 0}] = value;
-  }
+  for (Node* node : constants) NPUFLOW_RETURN_IF_ERROR(LowerConstant(ctx, node, ""));
+  // Constants of subgraphs (control-flow bodies) too, named after their subgraph.
+  for (const ComputeGraph* sub : graph.subgraphs())
+    for (Node* node : sub->nodes())
+      if (IsConstant(*node)) NPUFLOW_RETURN_IF_ERROR(LowerConstant(ctx, node, sub->name() + "/"));
   for (Node* node : order) {
-    const std::string& type = node->type();
-    if (type == "Data" || type == "Const" || type == "FileConstant" || type == "Variable") continue;
+    if (node->type() == "Data" || IsConstant(*node)) continue;
     NPUFLOW_ASSIGN_OR_RETURN(NodeConverterFn fn, FindConverter(*node));
     NPUFLOW_RETURN_IF_ERROR(fn(*node, ctx));
   }

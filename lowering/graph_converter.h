@@ -12,6 +12,13 @@
 // (the op's engine: "AICore", "AICPU"); none found is an error naming the node and the three keys.
 // Node priorities follow the ComputeGraph's topological order, so the priority executor issues
 // work in compute order. One stream: the model desc asks for one reusable stream.
+//
+// If and While (graph/ops/control_flow.h) lower to switch and merge nodes: If to a switch on its
+// condition, one region per branch (each copying its results into the If's outputs) and a merge;
+// While to an enter, a loop head (merge), cond, a switch (exit / body), the body, a next that
+// copies the body's results into the loop variables, and a back edge to the head. A condition is
+// read on the host: its switch synchronizes the stream first. Subgraph nodes are named
+// "<call>/<role>/<node>"; subgraph constants "<subgraph>/<node>" in Init.
 #pragma once
 
 #include <memory>
@@ -50,7 +57,10 @@ StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const graph::Co
 // validate, infer-shapes, const-fold and dead-code-elimination, then the conversion.
 StatusOr<exe::ExecuteGraphSet> CompileV2(std::unique_ptr<graph::ComputeGraph> graph, const graph::CompileOptions& options);
 
-// Whether any Data node of the graph has a dimension unknown until run time (--runtime auto).
+// Whether any Data node of the graph has a dimension unknown until run time.
 bool HasDynamicInputs(const graph::ComputeGraph& graph);
+// Whether the graph runs on RT2.0 only (--runtime auto, Session): unknown dimensions (GE's
+// IsNeedHybridLoad) or control flow (If/While: the v1 task sink has no branch or loop tasks).
+bool NeedsRuntimeV2(const graph::ComputeGraph& graph);
 
 }  // namespace npuflow::lowering

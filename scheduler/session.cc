@@ -225,7 +225,7 @@ Status Session::Build(GraphNode& node) {
   // The graph is kept if compilation fails, so the user can see the error and remove it.
   auto copy = graph::ParseGraphText(graph::PrintGraphText(*node.graph), node.graph->name());
   if (!copy.ok()) return copy.status().WithContext(fmt::format("session {} graph {}", id_, node.id));
-  if (lowering::HasDynamicInputs(**copy)) {  // GE's IsNeedHybridLoad: RT2.0 runs it
+  if (lowering::NeedsRuntimeV2(**copy)) {  // GE's IsNeedHybridLoad (and control flow): RT2.0 runs it
     auto graphs = lowering::CompileV2(std::move(*copy), co);
     if (!graphs.ok()) return graphs.status().WithContext(fmt::format("session {}: building graph {} for RT2.0", id_, node.id));
     node.v2_graphs = std::make_shared<const exe::ExecuteGraphSet>(std::move(*graphs));

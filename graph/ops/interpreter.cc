@@ -7,16 +7,19 @@
 #include <utility>
 
 #include "graph/ir/tensor_access.h"
+#include "graph/ops/control_flow.h"
 
 namespace npuflow::graph {
 
 struct Interpreter::NodePlan {
-  enum class Kind : std::uint8_t { kData, kConst, kVariable, kCall, kNetOutput, kKernel };
+  enum class Kind : std::uint8_t { kData, kConst, kVariable, kCall, kIf, kWhile, kNetOutput, kKernel };
   const Node* node = nullptr;
   Kind kind = Kind::kKernel;
   const OpDef* def = nullptr;              // kKernel (and kConst / kVariable / kData when registered)
   std::vector<std::pair<int, int>> inputs;  // (producer's position in `GraphPlan::nodes`, output index)
-  const GraphPlan* subgraph = nullptr;      // kCall
+  const GraphPlan* subgraph = nullptr;      // kCall; kIf's then_branch; kWhile's cond
+  const GraphPlan* subgraph2 = nullptr;     // kIf's else_branch; kWhile's body
+  std::int64_t max_iterations = 0;          // kWhile
   int data_position = -1;                   // kData: which feed / call input
   std::optional<TensorDesc> declared;       // kData (when declared), kVariable
   const Tensor* const_value = nullptr;      // kConst: the `value` attribute, read in place
@@ -124,6 +127,8 @@ Status Interpreter::PlanGraph(const ComputeGraph& graph) {
     for (const Endpoint& e : node->inputs()) np.inputs.emplace_back(position.at(e.node), e.index);
     if (node->type() == "PartitionedCall" || node->subgraph() != nullptr) {
       NPUFLOW_RETURN_IF_ERROR(PlanCall(*node, where, np));
+    } else if (IsControlFlowOp(node->type())) {
+      NPUFLOW_RETURN_IF_ERROR(PlanControlFlow(*node, where, np));
     } else {
       NPUFLOW_RETURN_IF_ERROR(PlanOp(graph, *node, where, *plan, np));
       if (np.kind == NodePlan::Kind::kData) data_in_node_order.emplace_back(node, static_cast<int>(plan->nodes.size()));
@@ -148,6 +153,41 @@ Status Interpreter::PlanCall(const Node& node, const std::string& where, NodePla
   if (node.inputs().size() != want)
     return Status::ParamInvalid("{}: {} inputs, but subgraph '{}' has {} Data nodes", where, node.inputs().size(),
                                 node.subgraph()->name(), want);
+  return Status::Ok();
+}
+
+// If and While: both subgraphs planned, their input and output counts checked.
+Status Interpreter::PlanControlFlow(const Node& node, const std::string& where, NodePlan& np) {
+  const bool is_if = node.type() == "If";
+  auto plan_branch = [&](std::string_view attr, const GraphPlan*& out) -> Status {
+    NPUFLOW_ASSIGN_OR_RETURN(const ComputeGraph* g, BranchGraph(node, attr));
+    NPUFLOW_RETURN_IF_ERROR(PlanGraph(*g).WithContext(fmt::format("{}: {}", where, attr)));
+    out = plans_.at(g).get();
+    return Status::Ok();
+  };
+  NPUFLOW_RETURN_IF_ERROR(plan_branch(is_if ? kIfThenAttr : kWhileCondAttr, np.subgraph));
+  NPUFLOW_RETURN_IF_ERROR(plan_branch(is_if ? kIfElseAttr : kWhileBodyAttr, np.subgraph2));
+  const std::size_t args = node.inputs().size() - (is_if ? 1 : 0);
+  if (is_if && node.inputs().empty()) return Status::ParamInvalid("{}: no condition input", where);
+  for (const GraphPlan* g : {np.subgraph, np.subgraph2})
+    if (g->data_nodes.size() != args)
+      return Status::ParamInvalid("{}: subgraph '{}' takes {} inputs, the node gives {}", where, g->graph->name(),
+                                  g->data_nodes.size(), args);
+  auto outputs = [](const GraphPlan* g) { return g->nodes[g->net_output].inputs.size(); };
+  if (is_if) {
+    np.kind = NodePlan::Kind::kIf;
+    if (outputs(np.subgraph) != outputs(np.subgraph2))
+      return Status::ParamInvalid("{}: then_branch returns {} outputs, else_branch {}", where, outputs(np.subgraph),
+                                  outputs(np.subgraph2));
+  } else {
+    np.kind = NodePlan::Kind::kWhile;
+    NPUFLOW_ASSIGN_OR_RETURN(np.max_iterations, MaxIterations(node));
+    if (outputs(np.subgraph) != 1)
+      return Status::ParamInvalid("{}: cond returns {} outputs, expected 1", where, outputs(np.subgraph));
+    if (outputs(np.subgraph2) != args)
+      return Status::ParamInvalid("{}: body returns {} outputs for {} loop variables", where, outputs(np.subgraph2),
+                                  args);
+  }
   return Status::Ok();
 }
 
@@ -340,6 +380,10 @@ Status Interpreter::RunGraph(const GraphPlan& plan, std::vector<Slot>& data_inpu
       case NodePlan::Kind::kCall:
         NPUFLOW_RETURN_IF_ERROR(RunCall(plan, np, f, run));
         break;
+      case NodePlan::Kind::kIf:
+      case NodePlan::Kind::kWhile:
+        NPUFLOW_RETURN_IF_ERROR(RunControlFlow(plan, np, f, run));
+        break;
       case NodePlan::Kind::kNetOutput:
         TakeOutputs(np, f, outputs);
         break;
@@ -387,6 +431,41 @@ Status Interpreter::RunCall(const GraphPlan& plan, const NodePlan& np, Frame& f,
       .WithContext(fmt::format("graph '{}': PartitionedCall '{}' (subgraph '{}')", gname, node.name(), sub.graph->name()));
 }
 
+// If: one branch on the inputs after the condition. While: cond and body until cond is false.
+Status Interpreter::RunControlFlow(const GraphPlan& plan, const NodePlan& np, Frame& f, RunState& run) const {
+  const std::string where = fmt::format("graph '{}': {} '{}'", plan.graph->name(), np.node->type(), np.node->name());
+  if (np.kind == NodePlan::Kind::kIf) {
+    const bool taken = ConditionIsTrue(*f.in[0]);
+    const GraphPlan& branch = taken ? *np.subgraph : *np.subgraph2;
+    std::vector<Slot> args(f.in.size() - 1);
+    for (std::size_t i = 1; i < f.in.size(); ++i) args[i - 1].view = f.in[i];
+    return RunGraph(branch, args, run, f.out)
+        .WithContext(fmt::format("{} ({} '{}')", where, taken ? kIfThenAttr : kIfElseAttr, branch.graph->name()));
+  }
+  std::vector<Tensor> vars;
+  for (const Tensor* t : f.in) vars.push_back(*t);
+  for (std::int64_t iteration = 0;; ++iteration) {
+    std::vector<Slot> args(vars.size());
+    for (std::size_t i = 0; i < vars.size(); ++i) args[i].view = &vars[i];
+    std::vector<Tensor> cond;
+    NPUFLOW_RETURN_IF_ERROR(RunGraph(*np.subgraph, args, run, cond)
+                                .WithContext(fmt::format("{} (cond, iteration {})", where, iteration)));
+    if (!ConditionIsTrue(cond.at(0))) break;
+    if (iteration >= np.max_iterations)
+      return Status::Failed("{}: still running after max_iterations = {} iterations", where, np.max_iterations);
+    std::vector<Tensor> next;
+    NPUFLOW_RETURN_IF_ERROR(RunGraph(*np.subgraph2, args, run, next)
+                                .WithContext(fmt::format("{} (body, iteration {})", where, iteration)));
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      if (next[i].desc.dtype != vars[i].desc.dtype || next[i].desc.shape.rank() != vars[i].desc.shape.rank())
+        return Status::ParamInvalid("{}: body output {} is {}, the loop variable was {}", where, i,
+                                    next[i].desc.ToString(), vars[i].desc.ToString());
+    vars = std::move(next);
+  }
+  f.out = std::move(vars);
+  return Status::Ok();
+}
+
 Status Interpreter::RunKernel(const GraphPlan& plan, const NodePlan& np, Frame& f) {
   const std::string& gname = plan.graph->name();
   const Node& node = *np.node;
@@ -425,7 +504,8 @@ void Interpreter::TakeOutputs(const NodePlan& np, Frame& f, std::vector<Tensor>&
 // inputs are released.
 Status Interpreter::KeepOutputs(std::size_t pos, const NodePlan& np, Frame& f, RunState& run) const {
   std::vector<Slot>& mine = f.slots[pos];
-  if (np.kind == NodePlan::Kind::kCall || np.kind == NodePlan::Kind::kKernel) {
+  if (np.kind == NodePlan::Kind::kCall || np.kind == NodePlan::Kind::kKernel || np.kind == NodePlan::Kind::kIf ||
+      np.kind == NodePlan::Kind::kWhile) {
     mine.resize(f.out.size());
     for (std::size_t i = 0; i < f.out.size(); ++i) mine[i].owned = std::move(f.out[i]);
   }

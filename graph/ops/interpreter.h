@@ -15,6 +15,7 @@
 //   - PartitionedCall: runs its subgraph. The call's inputs feed the subgraph's Data nodes in the
 //     order of their `index` attributes (when every Data node has one) or else in node order; its
 //     outputs are the inputs of the subgraph's NetOutput, in order.
+//   - If / While: run their subgraphs (graph/ops/control_flow.h has the rules).
 //   - NetOutput: its inputs, in order, are the graph's outputs.
 //
 // The Variable update rule: an in-place op (OpDef::inplace[i] = j) whose in-place input j is read
@@ -81,6 +82,7 @@ class Interpreter {
   // Planning, in PlanGraph's order: each node's kind, then consumer counts, then Data order.
   Status PlanGraph(const ComputeGraph& graph);
   Status PlanCall(const Node& node, const std::string& where, NodePlan& np);
+  Status PlanControlFlow(const Node& node, const std::string& where, NodePlan& np);
   Status PlanOp(const ComputeGraph& graph, const Node& node, const std::string& where, GraphPlan& plan,
                 NodePlan& np);
   Status PlanVariable(const ComputeGraph& graph, const Node& node, const std::string& where, NodePlan& np);
@@ -92,6 +94,7 @@ class Interpreter {
                   std::vector<Tensor>& outputs) const;
   static Status GatherInputs(const GraphPlan& plan, std::size_t pos, Frame& f);
   Status RunCall(const GraphPlan& plan, const NodePlan& np, Frame& f, RunState& run) const;
+  Status RunControlFlow(const GraphPlan& plan, const NodePlan& np, Frame& f, RunState& run) const;
   static Status RunKernel(const GraphPlan& plan, const NodePlan& np, Frame& f);
   static void TakeOutputs(const NodePlan& np, Frame& f, std::vector<Tensor>& outputs);
   Status KeepOutputs(std::size_t pos, const NodePlan& np, Frame& f, RunState& run) const;

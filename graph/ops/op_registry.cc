@@ -1,6 +1,7 @@
 #include "graph/ops/op_registry.h"
 
 #include "graph/kernels/device_kernels.h"
+#include "graph/ops/control_flow.h"
 #include "graph/ops/op_library.h"
 #include "npu_sim/builtin_kernels.h"
 
@@ -25,6 +26,7 @@ void RegisterBuiltinOps() {
     RegisterElementwiseOps(r);
     RegisterTensorOps(r);
     RegisterNnOps(r);
+    RegisterControlFlowOps(r);
     npu_sim::RegisterBuiltinKernels();
     RegisterElementwiseKernels();
     RegisterTensorKernels();

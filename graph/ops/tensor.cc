@@ -3,7 +3,8 @@
 //   Reshape(x)       attrs: shape (int list; one -1 inferred, 0 is a literal 0). Output 0 may live
 //                    in place over x (a view): the device copy is skipped then.
 //   Transpose(x)     attrs: perm (int list, a permutation of 0..rank-1).
-//   Concat(x0..x13)  attrs: axis (int, negative counts from the back); other dims equal.
+//   Concat(x0..x13)  attrs: axis (int, negative counts from the back); other dims equal. An axis
+//                    sum with symbols is a symbol of its own, named after the sum ("seq+3").
 //   Split(x)         attrs: axis, and sizes (int list summing to the axis dim) or num_split (int
 //                    dividing it); one output per piece.
 //   Slice(x)         attrs: begin, end (int lists, one per dim; negative counts from the back;
@@ -218,8 +219,11 @@ Status InferConcat(const OpDesc& op, const std::vector<TensorDesc>& in, std::vec
   } else if (symbols == 1 && sum == 0) {
     dims[axis] = *symbol;  // the other inputs are empty along the axis
   } else {
-    return Status::ParamInvalid("node '{}' (Concat): axis {} sizes {} do not add up to a single dim", op.name(), axis,
-                                fmt::join(sizes, " + "));
+    // Known only at run time: a symbol named after the sum ("seq+3"), equal to no other.
+    std::vector<std::string> terms;
+    for (const std::string& t : sizes)
+      if (t != "0") terms.push_back(t);
+    dims[axis] = Dim::Symbolic(fmt::format("{}", fmt::join(terms, "+")));
   }
   out.push_back(TensorDesc{in[0].dtype, Shape(std::move(dims))});
   return Status::Ok();

@@ -12,6 +12,7 @@
 
 #include "graph/exe_graph/exe_graph.h"
 #include "graph/exe_graph/kernel_registry.h"
+#include "graph/ops/control_flow.h"
 #include "npu_sim/kernel.h"
 
 namespace npuflow::v2 {
@@ -457,6 +458,136 @@ Status LaunchDump(const KernelContext* ctx, std::vector<exe::DumpTensor>& out) {
   return Status::Ok();
 }
 
+// --- Control flow (lowered If / While; lowering/graph_converter.h has the shapes).
+
+std::uint32_t NoOpRun(KernelContext*) { return exe::kKernelSuccess; }
+
+Status CreateAllBuffers(KernelContext* ctx) {
+  for (std::uint32_t j = 0; j < ctx->num_outputs; ++j) ctx->output(j).Emplace<Buffer>();
+  return Status::Ok();
+}
+
+// A copy of `src` in fresh memory, ordered on the stream; `dst` keeps nothing of what it held.
+Status CopyInto(RunContext& rc, const Tensor& src, Buffer& dst) {
+  const std::uint64_t bytes = src.shape.bytes();
+  Buffer fresh;
+  fresh.tensor.shape = src.shape;
+  fresh.tensor.placement = TensorPlacement::kOnDeviceHbm;
+  if (bytes > 0) {
+    NPUFLOW_ASSIGN_OR_RETURN(fresh.block, rc.device_allocator->Malloc(bytes));
+    fresh.tensor.addr = fresh.block.addr;
+    fresh.tensor.size = fresh.block.size;
+    Status s = rc.runtime->MemcpyD2DAsync(rc.stream, npu_sim::DevicePtr{fresh.tensor.addr},
+                                          npu_sim::DevicePtr{src.addr}, bytes);
+    if (!s.ok()) {
+      rc.device_allocator->Free(fresh.block);
+      return s;
+    }
+  }
+  dst = fresh;
+  return Status::Ok();
+}
+
+// The condition's truth (graph/ops/control_flow.h): one element is read back, after the stream
+// has run what writes it.
+StatusOr<bool> ReadCondition(RunContext& rc, const Tensor& t) {
+  graph::Tensor cond;
+  cond.desc = ToDesc(t.shape);
+  const std::int64_t n = cond.desc.shape.num_elements().value_or(0);
+  if (n != 1) return n > 0;
+  cond.data.resize(t.shape.bytes());
+  NPUFLOW_RETURN_IF_ERROR(rc.runtime->SynchronizeStream(rc.stream));
+  NPUFLOW_RETURN_IF_ERROR(
+      rc.runtime->MemcpyD2H(rc.device, cond.data.data(), npu_sim::DevicePtr{t.addr}, cond.data.size()));
+  return graph::ConditionIsTrue(cond);
+}
+
+// IfSwitch: in(cond) out(branch word: 0 then, 1 else).
+std::uint32_t IfSwitchRun(KernelContext* ctx) {
+  auto taken = ReadCondition(Run(ctx), *TensorIn(ctx->input(0)));
+  if (!taken.ok()) return ctx->Fail(taken.status().WithContext("the If's condition"));
+  ctx->output(0).Set<std::uint64_t>(*taken ? 0 : 1);
+  return exe::kKernelSuccess;
+}
+
+struct LoopInfo {
+  std::int64_t max_iterations = graph::kDefaultMaxIterations;
+};
+
+StatusOr<std::shared_ptr<const void>> PrepareLoop(const ExeNode& node) {
+  auto info = std::make_shared<LoopInfo>();
+  NPUFLOW_ASSIGN_OR_RETURN(info->max_iterations, Attr<std::int64_t>(node, "max_iterations"));
+  return std::shared_ptr<const void>(std::move(info));
+}
+
+// LoopSwitch: in(cond, iteration counter) out(branch word: 0 exit, 1 body).
+std::uint32_t LoopSwitchRun(KernelContext* ctx) {
+  auto go_on = ReadCondition(Run(ctx), *TensorIn(ctx->input(0)));
+  if (!go_on.ok()) return ctx->Fail(go_on.status().WithContext("the While's condition"));
+  exe::Chain& counter = ctx->input(1);
+  const auto done = counter.Get<std::int64_t>();
+  if (*go_on && done >= ctx->info<LoopInfo>().max_iterations)
+    return ctx->Fail(Status::Failed("still running after max_iterations = {} iterations",
+                                    ctx->info<LoopInfo>().max_iterations));
+  if (*go_on) counter.Set<std::int64_t>(done + 1);
+  ctx->output(0).Set<std::uint64_t>(*go_on ? 1 : 0);
+  return exe::kKernelSuccess;
+}
+
+// CopyToValue: in(a branch's result) out(the If's output).
+std::uint32_t CopyToValueRun(KernelContext* ctx) {
+  Status s = CopyInto(Run(ctx), *TensorIn(ctx->input(0)), *ctx->output(0).Object<Buffer>());
+  if (!s.ok()) return ctx->Fail(s);
+  return exe::kKernelSuccess;
+}
+
+Status CreateLoopOutputs(KernelContext* ctx) {
+  for (std::uint32_t j = 0; j + 1 < ctx->num_outputs; ++j) ctx->output(j).Emplace<Buffer>();
+  ctx->output(ctx->num_outputs - 1).Set<std::int64_t>(0);
+  return Status::Ok();
+}
+
+// LoopEnter: in(the While's inputs) out(loop variables, iteration counter): copies, counter 0.
+std::uint32_t LoopEnterRun(KernelContext* ctx) {
+  RunContext& rc = Run(ctx);
+  for (std::uint32_t i = 0; i < ctx->num_inputs; ++i) {
+    Status s = CopyInto(rc, *TensorIn(ctx->input(i)), *ctx->output(i).Object<Buffer>());
+    if (!s.ok()) {
+      for (std::uint32_t k = 0; k < i; ++k) {
+        Buffer& b = *ctx->output(k).Object<Buffer>();
+        rc.device_allocator->Free(b.block);
+        b.block = MemBlock{};
+      }
+      return ctx->Fail(s.WithContext(fmt::format("loop variable {}", i)));
+    }
+  }
+  ctx->output(ctx->num_outputs - 1).Set<std::int64_t>(0);
+  return exe::kKernelSuccess;
+}
+
+// LoopNext: in(the body's results) out(loop variables). All results are copied before any old
+// variable is freed: a result may be a variable itself.
+std::uint32_t LoopNextRun(KernelContext* ctx) {
+  RunContext& rc = Run(ctx);
+  const std::uint32_t n = ctx->num_inputs;
+  Buffer fresh[graph::kMaxKernelTensors];
+  std::vector<Buffer> more(n > graph::kMaxKernelTensors ? n : 0);
+  Buffer* next = n > graph::kMaxKernelTensors ? more.data() : fresh;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    Status s = CopyInto(rc, *TensorIn(ctx->input(i)), next[i]);
+    if (!s.ok()) {
+      for (std::uint32_t k = 0; k < i; ++k) rc.device_allocator->Free(next[k].block);
+      return ctx->Fail(s.WithContext(fmt::format("loop variable {}", i)));
+    }
+  }
+  for (std::uint32_t i = 0; i < n; ++i) {
+    Buffer& var = *ctx->output(i).Object<Buffer>();
+    rc.device_allocator->Free(var.block);
+    var = next[i];
+  }
+  return exe::kKernelSuccess;
+}
+
 }  // namespace
 
 void RegisterOpKernels() {
@@ -479,6 +610,12 @@ void RegisterOpKernels() {
     KernelRegister("LaunchKernel").RunFunc(LaunchRun).Prepare(PrepareOp).TracePrinter(LaunchTrace)
         .ExceptionDumpInfoFiller(OpExceptionDump).DataDumpInfoFiller(LaunchDump).Tag(KernelTag::kLaunch);
     KernelRegister("FreeMemory").RunFunc(FreeMemoryRun).Tag(KernelTag::kMemory);
+    KernelRegister("NoOp").RunFunc(NoOpRun);
+    KernelRegister("IfSwitch").RunFunc(IfSwitchRun);
+    KernelRegister("LoopSwitch").RunFunc(LoopSwitchRun).Prepare(PrepareLoop);
+    KernelRegister("CopyToValue").RunFunc(CopyToValueRun).OutputsCreator(CreateAllBuffers).Tag(KernelTag::kMemory);
+    KernelRegister("LoopEnter").RunFunc(LoopEnterRun).OutputsCreator(CreateLoopOutputs).Tag(KernelTag::kMemory);
+    KernelRegister("LoopNext").RunFunc(LoopNextRun).OutputsCreator(CreateAllBuffers).Tag(KernelTag::kMemory);
   });
 }
 

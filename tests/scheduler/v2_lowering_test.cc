@@ -16,36 +16,12 @@
 #include "npu_sim/runtime.h"
 #include "scheduler/v2/model_v2_executor.h"
 #include "scheduler/v2/op_kernels.h"
+#include "tests/scheduler/v2_test_util.h"
 
 namespace npuflow::v2 {
 namespace {
 
-using graph::ComputeGraph;
-using graph::DataType;
-using graph::Dim;
-using graph::Endpoint;
-using graph::Node;
-using graph::OpDesc;
-using graph::Shape;
-using graph::TensorDesc;
-
-graph::Tensor RandomTensor(const TensorDesc& desc, std::uint32_t seed) {
-  graph::Tensor t = graph::ZeroTensor(desc);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  const std::size_t n = t.data.size() / sizeof(float);
-  for (std::size_t i = 0; i < n; ++i) graph::StoreF(t, i, u(rng));
-  return t;
-}
-
-Node* AddOp(ComputeGraph& g, const std::string& name, const std::string& type, std::vector<Endpoint> inputs,
-            std::map<std::string, graph::AttrValue> attrs = {}) {
-  OpDesc op(name, type);
-  for (auto& [k, v] : attrs) op.SetAttr(k, v);
-  Node* node = *g.AddNode(std::move(op));
-  for (const Endpoint& e : inputs) EXPECT_TRUE(g.AddInput(node, e).ok());
-  return node;
-}
+using namespace v2test;  // NOLINT: the helpers of v2_test_util.h
 
 // x[batch, 16] -> MatMul(W1[16, 8], b1) -> Relu -> MatMul(W2[8, 4]) -> Softmax -> out.
 std::unique_ptr<ComputeGraph> Mlp(Dim batch) {
@@ -72,50 +48,8 @@ class V2Lowering : public ::testing::Test {
     rt_ = *npu_sim::Runtime::Create(options);
   }
 
-  // Runs the model once with host tensors; returns the outputs as graph tensors.
-  StatusOr<std::vector<graph::Tensor>> RunV2(ModelV2Executor& m, const std::vector<graph::Tensor>& inputs) {
-    std::vector<Tensor> in(inputs.size());
-    std::vector<Tensor*> in_ptrs;
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      in[i].placement = TensorPlacement::kOnHost;
-      in[i].addr = reinterpret_cast<std::uint64_t>(inputs[i].data.data());
-      in[i].size = inputs[i].data.size();
-      in[i].shape.dtype = static_cast<std::uint32_t>(inputs[i].desc.dtype);
-      in[i].shape.rank = static_cast<std::uint32_t>(inputs[i].desc.shape.rank());
-      for (std::size_t d = 0; d < inputs[i].desc.shape.rank(); ++d) in[i].shape.dims[d] = inputs[i].desc.shape.dim(d).size;
-      in_ptrs.push_back(&in[i]);
-    }
-    const std::size_t nout = m.GetModelDesc().outputs.size();
-    std::vector<std::vector<std::uint8_t>> out_bytes(nout, std::vector<std::uint8_t>(1 << 16));
-    std::vector<Tensor> out(nout);
-    std::vector<Tensor*> out_ptrs;
-    for (std::size_t j = 0; j < nout; ++j) {
-      out[j].placement = TensorPlacement::kOnHost;
-      out[j].addr = reinterpret_cast<std::uint64_t>(out_bytes[j].data());
-      out[j].size = out_bytes[j].size();
-      out_ptrs.push_back(&out[j]);
-    }
-    NPUFLOW_RETURN_IF_ERROR(m.ExecuteSync(in_ptrs.data(), in_ptrs.size(), out_ptrs.data(), out_ptrs.size()));
-    std::vector<graph::Tensor> result;
-    for (std::size_t j = 0; j < nout; ++j) {
-      std::vector<Dim> dims;
-      for (std::uint32_t d = 0; d < out[j].shape.rank; ++d) dims.push_back(Dim::Static(out[j].shape.dims[d]));
-      graph::Tensor t = graph::ZeroTensor(TensorDesc{out[j].shape.data_type(), Shape(std::move(dims))});
-      std::memcpy(t.data.data(), out_bytes[j].data(), t.data.size());
-      result.push_back(std::move(t));
-    }
-    return result;
-  }
-
   std::unique_ptr<npu_sim::Runtime> rt_;
 };
-
-void ExpectNear(const graph::Tensor& a, const graph::Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.desc, b.desc) << what;
-  const std::size_t n = a.data.size() / graph::DataTypeSize(a.desc.dtype);
-  for (std::size_t i = 0; i < n; ++i)
-    ASSERT_NEAR(graph::LoadF(a, i), graph::LoadF(b, i), 1e-4) << what << " element " << i;
-}
 
 TEST_F(V2Lowering, ADynamicBatchRunsWithTwentyShapesOnEveryExecutor) {
   auto reference_graph = Mlp(Dim::Symbolic("batch"));
