@@ -21,8 +21,10 @@
 #include "graph/ops/op_registry.h"
 #include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
+#include "lowering/graph_converter.h"
 #include "lowering/memory_plan.h"
 #include "lowering/model_text.h"
+#include "scheduler/v2/executors.h"
 #include "weights/convert.h"
 #include "weights/weight_dir.h"
 
@@ -176,6 +178,7 @@ struct CompileSetup {
   lowering::DumpRequest dump;
   weights::ValueBins value_bins;
   std::optional<AesKey> key;
+  enum class Runtime { kV1, kV2, kAuto } runtime = Runtime::kAuto;
   bool writes_weights = false;  // --external_weight 1 or 2
   bool temporary_dir = false;   // ... into a temporary weight directory
   std::string weight_dir;       // absolute, without a trailing '/'; empty unless writes_weights
@@ -193,6 +196,11 @@ Status ParsePipelineArgs(const CompileArgs& args, std::ostream& out, CompileSetu
     return Status::ParamInvalid("--stream-mode '{}': expected single or multi", args.stream_mode);
   }
   options.max_parallel = args.max_parallel;
+  if (args.runtime == "v1") setup.runtime = CompileSetup::Runtime::kV1;
+  else if (args.runtime == "v2") setup.runtime = CompileSetup::Runtime::kV2;
+  else if (args.runtime == "auto") setup.runtime = CompileSetup::Runtime::kAuto;
+  else return Status::ParamInvalid("--runtime '{}': expected v1, v2 or auto", args.runtime);
+  NPUFLOW_RETURN_IF_ERROR(v2::ParseExecutorType(args.executor).status());
   lowering::DumpRequest& dump = setup.dump;
   dump.after = args.dump_after;
   if (args.dump_format == "pbtxt") {
@@ -310,6 +318,34 @@ void PrintCompileSummary(const CompileArgs& args, std::size_t nodes, double ms, 
   for (const auto& w : external) out << "  " << DescribeWeight(w) << "\n";
 }
 
+// RT2.0: the execute graphs in a model file of their own (no task lists, no weight relocation:
+// FileConstants keep the locations they were given).
+Status CompileV2AndWrite(const CompileArgs& args, const CompileSetup& setup, std::unique_ptr<graph::ComputeGraph> graph,
+                         std::size_t nodes, std::chrono::steady_clock::time_point start, std::ostream& out) {
+  if (setup.writes_weights)
+    return Status::ParamInvalid("--external_weight {}: weight files are written for the v1 task sink; RT2.0 reads "
+                                "FileConstants where they are (use --runtime v1, or leave --external_weight out)",
+                                args.external_weight);
+  if (args.verify) return Status::ParamInvalid("--verify checks the v1 task sink's memory plan; this model is RT2.0's");
+  auto compiled = lowering::CompileV2Model(std::move(graph), setup.options, setup.dump);
+  if (!compiled.ok()) return compiled.status().WithContext(args.model);
+  compiled->executor = args.executor;
+  if (const fs::path parent = fs::path(args.output).parent_path(); !parent.empty()) {
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    if (ec) return Status::Failed("--output '{}': cannot create its directory: {}", args.output, ec.message());
+  }
+  NPUFLOW_RETURN_IF_ERROR(graph::WriteModelFile(*compiled, args.output, setup.key ? &*setup.key : nullptr));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const exe::ExecuteGraphSet& set = *compiled->execute_graphs;
+  out << fmt::format("compiled {} -> {} in {:.1f} ms for RT2.0: {} nodes; Init {}, Main {}, DeInit {} "
+                     "execute nodes; executor {}{}\n",
+                     args.model, args.output, ms, nodes,
+                     set.init->nodes().size(), set.main->nodes().size(), set.deinit->nodes().size(), args.executor,
+                     setup.key ? "; encrypted (AES-256-GCM)" : "");
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RunCompile(const CompileArgs& args, std::ostream& out) {
@@ -317,12 +353,20 @@ Status RunCompile(const CompileArgs& args, std::ostream& out) {
   CompileSetup setup;
   NPUFLOW_RETURN_IF_ERROR(ParsePipelineArgs(args, out, setup));
   NPUFLOW_RETURN_IF_ERROR(ParseWeightArgs(args, setup));
-  NPUFLOW_RETURN_IF_ERROR(lowering::CheckCompileOptions(setup.options, args.dump_after));
+  NPUFLOW_RETURN_IF_ERROR(lowering::CheckCompileOptions(setup.options));
 
   const auto start = std::chrono::steady_clock::now();
   NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> graph,
                            ReadModelGraph(args.model, setup.options.model_name));
   const std::size_t nodes = graph->node_count();
+  const bool v2 = setup.runtime == CompileSetup::Runtime::kV2 ||
+                  (setup.runtime == CompileSetup::Runtime::kAuto && lowering::NeedsRuntimeV2(*graph));
+  if (v2) {
+    if (setup.writes_weights && setup.temporary_dir && weights::IsTemporaryWeightDir(setup.weight_dir))
+      (void)weights::RemoveTemporaryWeightDir(setup.weight_dir);
+    return CompileV2AndWrite(args, setup, std::move(graph), nodes, start, out);
+  }
+  NPUFLOW_RETURN_IF_ERROR(lowering::CheckCompileOptions(setup.options, args.dump_after));
   std::optional<graph::CompiledModel> model;
   if (Status built = CompileAndWrite(args, setup, std::move(graph), model, out); !built.ok()) {
     // Nothing refers to what a failed compile left in its temporary directory.
@@ -350,7 +394,14 @@ Status RunInfo(const std::string& path, bool tasks, bool placements, std::ostrea
   if (is_encrypted && !key)
     return Status::ParamInvalid("{}: the model file is encrypted (AES-256-GCM): give its key with --key", path);
   NPUFLOW_ASSIGN_OR_RETURN(graph::CompiledModel model, graph::ReadModelFile(path, key ? &*key : nullptr));
-  out << path << (is_encrypted ? " (encrypted, AES-256-GCM)" : "") << "\n" << lowering::DescribeModel(model);
+  out << path << (is_encrypted ? " (encrypted, AES-256-GCM)" : "") << "\n";
+  if (model.execute_graphs) {
+    out << fmt::format("runtime: RT2.0{} (executor {})\n", model.streams.empty() ? "" : " and the v1 task sink",
+                       model.executor.empty() ? "auto" : model.executor)
+        << lowering::PrintExecuteGraphs(*model.execute_graphs, tasks);
+    if (model.streams.empty()) return Status::Ok();
+  }
+  out << lowering::DescribeModel(model);
   if (model.graph != nullptr) {
     const std::vector<weights::ExternalWeightDesc> external = weights::ListExternalWeights(*model.graph);
     if (external.empty()) {

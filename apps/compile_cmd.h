@@ -39,6 +39,10 @@ struct CompileArgs {
   std::string external_weight_dir;  // empty: a temporary directory (weights::ResolveWeightDir)
   std::string value_bins;           // ge.exec.value_bins JSON
   std::string encrypt_key;          // 64 hex digits or @FILE; empty: write plain files
+  // v1: the task sink (static shapes); v2: RT2.0's execute graphs (dynamic shapes, control flow);
+  // auto: v2 when a dimension is unknown or the graph has If/While, else v1.
+  std::string runtime = "auto";
+  std::string executor = "auto";  // RT2.0's Main: sequential | topological | priority | multithread | auto
 };
 
 Status RunCompile(const CompileArgs& args, std::ostream& out);

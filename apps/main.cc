@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/compile_cmd.h"
+#include "lowering/graph_converter.h"
 #include "apps/gpt2_cmd.h"
 #include "apps/run_cmd.h"
 #include "base/logging.h"
@@ -62,7 +63,7 @@ Command AddBenchCommand(CLI::App& app, const char* argv0) {
 
 Command AddCompileCommand(CLI::App& app) {
   auto args = std::make_shared<npuflow::apps::CompileArgs>();
-  auto* compile = app.add_subcommand("compile", "compile a graph (text format) into an .om model for the task sink");
+  auto* compile = app.add_subcommand("compile", "compile a graph (text format) into an .om model for the task sink or RT2.0");
   compile->add_option("--model", args->model,
                       "the graph, in the text format (.pbtxt), or a GPT-2 model file in ggml's format")
       ->required()
@@ -75,8 +76,18 @@ Command AddCompileCommand(CLI::App& app) {
   compile->add_option("--max-parallel", args->max_parallel, "streams per engine in multi mode")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  compile->add_option("--dump-after", args->dump_after, "print the graph after this pass")
-      ->check(CLI::IsMember(npuflow::lowering::V1Pipeline()));
+  compile->add_option("--runtime", args->runtime,
+                      "v1: the task sink (static shapes); v2: RT2.0 execute graphs (dynamic shapes, If/While); "
+                      "auto: v2 when a dim is unknown or the graph has control flow")
+      ->capture_default_str();
+  compile->add_option("--executor", args->executor,
+                      "RT2.0: Main's executor, sequential|topological|priority|multithread|auto")
+      ->capture_default_str();
+  std::vector<std::string> dump_points = npuflow::lowering::V1Pipeline();
+  dump_points.emplace_back(npuflow::lowering::kLoweringDumpName);  // RT2.0: the execute graphs
+  compile->add_option("--dump-after", args->dump_after,
+                      "print the graph after this pass (RT2.0: 'lowering' prints the execute graphs)")
+      ->check(CLI::IsMember(dump_points));
   compile->add_option("--dump-format", args->dump_format, "summary (one line per node) or pbtxt")
       ->check(CLI::IsMember({"summary", "pbtxt"}))
       ->capture_default_str();
@@ -135,6 +146,12 @@ Command AddRunCommand(CLI::App& app) {
   run->add_option("--device-chip", args->device_chip,
                   "the simulated device: 910B, 310P or a chip JSON path (default: the model's chip)");
   run->add_flag("-v,--verbose", args->verbose, "also print how the model was loaded");
+  run->add_option("--input-shape", args->input_shapes,
+                  "RT2.0 models: the shape of an input with unknown dims, NAME:D0,D1,... (repeat per input)");
+  run->add_option("--executor", args->executor,
+                  "RT2.0 models: Main's executor, sequential|topological|priority|multithread|auto (default: the "
+                  "model's)");
+  run->add_flag("--profile", args->profile, "RT2.0 models: print the top nodes by host time");
   run->add_option("--weight-dir", args->weight_dir,
                   "directory of the model's external weight files (default: <model dir>/weight/, else their "
                   "recorded locations)");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -22,6 +23,7 @@
 #include "graph/ir/tensor_access.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/session.h"
+#include "scheduler/v2/executors.h"
 
 namespace npuflow::apps {
 namespace {
@@ -72,11 +74,11 @@ StatusOr<std::uint64_t> StaticBytes(const graph::IoDef& io, std::string_view wha
   return *bytes;
 }
 
-StatusOr<std::vector<Tensor>> RandomInputs(const CompiledModel& model, std::uint64_t seed) {
+StatusOr<std::vector<Tensor>> RandomInputs(const std::vector<graph::IoDef>& ios, std::uint64_t seed) {
   std::vector<Tensor> inputs;
   std::uint64_t state = seed;
-  for (std::size_t i = 0; i < model.inputs.size(); ++i) {
-    const graph::IoDef& io = model.inputs[i];
+  for (std::size_t i = 0; i < ios.size(); ++i) {
+    const graph::IoDef& io = ios[i];
     NPUFLOW_RETURN_IF_ERROR(StaticBytes(io, "input", i).status());
     Tensor t = graph::ZeroTensor(io.desc);
     const std::int64_t n = io.desc.shape.num_elements().value_or(0);
@@ -93,17 +95,17 @@ StatusOr<std::vector<Tensor>> RandomInputs(const CompiledModel& model, std::uint
   return inputs;
 }
 
-StatusOr<std::vector<Tensor>> InputsFromFiles(const CompiledModel& model, const std::vector<std::string>& files) {
-  if (files.size() != model.inputs.size()) {
+StatusOr<std::vector<Tensor>> InputsFromFiles(const std::vector<graph::IoDef>& ios, const std::vector<std::string>& files) {
+  if (files.size() != ios.size()) {
     std::vector<std::string> names;
-    for (const auto& io : model.inputs) names.push_back(fmt::format("'{}' {}", io.name, io.desc.ToString()));
-    return Status::ParamInvalid("--inputs: the model takes {} input{} ({}), got {} file{}", model.inputs.size(),
-                                model.inputs.size() == 1 ? "" : "s", Join(names), files.size(),
+    for (const auto& io : ios) names.push_back(fmt::format("'{}' {}", io.name, io.desc.ToString()));
+    return Status::ParamInvalid("--inputs: the model takes {} input{} ({}), got {} file{}", ios.size(),
+                                ios.size() == 1 ? "" : "s", Join(names), files.size(),
                                 files.size() == 1 ? "" : "s");
   }
   std::vector<Tensor> inputs;
   for (std::size_t i = 0; i < files.size(); ++i) {
-    const graph::IoDef& io = model.inputs[i];
+    const graph::IoDef& io = ios[i];
     NPUFLOW_ASSIGN_OR_RETURN(std::uint64_t want, StaticBytes(io, "input", i));
     std::error_code ec;
     const std::uintmax_t have = std::filesystem::file_size(files[i], ec);
@@ -118,6 +120,56 @@ StatusOr<std::vector<Tensor>> InputsFromFiles(const CompiledModel& model, const 
     inputs.push_back(std::move(t));
   }
   return inputs;
+}
+
+// An RT2.0 model's inputs with the shapes --input-shape gives ("x:1,37"); inputs not named keep
+// their declared shape, which must then be static.
+StatusOr<std::vector<graph::IoDef>> ResolveInputShapes(const exe::ModelDesc& desc, const std::vector<std::string>& specs) {
+  std::vector<graph::IoDef> ios;
+  for (const exe::ModelIoDesc& d : desc.inputs) ios.push_back(graph::IoDef{d.name, d.desc, {}});
+  std::vector<bool> given(ios.size(), false);
+  for (const std::string& spec : specs) {
+    const std::size_t colon = spec.rfind(':');
+    if (colon == std::string::npos)
+      return Status::ParamInvalid("--input-shape '{}': expected NAME:D0,D1,... (NAME: for a scalar)", spec);
+    const std::string name = spec.substr(0, colon);
+    auto it = std::find_if(ios.begin(), ios.end(), [&](const graph::IoDef& io) { return io.name == name; });
+    if (it == ios.end()) {
+      std::vector<std::string> names;
+      for (const auto& io : ios) names.push_back(fmt::format("{} {}", io.name, io.desc.ToString()));
+      return Status::ParamInvalid("--input-shape '{}': the model has no input '{}' (inputs: {})", spec, name,
+                                  Join(names));
+    }
+    std::vector<std::int64_t> dims;
+    const std::string list = spec.substr(colon + 1);
+    for (std::size_t pos = 0; !list.empty() && pos <= list.size();) {
+      const std::size_t comma = std::min(list.find(',', pos), list.size());
+      const std::string item = list.substr(pos, comma - pos);
+      std::int64_t v = -1;
+      auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+      if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 0)
+        return Status::ParamInvalid("--input-shape '{}': '{}' is not a size (a whole number >= 0)", spec, item);
+      dims.push_back(v);
+      pos = comma + 1;
+    }
+    const graph::Shape& want = it->desc.shape;
+    if (dims.size() != want.rank())
+      return Status::ParamInvalid("--input-shape '{}': rank {}, input '{}' is {}", spec, dims.size(), name,
+                                  it->desc.ToString());
+    for (std::size_t k = 0; k < dims.size(); ++k)
+      if (want.dim(k).is_static() && want.dim(k).size != dims[k])
+        return Status::ParamInvalid("--input-shape '{}': dim {} is {}, input '{}' is {}", spec, k, dims[k], name,
+                                    it->desc.ToString());
+    std::vector<graph::Dim> resolved;
+    for (std::int64_t d : dims) resolved.push_back(graph::Dim::Static(d));
+    it->desc.shape = graph::Shape(std::move(resolved));
+    given[it - ios.begin()] = true;
+  }
+  for (std::size_t i = 0; i < ios.size(); ++i)
+    if (!ios[i].desc.shape.is_static())
+      return Status::ParamInvalid("input '{}' is {}: give its shape with --input-shape {}:D0,D1,...", ios[i].name,
+                                  ios[i].desc.ToString(), ios[i].name);
+  return ios;
 }
 
 std::vector<std::uint64_t> Checksums(const std::vector<Tensor>& outputs) {
@@ -312,26 +364,27 @@ StatusOr<Measured> RunRunLoop(scheduler::Session& session, npu_sim::Runtime& rt,
   return m;
 }
 
-Status WriteOutputs(const CompiledModel& model, const std::vector<Tensor>& outputs, const std::string& dir,
+Status WriteOutputs(const std::vector<graph::IoDef>& ios, const std::vector<Tensor>& outputs, const std::string& dir,
                     std::ostream& out) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Failed("--outputs: cannot create directory '{}': {}", dir, ec.message());
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const std::string path =
-        (std::filesystem::path(dir) / fmt::format("{}_{}.bin", i, SanitizedName(model.outputs[i].name))).string();
+        (std::filesystem::path(dir) / fmt::format("{}_{}.bin", i, SanitizedName(ios[i].name))).string();
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(outputs[i].data.data()), static_cast<std::streamsize>(outputs[i].data.size()));
-    if (!f.good()) return Status::Failed("--outputs: writing output {} '{}' to '{}' failed", i, model.outputs[i].name, path);
-    out << fmt::format("wrote output {} '{}' ({} bytes) to {}\n", i, model.outputs[i].name, outputs[i].data.size(), path);
+    if (!f.good()) return Status::Failed("--outputs: writing output {} '{}' to '{}' failed", i, ios[i].name, path);
+    out << fmt::format("wrote output {} '{}' ({} bytes) to {}\n", i, ios[i].name, outputs[i].data.size(), path);
   }
   return Status::Ok();
 }
 
-void PrintSummary(const CompiledModel& model, const Measured& m, const RunArgs& args, std::ostream& out) {
+void PrintSummary(const std::vector<graph::IoDef>& ios, const Measured& m, const RunArgs& args, std::ostream& out) {
   const std::size_t n = m.requests.size();
-  for (std::size_t o = 0; o < model.outputs.size(); ++o) {
-    const graph::IoDef& io = model.outputs[o];
+  for (std::size_t o = 0; o < ios.size(); ++o) {
+    graph::IoDef io = ios[o];
+    if (o < m.outputs.size()) io.desc = m.outputs[o].desc;  // the shape request 0 produced
     const std::uint64_t sum = o < m.requests[0].checksums.size() ? m.requests[0].checksums[o] : 0;
     std::size_t differ = 0;
     for (const RequestRecord& r : m.requests) differ += (o < r.checksums.size() && r.checksums[o] == sum) ? 0 : 1;
@@ -362,9 +415,29 @@ void PrintSummary(const CompiledModel& model, const Measured& m, const RunArgs& 
                      static_cast<double>(m.host_interactions) / static_cast<double>(n));
 }
 
+// An RT2.0 model, loaded: nnexecute from --streams client threads, then the summary and the profile.
+Status RunV2Loaded(const RunArgs& args, scheduler::Session& session, scheduler::ModelManager& mm,
+                   const std::vector<Tensor>& inputs, const std::vector<graph::IoDef>& output_ios, std::ostream& out) {
+  NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<v2::RtV2SimpleExecutor> executor, session.GetLoadedV2(kGraphId));
+  const int device = 0;
+  StatusOr<Measured> measured = RunNnExecute(session, mm.runtime(), device, inputs, args);
+  if (!measured.ok()) return measured.status();
+  out << fmt::format("ran {} request{} on RT2.0 ({} instance{}; {} warm-up not counted)\n", args.requests,
+                     args.requests == 1 ? "" : "s", executor->instances(), executor->instances() == 1 ? "" : "s",
+                     measured->warmup);
+  PrintSummary(output_ios, *measured, args, out);
+  if (args.profile) out << "host profile of Main (top 10 nodes by host time, warm-up included):\n" << executor->ProfileReport(10);
+  if (!args.outputs_dir.empty()) NPUFLOW_RETURN_IF_ERROR(WriteOutputs(output_ios, measured->outputs, args.outputs_dir, out));
+  if (!args.trace.empty()) {
+    NPUFLOW_RETURN_IF_ERROR(mm.runtime().WriteTrace(args.trace).WithContext("--trace"));
+    out << "trace: " << args.trace << "\n";
+  }
+  return session.Finalize();
+}
+
 // Everything between Initialize and Finalize of the ModelManager.
 Status RunInitialized(const RunArgs& args, std::shared_ptr<const CompiledModel> model, const std::vector<Tensor>& inputs,
-                      std::ostream& out) {
+                      const std::vector<graph::IoDef>& output_ios, std::ostream& out) {
   scheduler::ModelManager& mm = *scheduler::ModelManager::Get();
   NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Session> session, scheduler::Session::Create());
   scheduler::Options options = {{"npuflow.executionStreams", std::to_string(args.streams)},
@@ -373,9 +446,13 @@ Status RunInitialized(const RunArgs& args, std::shared_ptr<const CompiledModel> 
                                 {"npuflow.verifyWeights", args.verify_weights ? "true" : "false"}};
   if (!args.weight_dir.empty()) options["npuflow.weightPath"] = args.weight_dir;
   if (!args.key.empty()) options["npuflow.weightKey"] = args.key;
+  const bool v2 = model->execute_graphs && model->streams.empty();
+  if (!args.executor.empty()) options["npuflow.v2Executor"] = args.executor;
+  if (args.profile) options["npuflow.v2Profile"] = "true";
   NPUFLOW_RETURN_IF_ERROR(session->AddCompiledModel(kGraphId, model, options).WithContext("--weight-dir / --key"));
   const auto load_start = std::chrono::steady_clock::now();
   NPUFLOW_RETURN_IF_ERROR(session->LoadGraph(kGraphId).WithContext(args.om));
+  if (v2) return RunV2Loaded(args, *session, mm, inputs, output_ios, out);
   NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<scheduler::DavinciModel> loaded, session->GetLoadedModel(kGraphId));
   const int device = loaded->device();
   if (!loaded->external_weights().empty()) {
@@ -418,8 +495,8 @@ Status RunInitialized(const RunArgs& args, std::shared_ptr<const CompiledModel> 
   if (!measured.ok()) return measured.status();
   out << fmt::format("ran {} request{} ({} warm-up not counted)\n", args.requests, args.requests == 1 ? "" : "s",
                      measured->warmup);
-  PrintSummary(*model, *measured, args, out);
-  if (!args.outputs_dir.empty()) NPUFLOW_RETURN_IF_ERROR(WriteOutputs(*model, measured->outputs, args.outputs_dir, out));
+  PrintSummary(output_ios, *measured, args, out);
+  if (!args.outputs_dir.empty()) NPUFLOW_RETURN_IF_ERROR(WriteOutputs(output_ios, measured->outputs, args.outputs_dir, out));
   if (!args.trace.empty()) {
     NPUFLOW_RETURN_IF_ERROR(mm.runtime().WriteTrace(args.trace).WithContext("--trace"));
     out << "trace: " << args.trace << "\n";
@@ -466,23 +543,41 @@ Status RunModel(const RunArgs& args, std::ostream& out) {
   }
   NPUFLOW_ASSIGN_OR_RETURN(CompiledModel read, graph::ReadModelFile(args.om, key ? &*key : nullptr));
   auto model = std::make_shared<const CompiledModel>(std::move(read));
-  for (std::size_t i = 0; i < model->outputs.size(); ++i)
-    NPUFLOW_RETURN_IF_ERROR(StaticBytes(model->outputs[i], "output", i).status());
+  const bool v2 = model->execute_graphs && model->streams.empty();
+  if (!v2 && (!args.input_shapes.empty() || !args.executor.empty() || args.profile))
+    return Status::ParamInvalid("--input-shape, --executor and --profile are for RT2.0 models (npuflow compile --runtime "
+                                "v2); {} runs on the v1 task sink",
+                                args.om);
+  if (v2 && args.mode != "nnexecute")
+    return Status::ParamInvalid("--mode {}: an RT2.0 model runs on its callers' threads (nnexecute); the Run loop is "
+                                "the v1 task sink's",
+                                args.mode);
+  if (!args.executor.empty()) NPUFLOW_RETURN_IF_ERROR(v2::ParseExecutorType(args.executor).status());
+  std::vector<graph::IoDef> input_ios = model->inputs, output_ios = model->outputs;
+  if (v2) {
+    NPUFLOW_ASSIGN_OR_RETURN(input_ios, ResolveInputShapes(model->execute_graphs->desc, args.input_shapes));
+    output_ios.clear();
+    for (const exe::ModelIoDesc& d : model->execute_graphs->desc.outputs) output_ios.push_back({d.name, d.desc, {}});
+  } else {
+    for (std::size_t i = 0; i < output_ios.size(); ++i)
+      NPUFLOW_RETURN_IF_ERROR(StaticBytes(output_ios[i], "output", i).status());
+  }
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<Tensor> inputs,
-                           args.random_inputs ? RandomInputs(*model, args.seed) : InputsFromFiles(*model, args.inputs));
+                           args.random_inputs ? RandomInputs(input_ios, args.seed) : InputsFromFiles(input_ios, args.inputs));
 
   const std::string chip = args.device_chip.empty() ? model->chip : args.device_chip;
-  out << fmt::format("{}: model {} compiled for {}, {} input{}, {} output{}; device {}; mode {}, {} execution stream{}\n",
-                     args.om, model->graph ? model->graph->name() : std::string("?"), model->chip,
-                     model->inputs.size(), model->inputs.size() == 1 ? "" : "s", model->outputs.size(),
-                     model->outputs.size() == 1 ? "" : "s", chip, args.mode, args.streams, args.streams == 1 ? "" : "s");
-  for (std::size_t i = 0; i < model->inputs.size(); ++i) {
-    out << fmt::format("input {} '{}' {}: {}\n", i, model->inputs[i].name, model->inputs[i].desc.ToString(),
+  out << fmt::format("{}: model {} compiled for {}{}, {} input{}, {} output{}; device {}; mode {}, {} execution stream{}\n",
+                     args.om, model->graph ? model->graph->name() : v2 ? model->execute_graphs->main->name() : "?",
+                     model->chip, v2 ? " (RT2.0)" : "", input_ios.size(), input_ios.size() == 1 ? "" : "s",
+                     output_ios.size(), output_ios.size() == 1 ? "" : "s", chip, args.mode, args.streams,
+                     args.streams == 1 ? "" : "s");
+  for (std::size_t i = 0; i < input_ios.size(); ++i) {
+    out << fmt::format("input {} '{}' {}: {}\n", i, input_ios[i].name, input_ios[i].desc.ToString(),
                        args.random_inputs ? fmt::format("random, seed {}", args.seed) : args.inputs[i]);
   }
 
   return scheduler::ModelManager::RunInitialized({.chips = {chip}, .trace = !args.trace.empty()},
-                                                [&] { return RunInitialized(args, model, inputs, out); },
+                                                [&] { return RunInitialized(args, model, inputs, output_ios, out); },
                                                 fmt::format("--device-chip {}", chip));
 }
 

@@ -18,6 +18,10 @@
 // work in arrival order, so runs that did not overlap in wall time serialize in virtual time
 // (see benchmarks/v1_bench.cc).
 //
+// RT2.0 models (dynamic shapes, control flow) run through the same Session, which routes them to
+// RT2.0: `npuflow run --om m.om --input-shape x:1,37 --random-inputs [--executor priority]
+// [--profile]`. Only nnexecute mode (the Run loop is the v1 task sink's).
+//
 // Random inputs are deterministic for a seed: floating-point elements uniform in [-1, 1]; integer
 // and bool elements are all 1, which is in range for every index-like input of the op library
 // (Gather indices, Attention valid_len, KvCacheWrite pos) whenever the indexed dim is at least 2.
@@ -51,6 +55,12 @@ struct RunArgs {
   std::string weight_dir;
   bool verify_weights = false;
   std::string key;
+  // RT2.0 models (npuflow compile --runtime v2): the shape of each input with unknown dims,
+  // "name:d0,d1,..." ("name:" for a scalar); Main's executor (empty: the model's); the per-node
+  // host profile (the top nodes are printed).
+  std::vector<std::string> input_shapes;
+  std::string executor;
+  bool profile = false;
 };
 
 // Every option in range; errors name the option and the accepted values.

@@ -724,16 +724,63 @@ StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const ComputeGr
   return set;
 }
 
-StatusOr<exe::ExecuteGraphSet> CompileV2(std::unique_ptr<ComputeGraph> graph, const graph::CompileOptions& options) {
+const std::vector<std::string>& V2Pipeline() {
+  static const std::vector<std::string> passes = {"validate", "infer-shapes", "const-fold", "dead-code-elimination"};
+  return passes;
+}
+
+StatusOr<graph::CompiledModel> CompileV2Model(std::unique_ptr<ComputeGraph> graph, const graph::CompileOptions& options,
+                                              const DumpRequest& dump) {
   graph::RegisterBuiltinOps();
   NPUFLOW_RETURN_IF_ERROR(CheckCompileOptions(options));
+  if (!dump.after.empty() && dump.after != kLoweringDumpName &&
+      std::find(V2Pipeline().begin(), V2Pipeline().end(), dump.after) == V2Pipeline().end())
+    return Status::ParamInvalid("--dump-after '{}': not a pass of RT2.0's compile ({}, {})", dump.after,
+                                fmt::join(V2Pipeline(), ", "), kLoweringDumpName);
   NPUFLOW_ASSIGN_OR_RETURN(npu_sim::ChipSpec chip, npu_sim::LoadChipSpec(options.chip));
-  graph::CompiledModel scratch;
-  scratch.options = options;
-  scratch.chip = chip.name;
-  PassContext pass_ctx{*graph, options, chip, scratch};
-  NPUFLOW_RETURN_IF_ERROR(RunPasses(pass_ctx, {"validate", "infer-shapes", "const-fold", "dead-code-elimination"}));
-  return ConvertComputeGraphToExecuteGraph(*graph, chip);
+  graph::CompiledModel model;
+  model.options = options;
+  model.chip = chip.name;
+  PassContext pass_ctx{*graph, options, chip, model};
+  NPUFLOW_RETURN_IF_ERROR(RunPasses(pass_ctx, V2Pipeline(), dump));
+  NPUFLOW_ASSIGN_OR_RETURN(exe::ExecuteGraphSet set, ConvertComputeGraphToExecuteGraph(*graph, chip));
+  if (dump.after == kLoweringDumpName && dump.sink) dump.sink(kLoweringDumpName, PrintExecuteGraphs(set, true));
+  model.execute_graphs = std::make_shared<exe::ExecuteGraphSet>(std::move(set));
+  model.executor = "auto";
+  return model;
+}
+
+StatusOr<exe::ExecuteGraphSet> CompileV2(std::unique_ptr<ComputeGraph> graph, const graph::CompileOptions& options) {
+  NPUFLOW_ASSIGN_OR_RETURN(graph::CompiledModel model, CompileV2Model(std::move(graph), options));
+  return *model.execute_graphs;
+}
+
+std::string PrintExecuteGraphs(const exe::ExecuteGraphSet& set, bool nodes) {
+  std::string out = "execute graphs (RT2.0):\n";
+  for (const auto* g : {set.init.get(), set.main.get(), set.deinit.get()}) {
+    int switches = 0, merges = 0;
+    for (const exe::ExeNode& n : g->nodes()) {
+      switches += n.kind == exe::NodeKind::kSwitch ? 1 : 0;
+      merges += n.kind == exe::NodeKind::kMerge ? 1 : 0;
+    }
+    const char* role = g == set.init.get() ? "Init" : g == set.main.get() ? "Main" : "DeInit";
+    out += fmt::format("  {:<6} {:>6} nodes, {:>6} values, {} inputs, {} outputs{}\n", role, g->nodes().size(),
+                       g->values().size(), g->inputs().size(), g->outputs().size(),
+                       switches + merges > 0 ? fmt::format(" ({} switch, {} merge)", switches, merges) : "");
+  }
+  auto io = [](const std::vector<exe::ModelIoDesc>& list) {
+    std::vector<std::string> parts;
+    for (const exe::ModelIoDesc& d : list) parts.push_back(fmt::format("{} {}", d.name, d.desc.ToString()));
+    return parts.empty() ? std::string("none") : fmt::format("{}", fmt::join(parts, ", "));
+  };
+  out += fmt::format("  inputs: {}\n  outputs: {}\n", io(set.desc.inputs), io(set.desc.outputs));
+  out += fmt::format("  resources: {} stream(s), {} event(s), {} notify(s){}\n", set.desc.reusable_stream_num,
+                     set.desc.reusable_event_num, set.desc.reusable_notify_num,
+                     set.desc.updates_variables ? "; holds Variables" : "");
+  if (nodes)
+    for (const auto* g : {set.init.get(), set.main.get(), set.deinit.get()})
+      out += fmt::format("graph {}\n{}", g->name(), g->ToText());
+  return out;
 }
 
 }  // namespace npuflow::lowering

@@ -31,6 +31,7 @@
 #include "graph/exe_graph/exe_graph.h"
 #include "graph/ir/compute_graph.h"
 #include "graph/model_file/compiled_model.h"
+#include "lowering/pass.h"
 #include "npu_sim/chip_spec.h"
 
 namespace npuflow::lowering {
@@ -54,8 +55,20 @@ class NodeConverterRegistry {
 StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const graph::ComputeGraph& graph,
                                                                   const npu_sim::ChipSpec& chip);
 
-// validate, infer-shapes, const-fold and dead-code-elimination, then the conversion.
+// RT2.0's compile: the passes of V2Pipeline() (validate, infer-shapes, const-fold,
+// dead-code-elimination), then the conversion. The model holds the execute graphs (and no task
+// lists); its executor is "auto". `dump.after` may name one of those passes or "lowering" (the
+// three execute graphs, node by node).
+inline constexpr std::string_view kLoweringDumpName = "lowering";
+const std::vector<std::string>& V2Pipeline();
+StatusOr<graph::CompiledModel> CompileV2Model(std::unique_ptr<graph::ComputeGraph> graph,
+                                              const graph::CompileOptions& options, const DumpRequest& dump = {});
+// The same, returning the execute graphs only.
 StatusOr<exe::ExecuteGraphSet> CompileV2(std::unique_ptr<graph::ComputeGraph> graph, const graph::CompileOptions& options);
+
+// Node counts of the three graphs (and switch / merge counts), the model's inputs and outputs,
+// the resources; with `nodes`, each graph's nodes (ExecuteGraph::ToText).
+std::string PrintExecuteGraphs(const exe::ExecuteGraphSet& set, bool nodes);
 
 // Whether any Data node of the graph has a dimension unknown until run time.
 bool HasDynamicInputs(const graph::ComputeGraph& graph);

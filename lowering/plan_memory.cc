@@ -221,7 +221,7 @@ Status MemoryPlanner::PlaceModelOutputs() {
       const graph::TensorDesc& desc = e.node->outputs()[e.index];
       auto bytes = desc.bytes();
       if (!bytes)
-        return Status::ParamInvalid("model output '{}:{}' has dynamic shape {}: the v1 task sink needs static shapes",
+        return Status::ParamInvalid("model output '{}:{}' has dynamic shape {}: the v1 task sink needs static shapes (RT2.0 runs dynamic ones: --runtime v2 or auto)",
                                     e.node->name(), e.index, desc.ToString());
       MemRef ref{Segment::kOutput, output_top_};
       output_top_ += Align(*bytes);
@@ -250,7 +250,7 @@ Status MemoryPlanner::PlaceModelInputs() {
     const graph::TensorDesc& desc = node.outputs()[0];
     auto bytes = desc.bytes();
     if (!bytes)
-      return Status::ParamInvalid("model input '{}' has dynamic shape {}: the v1 task sink needs static shapes",
+      return Status::ParamInvalid("model input '{}' has dynamic shape {}: the v1 task sink needs static shapes (RT2.0 runs dynamic ones: --runtime v2 or auto)",
                                   node.name(), desc.ToString());
     MemRef ref{Segment::kInput, input_top_};
     input_top_ += Align(*bytes);
@@ -305,7 +305,7 @@ Status MemoryPlanner::PlaceOutput(int pos, int i, const graph::OpDef& def, int s
   const graph::TensorDesc& desc = node.outputs()[i];
   auto raw = desc.bytes();
   if (!raw)
-    return Status::ParamInvalid("node '{}' output {} has dynamic shape {}: the v1 task sink needs static shapes",
+    return Status::ParamInvalid("node '{}' output {} has dynamic shape {}: the v1 task sink needs static shapes (RT2.0 runs dynamic ones: --runtime v2 or auto)",
                                 node.name(), i, desc.ToString());
   const std::uint64_t size = Align(*raw);
   Buffer b;

@@ -20,7 +20,7 @@ std::atomic<std::uint64_t> g_next_session{1};
 constexpr const char* kKnownOptions =
     "ge.exec.deviceId, ge.socVersion, ge.enableSingleStream, ge.streamMaxParallelNum, npuflow.executionStreams, "
     "npuflow.executeTimeoutMs, ge.externalWeight, ge.externalWeightDir, ge.exec.value_bins, npuflow.verifyWeights, "
-    "npuflow.weightKey, npuflow.weightPath, npuflow.modelDir";
+    "npuflow.weightKey, npuflow.weightPath, npuflow.modelDir, npuflow.v2Executor, npuflow.v2Profile";
 
 StatusOr<std::int64_t> ParseInt(const std::string& name, const std::string& value, std::int64_t lo, std::int64_t hi) {
   std::int64_t v = 0;
@@ -76,6 +76,13 @@ StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOpti
       o.weight_path = value;
     } else if (name == "npuflow.modelDir") {
       o.model_dir = value;
+    } else if (name == "npuflow.v2Executor") {
+      NPUFLOW_RETURN_IF_ERROR(v2::ParseExecutorType(value).status().WithContext(fmt::format("option {}", name)));
+      o.v2_executor = value;
+    } else if (name == "npuflow.v2Profile") {
+      if (value != "true" && value != "false")
+        return Status::ParamInvalid("option {}='{}': expected true or false", name, value);
+      o.v2_profile = value == "true";
     } else {
       return Status::ParamInvalid("unknown option '{}' (known: {})", name, kKnownOptions);
     }
@@ -193,6 +200,11 @@ Status Session::AddCompiledModel(std::uint32_t graph_id, std::shared_ptr<const C
   auto node = std::make_shared<GraphNode>();
   NPUFLOW_ASSIGN_OR_RETURN(node->options, ParseGraphOptions(options, options_));
   node->id = graph_id;
+  if (model->execute_graphs && model->streams.empty()) {  // an RT2.0 model (npuflow compile --runtime v2)
+    node->v2_graphs = model->execute_graphs;
+    if (!model->executor.empty() && options.find("npuflow.v2Executor") == options.end())
+      node->options.v2_executor = model->executor;
+  }
   node->compiled = std::move(model);
   return Insert(graph_id, std::move(node));
 }
@@ -282,7 +294,11 @@ StatusOr<std::shared_ptr<v2::RtV2SimpleExecutor>> Session::EnsureLoadedV2(GraphN
   if (node.v2) return node.v2;
   ModelManager* mm = ModelManager::Get();
   if (mm == nullptr) return Status::Failed("session {}: ModelManager is finalized", id_);
-  auto loaded = v2::RtV2SimpleExecutor::Create(node.v2_graphs, &mm->runtime(), node.options.device, v2::ExecutorOption{},
+  NPUFLOW_ASSIGN_OR_RETURN(v2::ExecutorType type, v2::ParseExecutorType(node.options.v2_executor));
+  v2::ExecutorOption option;
+  option.type = type;
+  option.profile = node.options.v2_profile;
+  auto loaded = v2::RtV2SimpleExecutor::Create(node.v2_graphs, &mm->runtime(), node.options.device, option,
                                                std::max(1, node.options.execution_streams));
   if (!loaded.ok()) return loaded.status().WithContext(fmt::format("session {}: loading graph {} on RT2.0", id_, node.id));
   node.v2 = *std::move(loaded);
@@ -461,6 +477,12 @@ StatusOr<std::vector<weights::ExternalWeightDesc>> Session::GetExternalWeightPat
   NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledModel> model, GetCompiledModel(graph_id));
   if (!model->graph) return std::vector<weights::ExternalWeightDesc>{};
   return weights::ListExternalWeights(*model->graph);
+}
+
+StatusOr<std::shared_ptr<v2::RtV2SimpleExecutor>> Session::GetLoadedV2(std::uint32_t graph_id) const {
+  NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
+  if (!held.node().v2) return Status::NotFound("session {}: graph {} is not loaded on RT2.0", id_, graph_id);
+  return held.node().v2;
 }
 
 StatusOr<std::shared_ptr<DavinciModel>> Session::GetLoadedModel(std::uint32_t graph_id) const {

@@ -75,6 +75,10 @@ struct GraphOptions {
   std::optional<AesKey> weight_key;
   std::string weight_path;
   std::string model_dir;
+  // RT2.0 graphs: Main's executor (sequential | topological | priority | multithread | auto) and
+  // the per-node host profiler.
+  std::string v2_executor = "auto";
+  bool v2_profile = false;
 };
 // Parses `options` over `base`. Errors name the option and its accepted values.
 StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOptions& base = {});
@@ -141,6 +145,8 @@ class Session {
   StatusOr<std::shared_ptr<const CompiledModel>> GetCompiledModel(std::uint32_t graph_id) const;
   // The loaded model of a graph (NotFound if not loaded, e.g. unloaded by resource recycling).
   StatusOr<std::shared_ptr<DavinciModel>> GetLoadedModel(std::uint32_t graph_id) const;
+  // The RT2.0 executor of a graph that runs on RT2.0 (NotFound when it is not loaded or runs on v1).
+  StatusOr<std::shared_ptr<v2::RtV2SimpleExecutor>> GetLoadedV2(std::uint32_t graph_id) const;
 
   struct GraphNode;  // a graph's compile and load state (opaque)
 

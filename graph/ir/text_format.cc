@@ -312,6 +312,9 @@ std::string PrintGraphText(const ComputeGraph& graph) {
   return out;
 }
 
+StatusOr<AttrValue> AttrValueFromProto(const proto::AttrValue& a, std::string_view where) { return FromProto(a, where); }
+proto::AttrValue AttrValueToProto(const AttrValue& v) { return ToProto(v); }
+
 }  // namespace npuflow::graph
 
 namespace npuflow::graph {

@@ -24,6 +24,9 @@ StatusOr<DataType> DataTypeFromProto(proto::DataType t, std::string_view where);
 proto::DataType DataTypeToProto(DataType t);
 StatusOr<Shape> ShapeFromProto(const proto::Shape& s, std::string_view where);
 proto::Shape ShapeToProto(const Shape& s);
+// An attribute value; a value of no known kind is a ParamInvalid naming `where`.
+StatusOr<AttrValue> AttrValueFromProto(const proto::AttrValue& a, std::string_view where);
+proto::AttrValue AttrValueToProto(const AttrValue& v);
 
 // Text in, graph out; a syntax error names `source`, the line and the column.
 StatusOr<std::unique_ptr<ComputeGraph>> ParseGraphText(std::string_view text, std::string_view source);

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "graph/exe_graph/exe_graph.h"
 #include "graph/ir/compute_graph.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ir/types.h"
@@ -117,6 +118,11 @@ struct CompiledModel {
   std::vector<std::uint8_t> weights;
   std::vector<std::uint8_t> variables;
   std::vector<std::uint8_t> tiling_data;
+  // RT2.0 (npuflow compile --runtime v2): the Init / Main / DeInit execute graphs, and the
+  // executor Main runs on ("auto" or empty: chosen at load). Null: the model has none. A file may
+  // hold task lists (above), execute graphs, or both.
+  std::shared_ptr<const exe::ExecuteGraphSet> execute_graphs;
+  std::string executor;
 };
 
 }  // namespace npuflow::graph

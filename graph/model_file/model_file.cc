@@ -133,6 +133,135 @@ StatusOr<DataType> FromProto(proto::DataType t, std::string_view where) {
   return dtype;
 }
 
+// ---- RT2.0 execute graphs ---------------------------------------------------------------------
+
+proto::ExecuteGraphDef ToProto(const exe::ExecuteGraph& g) {
+  proto::ExecuteGraphDef def;
+  def.set_name(g.name());
+  for (const exe::ExeValue& v : g.values()) def.add_value(v.name);
+  for (int v : g.inputs()) def.add_input(v);
+  for (int v : g.outputs()) def.add_output(v);
+  for (const exe::ExeNode& n : g.nodes()) {
+    proto::ExeNodeDef* pn = def.add_node();
+    pn->set_name(n.name);
+    pn->set_kernel(n.kernel);
+    pn->set_kind(static_cast<int>(n.kind));
+    pn->set_branches(n.branches);
+    for (int v : n.inputs) pn->add_input(v);
+    for (int v : n.outputs) pn->add_output(v);
+    for (const exe::ExeDep& d : n.deps) {
+      proto::ExeDepDef* pd = pn->add_dep();
+      pd->set_node(d.node);
+      pd->set_branch(d.branch);
+    }
+    pn->set_priority(n.priority);
+    for (const auto& [key, value] : n.attrs) (*pn->mutable_attr())[key] = AttrValueToProto(value);
+  }
+  return def;
+}
+
+// Rebuilt node by node, deps after all nodes (a merge may wait for a later node); then the
+// structural checks of ExecuteGraph::Validate. Anything wrong is DataCorrupted.
+StatusOr<std::shared_ptr<exe::ExecuteGraph>> FromProto(const proto::ExecuteGraphDef& def, std::string_view source) {
+  const std::string where = fmt::format("{}: execute graph '{}'", source, def.name());
+  auto corrupt = [&](const Status& s) { return Status::DataCorrupted("{}: {}", where, s.message()); };
+  auto g = std::make_shared<exe::ExecuteGraph>(def.name());
+  std::vector<char> is_input(def.value_size(), 0);
+  for (int v : def.input()) {
+    if (v < 0 || v >= def.value_size()) return Status::DataCorrupted("{}: input value {} does not exist", where, v);
+    is_input[v] = 1;
+  }
+  for (int i = 0; i < def.value_size(); ++i) {
+    if (is_input[i]) g->AddInput(def.value(i));
+    else g->AddValue(def.value(i));
+  }
+  if (!std::equal(g->inputs().begin(), g->inputs().end(), def.input().begin(), def.input().end()))
+    return Status::DataCorrupted("{}: the inputs are not in value order", where);
+  for (int v : def.output()) {
+    if (v < 0 || v >= def.value_size()) return Status::DataCorrupted("{}: output value {} does not exist", where, v);
+    g->AddOutput(v);
+  }
+  for (const proto::ExeNodeDef& pn : def.node()) {
+    exe::ExeNode n;
+    n.name = pn.name();
+    n.kernel = pn.kernel();
+    if (pn.kind() < 0 || pn.kind() > static_cast<int>(exe::NodeKind::kMerge))
+      return Status::DataCorrupted("{}: node '{}' has the unknown kind {}", where, pn.name(), pn.kind());
+    n.kind = static_cast<exe::NodeKind>(pn.kind());
+    n.branches = pn.branches();
+    n.inputs.assign(pn.input().begin(), pn.input().end());
+    n.outputs.assign(pn.output().begin(), pn.output().end());
+    n.priority = pn.priority();
+    for (const auto& [key, value] : pn.attr()) {
+      auto v = AttrValueFromProto(value, fmt::format("node '{}' attribute '{}'", pn.name(), key));
+      if (!v.ok()) return corrupt(v.status());
+      n.attrs.emplace(key, std::move(*v));
+    }
+    if (auto id = g->AddNode(std::move(n), false); !id.ok()) return corrupt(id.status());
+  }
+  for (int i = 0; i < def.node_size(); ++i)
+    for (const proto::ExeDepDef& d : def.node(i).dep())
+      if (Status s = g->AddDep(i, exe::ExeDep{d.node(), d.branch()}); !s.ok()) return corrupt(s);
+  if (Status s = g->Validate(); !s.ok()) return corrupt(s);
+  return g;
+}
+
+void ToProto(const exe::ModelIoDesc& io, proto::ModelIoDescDef& out) {
+  out.set_name(io.name);
+  out.mutable_desc()->set_dtype(DataTypeToProto(io.desc.dtype));
+  *out.mutable_desc()->mutable_shape() = ShapeToProto(io.desc.shape);
+}
+
+StatusOr<exe::ModelIoDesc> FromProto(const proto::ModelIoDescDef& io, std::string_view where) {
+  exe::ModelIoDesc out;
+  out.name = io.name();
+  auto dtype = DataTypeFromProto(io.desc().dtype(), where);
+  if (!dtype.ok()) return Status::DataCorrupted("{}", dtype.status().message());
+  auto shape = ShapeFromProto(io.desc().shape(), where);
+  if (!shape.ok()) return Status::DataCorrupted("{}", shape.status().message());
+  out.desc = TensorDesc{*dtype, std::move(*shape)};
+  return out;
+}
+
+void ToProto(const CompiledModel& m, proto::ExecuteGraphSetDef& out) {
+  const exe::ExecuteGraphSet& set = *m.execute_graphs;
+  *out.mutable_init() = ToProto(*set.init);
+  *out.mutable_main() = ToProto(*set.main);
+  *out.mutable_deinit() = ToProto(*set.deinit);
+  for (const exe::ModelIoDesc& io : set.desc.inputs) ToProto(io, *out.add_input());
+  for (const exe::ModelIoDesc& io : set.desc.outputs) ToProto(io, *out.add_output());
+  out.set_reusable_stream_num(set.desc.reusable_stream_num);
+  out.set_reusable_event_num(set.desc.reusable_event_num);
+  out.set_reusable_notify_num(set.desc.reusable_notify_num);
+  out.set_attached_stream_num(set.desc.attached_stream_num);
+  out.set_updates_variables(set.desc.updates_variables);
+  out.set_executor(m.executor);
+}
+
+Status FromProto(const proto::ExecuteGraphSetDef& def, CompiledModel& m, std::string_view source) {
+  auto set = std::make_shared<exe::ExecuteGraphSet>();
+  NPUFLOW_ASSIGN_OR_RETURN(set->init, FromProto(def.init(), source));
+  NPUFLOW_ASSIGN_OR_RETURN(set->main, FromProto(def.main(), source));
+  NPUFLOW_ASSIGN_OR_RETURN(set->deinit, FromProto(def.deinit(), source));
+  for (int i = 0; i < def.input_size(); ++i) {
+    NPUFLOW_ASSIGN_OR_RETURN(exe::ModelIoDesc io, FromProto(def.input(i), fmt::format("{}: v2 input {}", source, i)));
+    set->desc.inputs.push_back(std::move(io));
+  }
+  for (int i = 0; i < def.output_size(); ++i) {
+    NPUFLOW_ASSIGN_OR_RETURN(exe::ModelIoDesc io, FromProto(def.output(i), fmt::format("{}: v2 output {}", source, i)));
+    set->desc.outputs.push_back(std::move(io));
+  }
+  set->desc.reusable_stream_num = def.reusable_stream_num();
+  set->desc.reusable_event_num = def.reusable_event_num();
+  set->desc.reusable_notify_num = def.reusable_notify_num();
+  set->desc.attached_stream_num = def.attached_stream_num();
+  set->desc.updates_variables = def.updates_variables();
+  if (Status s = set->Validate(); !s.ok()) return Status::DataCorrupted("{}: execute graphs: {}", source, s.message());
+  m.execute_graphs = std::move(set);
+  m.executor = def.executor();
+  return Status::Ok();
+}
+
 // ---- CompiledModel -> ModelDef ------------------------------------------------------------------
 
 Status ToProto(const MemRef& r, proto::MemRefDef& out, std::string_view where) {
@@ -258,6 +387,7 @@ StatusOr<proto::ModelDef> ToModelDef(const CompiledModel& m, std::string_view so
   def.set_weights(std::string(m.weights.begin(), m.weights.end()));
   def.set_variables(std::string(m.variables.begin(), m.variables.end()));
   def.set_tiling_data(std::string(m.tiling_data.begin(), m.tiling_data.end()));
+  if (m.execute_graphs) ToProto(m, *def.mutable_execute_graphs());
   return def;
 }
 
@@ -357,6 +487,7 @@ StatusOr<CompiledModel> FromModelDef(const proto::ModelDef& def, std::string_vie
   m.weights.assign(def.weights().begin(), def.weights().end());
   m.variables.assign(def.variables().begin(), def.variables().end());
   m.tiling_data.assign(def.tiling_data().begin(), def.tiling_data().end());
+  if (def.has_execute_graphs()) NPUFLOW_RETURN_IF_ERROR(FromProto(def.execute_graphs(), m, source));
   return m;
 }
 
@@ -408,6 +539,10 @@ Status CheckModel(const CompiledModel& m, std::string_view source, MakeError err
     if (seg == Segment::kVariables ? bytes > mem.bytes(seg) : bytes != mem.bytes(seg))
       return error(fmt::format("{}: {} bytes of {} data, but the {} segment is {} bytes", source, bytes,
                                SegmentName(seg), SegmentName(seg), mem.bytes(seg)));
+  }
+  if (m.execute_graphs) {
+    if (Status s = m.execute_graphs->Validate(); !s.ok())
+      return error(fmt::format("{}: execute graphs: {}", source, s.message()));
   }
   return Status::Ok();
 }

@@ -48,7 +48,9 @@ StatusOr<std::unique_ptr<ModelV2Executor>> ModelV2Executor::Create(exe::ExecuteG
 ModelV2Executor::ModelV2Executor(exe::ExecuteGraphSet graphs, npu_sim::Runtime* runtime, int device,
                                  ExecutorOption option, std::vector<std::pair<std::size_t, std::size_t>> io_pairs)
     : graphs_(std::move(graphs)), runtime_(runtime), device_(device), option_(std::move(option)),
-      io_pairs_(std::move(io_pairs)) {}
+      io_pairs_(std::move(io_pairs)) {
+  if (option_.profile) subscribers_.EnableProfiler();
+}
 
 ModelV2Executor::~ModelV2Executor() {
   if (state() == ModelState::kLoaded) {

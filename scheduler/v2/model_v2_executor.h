@@ -41,6 +41,7 @@ struct ExecutorOption {
   // Output j is written in place over input i: "i,j|i,j". Its address must equal the input's.
   std::string io_reuse;
   std::chrono::milliseconds sync_timeout{60'000};  // ExecuteSync's
+  bool profile = false;  // the host profiler (GetSubscribers().profiler()) on from the start
 };
 
 struct ModelExecuteArg {

@@ -61,6 +61,15 @@ void RtV2SimpleExecutor::Give(std::unique_ptr<ModelV2Executor> executor) {
   idle_cv_.notify_one();
 }
 
+std::string RtV2SimpleExecutor::ProfileReport(std::size_t top) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const HostProfiler*> profilers;
+  for (const auto& m : idle_)
+    if (const HostProfiler* p = m->GetSubscribers().profiler()) profilers.push_back(p);
+  if (profilers.empty()) return "no profile: the model ran without --profile\n";
+  return HostProfiler::Report(profilers, top);
+}
+
 StatusOr<std::vector<graph::Tensor>> RtV2SimpleExecutor::Run(const std::vector<graph::Tensor>& inputs) {
   const exe::ModelDesc& d = graphs_->desc;
   if (inputs.size() != d.inputs.size())

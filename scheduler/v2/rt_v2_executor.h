@@ -28,6 +28,8 @@ class RtV2SimpleExecutor {
   // Inputs by position (the model's inputs); outputs with their actual shapes.
   StatusOr<std::vector<graph::Tensor>> Run(const std::vector<graph::Tensor>& inputs);
   const exe::ModelDesc& desc() const { return graphs_->desc; }
+  // With ExecutorOption::profile: the top nodes by host time over every instance (call between runs).
+  std::string ProfileReport(std::size_t top) const;
   int instances() const;
 
  private:

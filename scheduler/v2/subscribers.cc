@@ -63,10 +63,31 @@ std::vector<HostProfiler::Row> HostProfiler::Top(std::size_t top) const {
   return rows;
 }
 
-std::string HostProfiler::Report(std::size_t top) const {
+std::string HostProfiler::Report(const std::vector<const HostProfiler*>& profilers, std::size_t top) {
+  std::vector<Row> rows;
+  for (const HostProfiler* p : profilers) {
+    for (const Row& r : p->Top(SIZE_MAX)) {
+      auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& x) { return x.node == r.node; });
+      if (it == rows.end()) {
+        rows.push_back(r);
+        continue;
+      }
+      it->runs += r.runs;
+      it->total += r.total;
+      it->max = std::max(it->max, r.max);
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.total > b.total; });
+  if (rows.size() > top) rows.resize(top);
+  return Table(rows);
+}
+
+std::string HostProfiler::Report(std::size_t top) const { return Table(Top(top)); }
+
+std::string HostProfiler::Table(const std::vector<Row>& rows) {
   std::string out = fmt::format("{:<40} {:<20} {:>8} {:>12} {:>12} {:>12}\n", "node", "kernel", "runs", "total us",
                                 "mean us", "max us");
-  for (const Row& r : Top(top)) {
+  for (const Row& r : rows) {
     const double total_us = static_cast<double>(r.total.count()) / 1e3;
     out += fmt::format("{:<40} {:<20} {:>8} {:>12.1f} {:>12.2f} {:>12.2f}\n", r.node, r.kernel, r.runs, total_us,
                        total_us / static_cast<double>(r.runs), static_cast<double>(r.max.count()) / 1e3);

@@ -55,9 +55,12 @@ class HostProfiler {
   std::vector<Row> Top(std::size_t top) const;
   std::string Report(std::size_t top) const;  // a table
   void Clear();
+  // Rows of several profilers (one per model instance) summed by node, then the table.
+  static std::string Report(const std::vector<const HostProfiler*>& profilers, std::size_t top);
 
  private:
   static void OnEvent(void* arg, const ExecutorEventInfo& info);
+  static std::string Table(const std::vector<Row>& rows);
   struct Slot {
     std::chrono::steady_clock::time_point start;
     Row row;

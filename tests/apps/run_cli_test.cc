@@ -162,4 +162,57 @@ TEST(BenchV1, JsonHasEveryFigureWithItsBaseline) {
   EXPECT_LT(f["virtual_us_per_inference"]["ratio"].get<double>(), 1.0);
 }
 
+// RT2.0 from the command line: examples/graphs/mlp_dynamic.pbtxt (batch unknown) compiles for
+// RT2.0 under --runtime auto, `info` lists the three execute graphs, `run` takes the shape with
+// --input-shape and gives the v1 model's checksum for the same inputs (batch 4), with any executor.
+TEST_F(RunCli, ADynamicModelCompilesForRt2AndRunsWithTheInputShapeGiven) {
+  const std::string om = ::testing::TempDir() + "run_cli_mlp_dyn.om";
+  CommandRun c = Npuflow("compile --model " + std::string(NPUFLOW_SOURCE_DIR) + "/examples/graphs/mlp_dynamic.pbtxt --output " +
+                         om + " --executor priority");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("for RT2.0"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("executor priority"), std::string::npos) << c.output;
+
+  CommandRun info = Npuflow("info " + om);
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  for (const char* want : {"runtime: RT2.0 (executor priority)", "Init        4 nodes", "Main       38 nodes",
+                           "DeInit      4 nodes", "inputs: x f32[batch, 8]", "outputs: probs:0 f32[batch, 4]"})
+    EXPECT_NE(info.output.find(want), std::string::npos) << want << "\n" << info.output;
+
+  CommandRun v1 = Npuflow("run --om " + om_ + " --random-inputs --seed 5");
+  ASSERT_EQ(v1.exit_code, 0) << v1.output;
+  for (const char* executor : {"sequential", "topological", "priority", "multithread", "auto"}) {
+    CommandRun r = Npuflow("run --om " + om + " --random-inputs --seed 5 --input-shape x:4,8 --requests 3 --executor " +
+                           executor + " --profile");
+    ASSERT_EQ(r.exit_code, 0) << executor << "\n" << r.output;
+    EXPECT_NE(r.output.find("ran 3 requests on RT2.0"), std::string::npos) << r.output;
+    EXPECT_EQ(Checksum(r.output), Checksum(v1.output)) << executor << ": RT2.0 and the task sink agree\n" << r.output;
+    EXPECT_NE(r.output.find("host profile of Main"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("LaunchKernel"), std::string::npos) << r.output;
+  }
+  CommandRun big = Npuflow("run --om " + om + " --random-inputs --input-shape x:37,8");
+  ASSERT_EQ(big.exit_code, 0) << big.output;
+  EXPECT_NE(big.output.find("output 0 'probs:0' f32[37, 4]"), std::string::npos) << big.output;
+
+  const std::pair<std::string, std::string> bad[] = {
+      {"", "input 'x' is f32[batch, 8]: give its shape with --input-shape x:D0,D1,..."},
+      {"--input-shape x:3", "--input-shape 'x:3': rank 1, input 'x' is f32[batch, 8]"},
+      {"--input-shape x:3,9", "--input-shape 'x:3,9': dim 1 is 9, input 'x' is f32[batch, 8]"},
+      {"--input-shape y:3,8", "the model has no input 'y' (inputs: x f32[batch, 8])"},
+      {"--input-shape x:3,-8", "'-8' is not a size"},
+      {"--input-shape x:3,8 --executor fast", "--executor: 'fast' is not an executor"},
+      {"--input-shape x:3,8 --mode runloop", "--mode runloop: an RT2.0 model runs on its callers' threads"},
+  };
+  for (const auto& [args, want] : bad) {
+    CommandRun r = Npuflow("run --om " + om + " --random-inputs " + args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.output.find(want), std::string::npos) << args << "\n" << r.output;
+  }
+  CommandRun v1_profile = Npuflow("run --om " + om_ + " --random-inputs --profile");
+  EXPECT_NE(v1_profile.output.find("are for RT2.0 models"), std::string::npos) << v1_profile.output;
+  CommandRun bad_runtime = Npuflow("compile --model " + std::string(NPUFLOW_SOURCE_DIR) +
+                                   "/examples/graphs/mlp.pbtxt --output " + ::testing::TempDir() + "y.om --runtime v3");
+  EXPECT_NE(bad_runtime.output.find("--runtime 'v3': expected v1, v2 or auto"), std::string::npos) << bad_runtime.output;
+}
+
 }  // namespace

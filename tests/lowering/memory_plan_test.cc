@@ -184,7 +184,7 @@ TEST(MemoryPlan, DynamicShapesAreRefusedByName) {
   auto out = RunPassesOnText(text, V1Pipeline());
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().message(),
-            "plan-memory: model output 'r:0' has dynamic shape f32[seq, 4]: the v1 task sink needs static shapes");
+            "plan-memory: model output 'r:0' has dynamic shape f32[seq, 4]: the v1 task sink needs static shapes (RT2.0 runs dynamic ones: --runtime v2 or auto)");
 }
 
 }  // namespace
