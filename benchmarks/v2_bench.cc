@@ -7,6 +7,12 @@
 //     kernels); the priority executor on the same DAG, same baseline.
 //   multi-thread executor, 2 threads, a wide DAG (16 layers of 64 nodes, each reading 2 nodes of
 //     the layer before) of 10 us kernels: nodes per second vs the sequential executor.
+//   the same MLP (x[8, 64] -> MatMul+bias -> Gelu -> MatMul -> Tanh -> MatMul -> Softmax) on the
+//     v1 task sink (DavinciModel::NnExecute: one execute message) and on RT2.0 (ModelV2Executor::
+//     ExecuteSync: the host launches every kernel), inputs and outputs in device memory for both,
+//     one inference at a time: host interactions and virtual time per inference (the benchmark
+//     thread's host clock), RT2.0 vs the task sink; and RT2.0 with the batch unknown until run
+//     time (InferShape and Tiling on the host per run) vs the same model compiled static.
 #include "benchmarks/v2_bench.h"
 
 #include <chrono>
@@ -19,9 +25,14 @@
 #include <benchmark/benchmark.h>
 #include <oneapi/tbb/flow_graph.h>
 
+#include "benchmarks/loaded_model.h"
 #include "graph/exe_graph/exe_graph.h"
 #include "graph/exe_graph/kernel_registry.h"
+#include "graph/ir/tensor_access.h"
+#include "lowering/graph_converter.h"
+#include "npu_sim/runtime.h"
 #include "scheduler/v2/executors.h"
+#include "scheduler/v2/model_v2_executor.h"
 
 namespace npuflow::bench {
 namespace {
@@ -231,6 +242,108 @@ void BM_V2MultiThreadWide10us(benchmark::State& state) {
   RunExecutor(state, WideDag(), v2::ExecutorType::kTopologicalMultiThread);
 }
 
+// --- v1 vs RT2.0 on one MLP.
+
+constexpr std::int64_t kMlpBatch = 8;
+
+graph::Tensor Filled(graph::Shape shape, float scale) {
+  graph::Tensor t = graph::ZeroTensor({graph::DataType::kFloat32, std::move(shape)});
+  const std::size_t n = t.data.size() / 4;
+  for (std::size_t i = 0; i < n; ++i) graph::StoreF(t, i, scale * static_cast<float>((i * 37) % 17) / 17.0f - scale / 2);
+  return t;
+}
+
+StatusOr<std::unique_ptr<graph::ComputeGraph>> Mlp(graph::Dim batch) {
+  auto g = std::make_unique<graph::ComputeGraph>("bench_mlp");
+  auto add = [&](const std::string& name, const std::string& type, std::vector<graph::Endpoint> in,
+                 std::vector<std::pair<std::string, graph::AttrValue>> attrs = {}) -> StatusOr<graph::Node*> {
+    graph::OpDesc op(name, type);
+    for (auto& [k, v] : attrs) op.SetAttr(k, v);
+    NPUFLOW_ASSIGN_OR_RETURN(graph::Node * n, g->AddNode(std::move(op)));
+    for (const graph::Endpoint& e : in) NPUFLOW_RETURN_IF_ERROR(g->AddInput(n, e));
+    return n;
+  };
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * x, add("x", "Data", {}, {{"dtype", graph::DataType::kFloat32},
+                                                                  {"shape", graph::Shape({batch, graph::Dim::Static(64)})}}));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * w1, add("w1", "Const", {}, {{"value", Filled(graph::Shape{64, 128}, 0.2f)}}));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * b1, add("b1", "Const", {}, {{"value", Filled(graph::Shape{128}, 0.1f)}}));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * w2, add("w2", "Const", {}, {{"value", Filled(graph::Shape{128, 64}, 0.2f)}}));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * w3, add("w3", "Const", {}, {{"value", Filled(graph::Shape{64, 16}, 0.2f)}}));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * h1, add("h1", "MatMul", {{x, 0}, {w1, 0}, {b1, 0}}));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * g1, add("g1", "Gelu", {{h1, 0}}));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * h2, add("h2", "MatMul", {{g1, 0}, {w2, 0}}));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * t2, add("t2", "Tanh", {{h2, 0}}));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * h3, add("h3", "MatMul", {{t2, 0}, {w3, 0}}));
+  NPUFLOW_ASSIGN_OR_RETURN(graph::Node * sm, add("probs", "Softmax", {{h3, 0}}, {{"axis", std::int64_t{-1}}}));
+  NPUFLOW_RETURN_IF_ERROR(add("out", "NetOutput", {{sm, 0}}).status());
+  return g;
+}
+
+// Host interactions and the host clock over the measured loop (after one warm-up, which brings
+// the thread's clock to the device's time).
+template <typename RunFn>
+void PerInference(benchmark::State& state, npu_sim::Runtime& rt, RunFn run) {
+  if (Status s = run(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
+  const auto stats0 = rt.Stats(0);
+  const npu_sim::VTime v0 = rt.HostClock();
+  for (auto _ : state) {
+    if (Status s = run(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
+  }
+  const auto stats1 = rt.Stats(0);
+  const npu_sim::VTime v1 = rt.HostClock();
+  if (!stats0.ok() || !stats1.ok()) return state.SkipWithError("device stats unavailable");
+  const auto n = static_cast<double>(state.iterations());
+  state.counters["host_interactions_per_inference"] =
+      static_cast<double>(stats1->host_interactions - stats0->host_interactions) / n;
+  state.counters["virtual_us_per_inference"] = static_cast<double>(v1 - v0) / 1e3 / n;
+}
+
+void BM_V1MlpTaskSink(benchmark::State& state) {
+  auto loaded = LoadModelForBench(Mlp(graph::Dim::Static(kMlpBatch)), {}, scheduler::LoadConfig{}, 1);
+  if (!loaded.ok()) return state.SkipWithError(loaded.status().ToString().c_str());
+  LoadedModel& l = **loaded;
+  PerInference(state, *l.rt, [&] { return l.model->NnExecute(l.args[0]); });
+}
+
+void RunMlpV2(benchmark::State& state, graph::Dim batch) {
+  auto set = lowering::CompileV2(Mlp(batch).value(), graph::CompileOptions{});
+  if (!set.ok()) return state.SkipWithError(set.status().ToString().c_str());
+  auto rt = npu_sim::Runtime::Create({.chips = {"910B"}, .workers = 2});
+  if (!rt.ok()) return state.SkipWithError(rt.status().ToString().c_str());
+  auto m = v2::ModelV2Executor::Create(*set, rt->get(), 0);
+  if (!m.ok()) return state.SkipWithError(m.status().ToString().c_str());
+  if (Status s = (*m)->Load(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
+  // Device input and output, as the task sink's benchmark has.
+  const std::uint64_t in_bytes = kMlpBatch * 64 * 4, out_bytes = kMlpBatch * 16 * 4;
+  auto in_ptr = (*rt)->Malloc(0, in_bytes, npu_sim::Placement::kHbm, "bench input");
+  auto out_ptr = (*rt)->Malloc(0, out_bytes, npu_sim::Placement::kHbm, "bench output");
+  if (!in_ptr.ok() || !out_ptr.ok()) return state.SkipWithError("device memory");
+  v2::Tensor in, out;
+  in.placement = out.placement = v2::TensorPlacement::kOnDeviceHbm;
+  in.addr = in_ptr->value;
+  in.size = in_bytes;
+  in.shape.dtype = out.shape.dtype = static_cast<std::uint32_t>(graph::DataType::kFloat32);
+  in.shape.rank = 2;
+  in.shape.dims[0] = kMlpBatch;
+  in.shape.dims[1] = 64;
+  out.addr = out_ptr->value;
+  out.size = out_bytes;
+  v2::Tensor* ins[] = {&in};
+  v2::Tensor* outs[] = {&out};
+  PerInference(state, **rt, [&] { return (*m)->ExecuteSync(ins, 1, outs, 1); });
+  (void)(*m)->UnLoad();
+  (void)(*rt)->Free(0, *in_ptr);
+  (void)(*rt)->Free(0, *out_ptr);
+}
+
+void BM_V2MlpHostDriven(benchmark::State& state) { RunMlpV2(state, graph::Dim::Static(kMlpBatch)); }
+void BM_V2MlpDynamicBatch(benchmark::State& state) { RunMlpV2(state, graph::Dim::Symbolic("batch")); }
+
+double WallUs(const Results& r, const std::string& bench) {
+  auto it = r.find(bench);
+  return it == r.end() ? 0 : it->second.real_ns / 1e3;
+}
+
 }  // namespace
 
 void RegisterV2Benchmarks() {
@@ -245,6 +358,13 @@ void RegisterV2Benchmarks() {
            {"BM_V2SequentialWide10us", BM_V2SequentialWide10us},
            {"BM_V2MultiThreadWide10us", BM_V2MultiThreadWide10us}}) {
     benchmark::RegisterBenchmark(name, fn)->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+  // Per inference: times stay in nanoseconds (WallUs).
+  for (auto [name, fn] : std::initializer_list<std::pair<const char*, void (*)(benchmark::State&)>>{
+           {"BM_V1MlpTaskSink", BM_V1MlpTaskSink},
+           {"BM_V2MlpHostDriven", BM_V2MlpHostDriven},
+           {"BM_V2MlpDynamicBatch", BM_V2MlpDynamicBatch}}) {
+    benchmark::RegisterBenchmark(name, fn)->UseRealTime();
   }
 }
 
@@ -265,6 +385,15 @@ std::vector<Figure> V2Figures(const Results& r) {
       {"v2_multithread_wide_nodes_per_s", Rate(r, "BM_V2MultiThreadWide10us"), "nodes/s",
        Rate(r, "BM_V2SequentialWide10us"), "sequential executor, same wide DAG of 10 us kernels, same run",
        "ratio >= 1.7"},
+      {"mlp_host_interactions_v2_vs_task_sink", Counter(r, "BM_V2MlpHostDriven", "host_interactions_per_inference"),
+       "calls", Counter(r, "BM_V1MlpTaskSink", "host_interactions_per_inference"),
+       "v1 task sink (NnExecute), same MLP, device I/O, same run: what the task sink saves", ""},
+      {"mlp_virtual_us_v2_vs_task_sink", Counter(r, "BM_V2MlpHostDriven", "virtual_us_per_inference"), "us",
+       Counter(r, "BM_V1MlpTaskSink", "virtual_us_per_inference"), "v1 task sink, same MLP, same run", ""},
+      {"mlp_wall_us_v2_vs_task_sink", WallUs(r, "BM_V2MlpHostDriven"), "us", WallUs(r, "BM_V1MlpTaskSink"),
+       "v1 task sink, same MLP, same run", ""},
+      {"mlp_v2_dynamic_vs_static_wall_us", WallUs(r, "BM_V2MlpDynamicBatch"), "us", WallUs(r, "BM_V2MlpHostDriven"),
+       "RT2.0 with the batch known at compile time (InferShape/Tiling folded), same run", ""},
   };
 }
 
