@@ -44,6 +44,7 @@ struct Gpt2Args {
   std::string trace;
   std::string device_chip = "910B";
   bool verbose = false;  // also print where the load time and the memory go (stage report)
+  std::string prefill = "batch";  // batch: the prompt as one RT2.0 graph; tokens: token by token (v1 decode step)
 };
 
 Status RunGpt2(const Gpt2Args& args, std::ostream& out);

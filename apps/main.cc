@@ -184,6 +184,9 @@ Command AddGpt2Command(CLI::App& app) {
   gpt2->add_option("--host-mode", args->host_mode,
                    "fibers (default), or threads: one OS thread per generation, for comparison");
   gpt2->add_flag("--print-ids", args->print_ids, "also print the generated token ids");
+  gpt2->add_option("--prefill", args->prefill,
+                   "batch (default): the prompt as one dynamic-shape graph on RT2.0; tokens: token by token through "
+                   "the decode step");
   gpt2->add_option("--trace", args->trace, "write a Chrome trace of the run to this file");
   gpt2->add_option("--device-chip", args->device_chip, "the simulated chip (default 910B)");
   gpt2->add_flag("-v,--verbose", args->verbose,

@@ -26,6 +26,11 @@
 //   gen_<ftype>_4streams_fibers  tokens/s over 4 concurrent greedy 32-token generations (2 device
 //                         workers) run as fibers on one host thread, against the same 4 generations
 //                         with one OS thread each, same engine, rounds alternated.
+//   ttft_<ftype>_prefill_batch  time to first token of a 128-token prompt (2 device workers, weights
+//                         on the device), measured from the prefill's start: the prompt as one
+//                         RT2.0 graph (Gpt2Engine::Prefill, then the sampler) against the same
+//                         prompt fed token by token through the decode step, same engine, rounds
+//                         alternated, medians of 3.
 // Given figures (not re-measured: the reference engine is not installed here), dated in
 // docs/benchmarks.md:
 //   gen_<ftype>_<T>t_vs_ggml  the same tokens/s against the reference CPU engine's figure of
@@ -33,6 +38,9 @@
 //   load_f32_seconds[_after_idle]  the fresh-process f32 load in seconds against the reference
 //                         engine's 1.7 s (issue 16, this machine, 2026-11-23).
 //   rss_f32_vs_reference  rss_f32 against the reference engine's 518 MB (issue 16).
+//   ttft_f32_prefill_vs_reference  ttft_f32_prefill_batch in seconds against the reference engine
+//                         processing the same 128-token prompt in one batch at 2 threads, its first
+//                         evaluation: 0.55 s (issue 17).
 #include "benchmarks/gpt2_bench.h"
 
 #include <benchmark/benchmark.h>
@@ -53,6 +61,7 @@
 #include "base/files.h"
 #include "base/large_buffer.h"
 #include "models/gpt2/engine.h"
+#include "models/gpt2/sampling.h"
 #include "models/gpt2/ggml_file.h"
 #include "scheduler/model_manager.h"
 #include "synthetic/gpt2_file.h"
@@ -414,6 +423,43 @@ void BM_Gpt2PeakRss(benchmark::State& state) {
   state.counters["needed_bytes"] = static_cast<double>(file->weight_bytes()) + kv + act;
 }
 
+// A 128-token prompt: batch prefill (RT2.0) vs token by token (decode step), alternated.
+void BM_Gpt2Prefill(benchmark::State& state) {
+  const ModelSpec* model = ModelFor(state);
+  if (model == nullptr) return;
+  constexpr int kPromptTokens = 128, kRounds = 3;
+  std::vector<double> batch, tokens;
+  for (auto _ : state) {
+    Status s = WithRuntime(2, [&]() -> Status {
+      NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(model->path, {.streams = 2}));
+      NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
+      const int vocab = engine->file().hparams.n_vocab;
+      std::vector<int> prompt;
+      for (int i = 0; i < kPromptTokens; ++i) prompt.push_back((FirstToken(engine->file()) + i * 37) % vocab);
+      std::vector<float> logits;
+      gpt2::Sampler sampler(gpt2::SamplingOptions{.greedy = true});
+      int first_batch = -1, first_tokens = -1;
+      for (int round = 0; round < kRounds; ++round) {
+        const auto b0 = Clock::now();
+        NPUFLOW_RETURN_IF_ERROR(engine->Prefill(0, prompt, 0, logits));
+        NPUFLOW_ASSIGN_OR_RETURN(first_batch, sampler.Sample(logits));
+        batch.push_back(Seconds(b0, Clock::now()));
+        const auto t0 = Clock::now();
+        for (int i = 0; i < kPromptTokens; ++i) NPUFLOW_RETURN_IF_ERROR(engine->Step(1, prompt[i], i, logits));
+        NPUFLOW_ASSIGN_OR_RETURN(first_tokens, sampler.Sample(logits));
+        tokens.push_back(Seconds(t0, Clock::now()));
+      }
+      if (first_batch != first_tokens)
+        return Status::Internal("the first token differs: {} (batch prefill) vs {} (token by token)", first_batch,
+                                first_tokens);
+      return Status::Ok();
+    });
+    if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+  }
+  state.counters["prefill_batch_seconds"] = MedianOf(batch);
+  state.counters["prefill_tokens_seconds"] = MedianOf(tokens);
+}
+
 }  // namespace
 
 void RegisterGpt2Benchmarks() {
@@ -428,6 +474,8 @@ void RegisterGpt2Benchmarks() {
     benchmark::RegisterBenchmark(fmt::format("BM_Gpt2Load/{}", m).c_str(), BM_Gpt2Load)
         ->Arg(m)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(fmt::format("BM_Gpt2PeakRss/{}", m).c_str(), BM_Gpt2PeakRss)
+        ->Arg(m)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(fmt::format("BM_Gpt2Prefill/{}", m).c_str(), BM_Gpt2Prefill)
         ->Arg(m)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
 }
@@ -485,6 +533,15 @@ std::vector<Figure> Gpt2Figures(const Results& r) {
     if (ft == "f32")  // decimal MB like ours is assumed for the given figure (docs/benchmarks.md)
       figures.push_back({"rss_f32_vs_reference", Counter(r, p, "peak_rss_bytes") / 1e6, "MB", 518,
                          "issue 16, reference engine's peak RSS on the same file, 2026-11-23", "ratio <= 1.0", true});
+    const std::string pf = fmt::format("BM_Gpt2Prefill/{}", m);
+    figures.push_back({fmt::format("ttft_{}_prefill_batch", ft), Counter(r, pf, "prefill_batch_seconds") * 1e3, "ms",
+                       Counter(r, pf, "prefill_tokens_seconds") * 1e3,
+                       "the same 128-token prompt token by token through the decode step, same engine, same run",
+                       "ratio < 1"});
+    if (ft == "f32")
+      figures.push_back({"ttft_f32_prefill_vs_reference", Counter(r, pf, "prefill_batch_seconds"), "s", 0.55,
+                         "issue 17, reference engine's first evaluation of a 128-token batch, 117M f32, 2 threads",
+                         "ratio <= 1", true});
   }
   return figures;
 }

@@ -133,7 +133,7 @@ Status ConvertConstant(const Node& node, LowerContext& ctx) {
     place.attrs["location"] = location;
     place.attrs["offset"] = offset;
   } else if (node.type() == "Variable" && !node.op().HasAttr("value")) {
-    place.attrs["value"] = graph::ZeroTensor(desc);  // a Variable starts at zeros
+    place.attrs["zeros"] = true;  // a Variable starts at zeros (not spelled out: a KV cache is large)
   } else {
     NPUFLOW_ASSIGN_OR_RETURN(graph::Tensor value, node.op().Attr<graph::Tensor>("value"));
     place.attrs["value"] = std::move(value);

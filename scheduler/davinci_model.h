@@ -184,6 +184,10 @@ class DavinciModel {
   bool has_communication_tasks() const { return has_communication_; }
   bool updates_variables() const { return updates_variables_; }
   npu_sim::DevicePtr weights_base() const { return weights_; }
+  // Where a weight, FileConstant or Variable lives on the device (shared by every instance), and
+  // its bytes: what another runtime may borrow (RT2.0's ModelLoadArg). NotFound for a node without
+  // such a placement; FileConstant bytes are there once WaitForWeights returns.
+  StatusOr<std::pair<npu_sim::DevicePtr, std::uint64_t>> SharedTensor(const std::string& node) const;
   std::uint64_t last_used() const { return last_used_.load(std::memory_order_relaxed); }
   void Touch();
   // In use: an execution in flight or a Run loop started. Resource recycling skips busy models.

@@ -140,6 +140,20 @@ StatusOr<std::uint64_t> DavinciModel::Resolve(const Instance& inst, const MemRef
   }
 }
 
+StatusOr<std::pair<npu_sim::DevicePtr, std::uint64_t>> DavinciModel::SharedTensor(const std::string& node) const {
+  for (const graph::TensorPlacement& t : model_->memory.tensors) {
+    if (t.node != node || t.output != 0) continue;
+    if (t.ref.segment != Segment::kWeights && t.ref.segment != Segment::kVariables &&
+        t.ref.segment != Segment::kFileConstant)
+      return Status::NotFound("node '{}' lives in the {} segment, which is not shared", node,
+                              graph::SegmentName(t.ref.segment));
+    if (instances_.empty()) return Status::Failed("model {} is not loaded", id_);
+    NPUFLOW_ASSIGN_OR_RETURN(std::uint64_t addr, Resolve(*instances_[0], t.ref));
+    return std::make_pair(npu_sim::DevicePtr{addr}, t.bytes);
+  }
+  return Status::NotFound("model {} has no placed tensor for node '{}'", id_, node);
+}
+
 // ---- InitIoNodes: zero-copy places ---------------------------------------------------------------
 Status DavinciModel::InitIoNodes() {
   const CompiledModel& m = *model_;

@@ -23,4 +23,15 @@ struct Gpt2GraphOptions {
 StatusOr<std::unique_ptr<graph::ComputeGraph>> BuildGpt2DecodeGraph(const Gpt2File& file,
                                                              const Gpt2GraphOptions& options = {});
 
+// The prompt as one dynamic-shape graph (the prefill): N tokens at positions n_past .. n_past+N-1,
+// N unknown until run time (the symbol "n"), for RT2.0.
+//   inputs  tokens i32[n], positions i32[n], pos i32[1] (n_past), len i32[1] (n_past + N),
+//           last i32[1] (N - 1)
+//   output  logits f32[1, n_vocab] of the last row
+// Batched matmuls over the N rows, causal Attention over N queries, KvCacheWrite of N rows. Its
+// weights and KV-cache Variables have the decode graph's node names, so a model loaded from the
+// decode graph can lend them (one device copy of the weights, one KV cache, two runtimes).
+StatusOr<std::unique_ptr<graph::ComputeGraph>> BuildGpt2PrefillGraph(const Gpt2File& file,
+                                                                     const Gpt2GraphOptions& options = {});
+
 }  // namespace npuflow::gpt2

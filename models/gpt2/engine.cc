@@ -9,6 +9,7 @@
 
 #include "actors/fibers.h"
 #include "graph/ops/op_registry.h"
+#include "lowering/graph_converter.h"
 #include "scheduler/model_manager.h"
 
 namespace npuflow::gpt2 {
@@ -20,7 +21,36 @@ double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// The prefill model of one stream on RT2.0, Init borrowing the decode model's weights and KV cache.
+StatusOr<std::unique_ptr<v2::ModelV2Executor>> LoadPrefill(const exe::ExecuteGraphSet& set,
+                                                           scheduler::DavinciModel& decode) {
+  std::map<std::string, v2::LentConstant> lent;
+  for (const exe::ExeNode& n : set.init->nodes()) {
+    auto shared = decode.SharedTensor(n.name);
+    if (!shared.ok()) {
+      // Every constant of the prefill is one of the decode step's; a missing KV cache would
+      // silently split the state in two.
+      return shared.status().WithContext(fmt::format("the prefill's constant '{}'", n.name));
+    }
+    lent[n.name] = v2::LentConstant{shared->first.value, shared->second};
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<v2::ModelV2Executor> m,
+                           v2::ModelV2Executor::Create(set, &decode.runtime(), decode.device()));
+  NPUFLOW_RETURN_IF_ERROR(m->Load(v2::ModelExecuteArg{}, v2::ModelLoadArg{&lent}));
+  return m;
+}
+
 }  // namespace
+
+std::string_view PrefillModeName(PrefillMode mode) { return mode == PrefillMode::kBatch ? "batch" : "tokens"; }
+
+StatusOr<PrefillMode> ParsePrefillMode(std::string_view name) {
+  if (name == "batch") return PrefillMode::kBatch;
+  if (name == "tokens") return PrefillMode::kTokens;
+  return Status::ParamInvalid("--prefill '{}': expected batch (the prompt as one RT2.0 graph) or tokens (token by "
+                              "token through the decode step)",
+                              name);
+}
 
 StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(const std::string& model_path, const EngineOptions& options) {
   NPUFLOW_ASSIGN_OR_RETURN(Gpt2File file, ReadGpt2File(model_path));
@@ -56,11 +86,69 @@ StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(Gpt2File file, const En
   }
   NPUFLOW_ASSIGN_OR_RETURN(scheduler::GraphOptions parsed, scheduler::ParseGraphOptions(options.session_options));
   engine->timeout_ = parsed.timeout;
+  engine->prefill_mode_ = options.prefill;
+  if (options.prefill == PrefillMode::kBatch) {
+    NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> pg, BuildGpt2PrefillGraph(engine->file_));
+    graph::CompileOptions co;
+    co.chip = engine->models_[0]->compiled().chip;
+    auto set = lowering::CompileV2(std::move(pg), co);
+    if (!set.ok()) return set.status().WithContext(fmt::format("{}: the prefill graph", model_path));
+    for (const auto& m : engine->models_) {
+      auto loaded = LoadPrefill(*set, *m);
+      if (!loaded.ok()) return loaded.status().WithContext(fmt::format("{}: loading the prefill on RT2.0", model_path));
+      engine->prefill_.push_back(std::move(*loaded));
+    }
+  }
   return engine;
 }
 
 Gpt2Engine::~Gpt2Engine() {
+  prefill_.clear();  // it borrows the decode models' memory: unloaded first
   if (session_) (void)session_->Finalize();
+}
+
+Status Gpt2Engine::Prefill(int stream, std::span<const int> tokens, int n_past, std::vector<float>& logits) {
+  const Gpt2HParams& hp = file_.hparams;
+  if (stream < 0 || stream >= streams())
+    return Status::ParamInvalid("stream {}: the engine has streams 0..{}", stream, streams() - 1);
+  if (prefill_.empty())
+    return Status::Unsupported("the engine was made with --prefill tokens: it has no prefill model");
+  if (tokens.empty()) return Status::ParamInvalid("the prefill needs at least one token");
+  if (n_past < 0 || n_past + static_cast<std::int64_t>(tokens.size()) > hp.n_ctx)
+    return Status::ParamInvalid("positions {}..{} are outside the context (0..{})", n_past,
+                                n_past + static_cast<std::int64_t>(tokens.size()) - 1, hp.n_ctx - 1);
+  const auto n = static_cast<std::int32_t>(tokens.size());
+  std::vector<std::int32_t> ids(tokens.size()), positions(tokens.size());
+  for (std::int32_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= hp.n_vocab)
+      return Status::ParamInvalid("token id {} is outside the vocabulary (0..{})", tokens[i], hp.n_vocab - 1);
+    ids[i] = tokens[i];
+    positions[i] = n_past + i;
+  }
+  // RT2.0's kernels read the weights directly: they must have landed (the task sink waits on
+  // latches inside its task lists instead).
+  NPUFLOW_RETURN_IF_ERROR(models_[static_cast<std::size_t>(stream)]->WaitForWeights());
+  const std::int32_t pos = n_past, len = n_past + n, last = n - 1;
+  auto host = [](const void* data, std::uint64_t bytes, std::int64_t rows) {
+    v2::Tensor t;
+    t.placement = v2::TensorPlacement::kOnHost;
+    t.addr = reinterpret_cast<std::uint64_t>(data);
+    t.size = bytes;
+    t.shape.dtype = static_cast<std::uint32_t>(graph::DataType::kInt32);
+    t.shape.rank = 1;
+    t.shape.dims[0] = rows;
+    return t;
+  };
+  v2::Tensor in[5] = {host(ids.data(), ids.size() * 4, n), host(positions.data(), positions.size() * 4, n),
+                      host(&pos, 4, 1), host(&len, 4, 1), host(&last, 4, 1)};
+  logits.resize(static_cast<std::size_t>(hp.n_vocab));
+  v2::Tensor out;
+  out.placement = v2::TensorPlacement::kOnHost;
+  out.addr = reinterpret_cast<std::uint64_t>(logits.data());
+  out.size = logits.size() * sizeof(float);
+  v2::Tensor* ins[5] = {&in[0], &in[1], &in[2], &in[3], &in[4]};
+  v2::Tensor* outs[1] = {&out};
+  return prefill_[static_cast<std::size_t>(stream)]->ExecuteSync(ins, 5, outs, 1);
 }
 
 Status Gpt2Engine::WaitForWeights() {
@@ -112,10 +200,22 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
   int n_past = 0;
   int token = prompt[0];
   std::size_t next_prompt = 1;
-  while (true) {
-    NPUFLOW_RETURN_IF_ERROR(Step(stream, token, n_past, logits).WithContext(fmt::format("stream {} step {}", stream, n_past)));
-    ++n_past;
+  bool prefilled = false;
+  if (prefill_mode_ == PrefillMode::kBatch) {
+    NPUFLOW_RETURN_IF_ERROR(Prefill(stream, prompt, 0, logits).WithContext(fmt::format("stream {} prefill", stream)));
+    n_past = static_cast<int>(prompt.size());
+    next_prompt = prompt.size();
     ++g.steps;
+    prefilled = true;
+  }
+  while (true) {
+    if (!prefilled) {
+      NPUFLOW_RETURN_IF_ERROR(
+          Step(stream, token, n_past, logits).WithContext(fmt::format("stream {} step {}", stream, n_past)));
+      ++n_past;
+      ++g.steps;
+    }
+    prefilled = false;
     if (next_prompt < prompt.size()) {
       token = prompt[next_prompt++];
       continue;

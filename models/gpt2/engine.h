@@ -10,9 +10,16 @@
 // Session, and loaded as K models (the origin and K - 1 forks of it). The session's
 // ExternalWeightManager gives all of them one device copy of the weights, streamed in by the
 // WeightLoaderActor; each model has its own KV cache (its Variables) and activations. A
-// generation feeds the prompt token by token through the decode step, then samples; each step is
-// one NnExecute on the stream's loaded model (kept from the load: no session lookup per step),
-// the logits written straight into the caller's vector.
+// generation feeds the prompt, then samples; each decode step is one NnExecute on the stream's
+// loaded model (kept from the load: no session lookup per step), the logits written straight into
+// the caller's vector.
+//
+// The prompt (PrefillMode::kBatch, the default): one execution of the prefill graph, N unknown
+// until run time, compiled once for RT2.0 and loaded per stream as a ModelV2Executor whose Init
+// borrows the stream's decode model's memory (ModelLoadArg): the same device copy of the weights
+// and the same KV-cache Variables. The prefill writes rows 0..N-1 of the cache, and the decode
+// steps (v1 task sink) read them: one model, two runtimes, as GE's hybrid execution runs it.
+// PrefillMode::kTokens feeds the prompt token by token through the decode step instead.
 //
 // Thread-safe across streams: generations on different streams run concurrently (threads or
 // fibers); one stream runs one generation at a time (its KV cache is the state). Every model is
@@ -33,12 +40,22 @@
 #include "models/gpt2/sampling.h"
 #include "models/gpt2/ggml_file.h"
 #include "scheduler/session.h"
+#include "scheduler/v2/model_v2_executor.h"
 
 namespace npuflow::gpt2 {
+
+// How a generation feeds its prompt.
+enum class PrefillMode {
+  kBatch,   // the prompt as one dynamic-shape graph on RT2.0 (BuildGpt2PrefillGraph): N rows at once
+  kTokens,  // token by token through the decode step (the v1 task sink)
+};
+std::string_view PrefillModeName(PrefillMode mode);
+StatusOr<PrefillMode> ParsePrefillMode(std::string_view name);  // "batch" | "tokens"
 
 struct EngineOptions {
   int streams = 1;                     // concurrent generations, 1..64
   scheduler::Options session_options;  // extra Session options (ge.exec.deviceId, ...)
+  PrefillMode prefill = PrefillMode::kBatch;
 };
 
 struct Generation {
@@ -51,7 +68,8 @@ struct Generation {
   double virtual_ms = 0;          // the same span on the caller's virtual host clock (GenerateConcurrently:
                                   // the generation's own host client, "generation i")
   double decode_virtual_ms = 0;
-  int steps = 0;                  // decode steps run (prompt tokens + generated - 1)
+  int steps = 0;                  // executions: decode steps (prompt tokens + generated - 1), or with a
+                                  // batch prefill 1 + generated - 1
   // When it happened (for figures over several streams): wall, and virtual (host clock, ns).
   Clock::time_point started, first_token_at, finished;
   std::int64_t virtual_first_token_at = 0, virtual_finished = 0;
@@ -94,6 +112,10 @@ class Gpt2Engine {
   // One decode step on `stream`: `token` at position n_past (0 <= n_past < n_ctx); the logits
   // (n_vocab floats) go to `logits`. Updates the stream's KV cache at n_past.
   Status Step(int stream, int token, int n_past, std::vector<float>& logits);
+  // The prompt rows `tokens` at positions n_past .. n_past + N - 1 in one RT2.0 execution (kBatch
+  // engines only); the logits of the last row go to `logits`. Updates the KV cache at those rows.
+  Status Prefill(int stream, std::span<const int> tokens, int n_past, std::vector<float>& logits);
+  PrefillMode prefill_mode() const { return prefill_mode_; }
 
   // Feeds `prompt` (non-empty, ids < n_vocab) and generates up to n_predict tokens (stopping at the
   // context's end; none for n_predict 0) on `stream`.
@@ -116,6 +138,8 @@ class Gpt2Engine {
   std::unique_ptr<scheduler::Session> session_;
   std::vector<std::uint32_t> graph_ids_;
   std::vector<std::shared_ptr<scheduler::DavinciModel>> models_;  // per stream: its graph's loaded model
+  PrefillMode prefill_mode_ = PrefillMode::kBatch;
+  std::vector<std::unique_ptr<v2::ModelV2Executor>> prefill_;     // per stream (kBatch): on its model's memory
   npu_sim::Timeout timeout_;                                      // the session's execution timeout
   std::chrono::steady_clock::time_point load_started_;
 };

@@ -112,7 +112,7 @@ StatusOr<Allocator*> ModelV2Executor::DeviceAllocator(const ModelExecuteArg& arg
 Status ModelV2Executor::Load() { return Load(ModelExecuteArg{}, ModelLoadArg{}); }
 Status ModelV2Executor::Load(const ModelExecuteArg& arg) { return Load(arg, ModelLoadArg{}); }
 
-Status ModelV2Executor::Load(const ModelExecuteArg& arg, const ModelLoadArg&) {
+Status ModelV2Executor::Load(const ModelExecuteArg& arg, const ModelLoadArg& load_arg) {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != ModelState::kInit)
     return Status::ParamInvalid("ModelV2Executor::Load: model '{}' is in state {}; Load needs state Init",
@@ -128,6 +128,7 @@ Status ModelV2Executor::Load(const ModelExecuteArg& arg, const ModelLoadArg&) {
     builtin_events_ = std::make_unique<BuiltinEventAllocator>(runtime_, device_);
   }
   RunContext ctx = Context(arg);
+  ctx.lent_constants = load_arg.lent_constants;
   Status s = (*init)->Execute(&ctx);
   if (!s.ok()) return s.WithContext("ModelV2Executor::Load: running the Init graph");
   const std::size_t first = graphs_.desc.inputs.size() + graphs_.desc.outputs.size();

@@ -52,7 +52,10 @@ struct ModelExecuteArg {
   NotifyAllocator* external_notify_allocator = nullptr;
 };
 
-struct ModelLoadArg {};  // the RtSession and outer weight memory come with the lowering
+// Outer constant memory (GE's outer weight memory): LentConstant (tensor.h) by Init node name.
+struct ModelLoadArg {
+  const std::map<std::string, LentConstant>* lent_constants = nullptr;
+};
 
 enum class ModelState : std::uint8_t { kInit, kLoaded };
 std::string_view ModelStateName(ModelState state);

@@ -75,10 +75,13 @@ struct OpInfo {
   int num_outputs = 0;
   std::vector<int> alias;  // per output: the input it writes in place (-1: its own memory)
   bool is_static = false;
-  // Static only.
-  std::vector<KernelTensor> out_shapes;
-  graph::TilingInfo tiling;
-  graph::KernelParams params;
+  // Static only (held apart: KernelParams is over a kilobyte, and a dynamic op has four nodes).
+  struct Fixed {
+    std::vector<KernelTensor> out_shapes;
+    graph::TilingInfo tiling;
+    graph::KernelParams params;
+  };
+  std::unique_ptr<Fixed> fixed;
 };
 
 StatusOr<std::shared_ptr<const void>> PrepareOp(const ExeNode& node) {
@@ -104,6 +107,8 @@ StatusOr<std::shared_ptr<const void>> PrepareOp(const ExeNode& node) {
   }
   info->is_static = Attr<bool>(node, "static").value_or(false);
   if (info->is_static) {
+    info->fixed = std::make_unique<OpInfo::Fixed>();
+    OpInfo::Fixed& f = *info->fixed;
     std::vector<TensorDesc> in, out;
     for (int i = 0; i < info->num_inputs; ++i) {
       NPUFLOW_ASSIGN_OR_RETURN(TensorDesc d, DescAttr(node, fmt::format("in{}", i)));
@@ -112,13 +117,13 @@ StatusOr<std::shared_ptr<const void>> PrepareOp(const ExeNode& node) {
     for (int j = 0; j < info->num_outputs; ++j) {
       NPUFLOW_ASSIGN_OR_RETURN(TensorDesc d, DescAttr(node, fmt::format("out{}", j)));
       NPUFLOW_ASSIGN_OR_RETURN(KernelTensor t, ToKernelTensor(d));
-      info->out_shapes.push_back(t);
+      f.out_shapes.push_back(t);
       out.push_back(std::move(d));
     }
     if (info->def->tiling != nullptr) {
-      NPUFLOW_ASSIGN_OR_RETURN(info->tiling, info->def->tiling(info->op, in, {}, info->core_count));
+      NPUFLOW_ASSIGN_OR_RETURN(f.tiling, info->def->tiling(info->op, in, {}, info->core_count));
     }
-    NPUFLOW_ASSIGN_OR_RETURN(info->params, graph::EncodeKernelParams(*info->def, info->op, in, out));
+    NPUFLOW_ASSIGN_OR_RETURN(f.params, graph::EncodeKernelParams(*info->def, info->op, in, out));
   }
   return std::shared_ptr<const void>(std::move(info));
 }
@@ -178,7 +183,7 @@ Status CreateStaticBuffers(KernelContext* ctx) {
   const OpInfo& info = ctx->info<OpInfo>();
   for (std::uint32_t j = 0; j < ctx->num_outputs; ++j) {
     Buffer& b = ctx->output(j).Emplace<Buffer>();
-    if (info.is_static) b.tensor.shape = info.out_shapes[j];
+    if (info.is_static) b.tensor.shape = info.fixed->out_shapes[j];
   }
   return Status::Ok();
 }
@@ -212,9 +217,12 @@ std::uint32_t AllocOutputsRun(KernelContext* ctx) {
 std::uint32_t LaunchRun(KernelContext* ctx) {
   const OpInfo& info = ctx->info<OpInfo>();
   RunContext& rc = Run(ctx);
-  const graph::TilingInfo* tiling = &info.tiling;
-  const graph::KernelParams* params = &info.params;
-  if (!info.is_static) {
+  const graph::TilingInfo* tiling = nullptr;
+  const graph::KernelParams* params = nullptr;
+  if (info.is_static) {
+    tiling = &info.fixed->tiling;
+    params = &info.fixed->params;
+  } else {
     const TilingData& data = *ctx->input(info.num_inputs + info.num_outputs).Object<TilingData>();
     tiling = &data.tiling;
     params = &data.params;
@@ -381,6 +389,7 @@ struct ConstInfo {
   std::vector<std::uint8_t> bytes;  // a Const's value
   std::string file;                 // a FileConstant's
   std::uint64_t offset = 0;
+  bool zeros = false;               // a Variable without a value: zero-filled on the device
 };
 
 StatusOr<std::shared_ptr<const void>> PrepareConst(const ExeNode& node) {
@@ -388,6 +397,8 @@ StatusOr<std::shared_ptr<const void>> PrepareConst(const ExeNode& node) {
   NPUFLOW_ASSIGN_OR_RETURN(info->desc, DescAttr(node, "const"));
   if (auto value = Attr<graph::Tensor>(node, "value"); value.ok()) {
     info->bytes = value->data;
+  } else if (Attr<bool>(node, "zeros").value_or(false)) {
+    info->zeros = true;
   } else {
     NPUFLOW_ASSIGN_OR_RETURN(info->file, Attr<std::string>(node, "location"));
     NPUFLOW_ASSIGN_OR_RETURN(std::int64_t offset, Attr<std::int64_t>(node, "offset"));
@@ -400,6 +411,21 @@ std::uint32_t ConstToDeviceRun(KernelContext* ctx) {
   const ConstInfo& info = ctx->info<ConstInfo>();
   RunContext& rc = Run(ctx);
   const std::uint64_t bytes = info.desc.bytes().value_or(0);
+  if (rc.lent_constants != nullptr) {
+    if (auto it = rc.lent_constants->find(ctx->node->name); it != rc.lent_constants->end()) {
+      if (it->second.size < bytes)
+        return ctx->Fail(Status::ParamInvalid("constant '{}' is {} ({} bytes), the memory lent for it has only {} bytes",
+                                              ctx->node->name, info.desc.ToString(), bytes, it->second.size));
+      Buffer& b = ctx->output(0).Emplace<Buffer>();
+      auto shape = ToKernelTensor(info.desc);
+      if (!shape.ok()) return ctx->Fail(shape.status());
+      b.tensor.shape = *shape;
+      b.tensor.addr = it->second.addr;
+      b.tensor.size = bytes;
+      b.block = MemBlock{};  // the lender's: FreeConst leaves it
+      return exe::kKernelSuccess;
+    }
+  }
   std::vector<std::uint8_t> file_bytes;
   const std::uint8_t* src = info.bytes.data();
   if (!info.file.empty()) {
@@ -408,6 +434,9 @@ std::uint32_t ConstToDeviceRun(KernelContext* ctx) {
     if (!in.seekg(static_cast<std::streamoff>(info.offset)) ||
         !in.read(reinterpret_cast<char*>(file_bytes.data()), static_cast<std::streamsize>(bytes)))
       return ctx->Fail(Status::DataCorrupted("{}: cannot read {} bytes at offset {}", info.file, bytes, info.offset));
+    src = file_bytes.data();
+  } else if (info.zeros) {
+    file_bytes.assign(bytes, 0);  // only when nothing was lent for it
     src = file_bytes.data();
   } else if (info.bytes.size() != bytes) {
     return ctx->Fail(Status::Internal("constant of {} holds {} bytes", info.desc.ToString(), info.bytes.size()));

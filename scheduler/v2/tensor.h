@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "graph/kernels/kernel_abi.h"
 #include "scheduler/v2/allocator.h"
@@ -18,6 +20,15 @@ struct Tensor {
 
 // What every kernel of a model's execute graphs gets as ctx->args(): the device side of one Load,
 // Execute or UnLoad.
+// Outer constant memory (GE's outer weight memory): device memory the caller lends for one of
+// Init's constants, instead of Init placing its own copy. A Variable lent this way shares its state
+// with whoever owns the memory (GPT-2's prefill writes the decode model's KV cache). The memory
+// stays the lender's: DeInit does not free it, and it must outlive the model's load.
+struct LentConstant {
+  std::uint64_t addr = 0;  // npu_sim::DevicePtr::value
+  std::uint64_t size = 0;  // at least the constant's bytes
+};
+
 struct RunContext {
   npu_sim::Runtime* runtime = nullptr;
   int device = 0;
@@ -28,6 +39,8 @@ struct RunContext {
   EventAllocator* events = nullptr;
   NotifyAllocator* notifies = nullptr;
   std::uint64_t iteration = 0;
+  // Load only: constants the caller lends (ModelLoadArg), by Init node name.
+  const std::map<std::string, LentConstant>* lent_constants = nullptr;
 };
 
 }  // namespace npuflow::v2
