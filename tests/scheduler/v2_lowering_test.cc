@@ -149,5 +149,23 @@ TEST_F(V2Lowering, ConverterLookupOrderAndItsError) {
       << set.status();
 }
 
+// Every op of the op library lowers: a converter for its type, or its kernel library's with a
+// device kernel that LaunchKernel starts; and every kernel lowering emits is registered.
+TEST_F(V2Lowering, EveryOpOfTheLibraryHasAKernel) {
+  graph::RegisterBuiltinOps();
+  const lowering::NodeConverterRegistry& converters = lowering::NodeConverterRegistry::Global();
+  for (const std::string& type : graph::OpRegistry::Global().Types()) {
+    if (type.rfind("Test", 0) == 0) continue;  // registered by tests
+    const graph::OpDef* def = *graph::OpRegistry::Global().Find(type);
+    if (converters.FindRegisterData(type) != nullptr) continue;
+    EXPECT_NE(converters.FindRegisterData(graph::OpEngineName(def->engine)), nullptr) << type;
+    EXPECT_FALSE(def->device_kernel.empty()) << type << ": no device kernel to launch";
+  }
+  for (const char* kernel : {"ConstToDevice", "FreeConst", "PrepareInput", "CopyOutput", "InferShape", "Tiling",
+                             "AllocOutputs", "LaunchKernel", "FreeMemory", "NoOp", "IfSwitch", "LoopSwitch",
+                             "CopyToValue", "LoopEnter", "LoopNext"})
+    EXPECT_TRUE(exe::KernelRegistry::Global().Find(kernel).ok()) << kernel;
+}
+
 }  // namespace
 }  // namespace npuflow::v2
