@@ -46,6 +46,14 @@ struct LowerContext {
   std::vector<int> node_region;      // per Main node
   std::map<int, int> value_region;   // per Main value made by a converter (absent: region 0)
   std::string prefix;                // names of nodes lowered from a subgraph: "<call>/<role>/"
+  // Streams (a multi-stream Main: no control flow, the assign-streams pass's `_stream`): the stream
+  // each value's data is issued on and whose allocator holds its memory, the stream of each node
+  // that issues device work, and the cross-stream waits made so far ((value, stream) -> WaitEvent).
+  std::map<int, int> value_stream;
+  std::map<int, int> node_stream;
+  std::map<std::pair<int, int>, int> waits;
+  int streams = 1;
+  int events = 0;
 
   exe::ExecuteGraph& main() { return *set.main; }
   std::int64_t Priority(const Node& node, int stage) const { return order.at(&node) * 8 + stage; }
@@ -109,6 +117,41 @@ void AddDep(exe::ExeNode& n, int node) {
   if (std::find(n.deps.begin(), n.deps.end(), dep) == n.deps.end()) n.deps.push_back(dep);
 }
 
+int StreamOf(const Node& node) {
+  auto s = node.op().AttrOr<std::int64_t>("_stream", 0);
+  return s.ok() ? static_cast<int>(*s) : 0;
+}
+
+StatusOr<int> EventNode(LowerContext& ctx, const char* kernel, int stream, int event, std::vector<int> deps,
+                        std::int64_t priority) {
+  exe::ExeNode n;
+  n.name = fmt::format("{}/{}", kernel == std::string_view("SendEvent") ? "send" : "wait", event);
+  n.kernel = kernel;
+  n.attrs["stream"] = static_cast<std::int64_t>(stream);
+  n.attrs["event"] = static_cast<std::int64_t>(event);
+  n.priority = priority;
+  for (int d : deps) AddDep(n, d);
+  const std::string prefix = std::exchange(ctx.prefix, "");
+  auto id = ctx.Add(std::move(n), false);
+  ctx.prefix = prefix;
+  if (id.ok()) ctx.node_stream[*id] = stream;
+  return id;
+}
+
+// The WaitEvent after which stream `stream` may read `value` (made on another stream), or -1 when
+// no wait is needed: one SendEvent / WaitEvent pair per (value, reading stream).
+StatusOr<int> WaitFor(LowerContext& ctx, int value, int stream) {
+  auto vs = ctx.value_stream.find(value);
+  if (vs == ctx.value_stream.end() || vs->second == stream || !ctx.launch_of.count(value)) return -1;
+  if (auto it = ctx.waits.find({value, stream}); it != ctx.waits.end()) return it->second;
+  const int event = ctx.events++;
+  const std::int64_t priority = ctx.main().nodes()[ctx.launch_of[value]].priority;
+  NPUFLOW_ASSIGN_OR_RETURN(int send, EventNode(ctx, "SendEvent", vs->second, event, {ctx.launch_of[value]}, priority));
+  NPUFLOW_ASSIGN_OR_RETURN(int wait, EventNode(ctx, "WaitEvent", stream, event, {send}, priority));
+  ctx.waits[{value, stream}] = wait;
+  return wait;
+}
+
 StatusOr<int> Tensor(LowerContext& ctx, const Node& node, int input) {
   const graph::Endpoint& src = node.inputs()[input];
   auto it = ctx.tensors.find({src.node, src.index});
@@ -167,6 +210,8 @@ Status ConvertData(const Node& node, LowerContext& ctx) {
   ctx.tensors[{&node, 0}] = buffer;
   ctx.launch_of[buffer] = id;  // its host-to-device copy is on the stream
   ctx.alloc_of[buffer] = id;
+  ctx.value_stream[buffer] = 0;
+  ctx.node_stream[id] = 0;
   ctx.run_allocated.push_back(buffer);
   return Status::Ok();
 }
@@ -184,7 +229,10 @@ Status ConvertNetOutput(const Node& node, LowerContext& ctx) {
     SetDesc(copy, "io", src.node->outputs()[src.index]);
     AddDep(copy, ctx.launch_of.count(value) ? ctx.launch_of[value] : -1);
     AddDep(copy, ctx.alloc_of.count(value) ? ctx.alloc_of[value] : -1);
+    NPUFLOW_ASSIGN_OR_RETURN(int wait, WaitFor(ctx, value, 0));
+    AddDep(copy, wait);
     NPUFLOW_ASSIGN_OR_RETURN(int id, ctx.Add(std::move(copy), false));
+    ctx.node_stream[id] = 0;
     ctx.AddReader(value, id);
   }
   return Status::Ok();
@@ -217,6 +265,9 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
   common.attrs["num_inputs"] = static_cast<std::int64_t>(nin);
   common.attrs["num_outputs"] = static_cast<std::int64_t>(nout);
   common.attrs["static"] = is_static;
+  const int stream = ctx.region == 0 ? StreamOf(node) : 0;
+  ctx.streams = std::max(ctx.streams, stream + 1);
+  common.attrs["stream"] = static_cast<std::int64_t>(stream);
   // An op that updates a Variable in place writes the Variable's own memory.
   for (int j = 0; j < nout; ++j) {
     const int alias = j < static_cast<int>(def->inplace.size()) ? def->inplace[j] : -1;
@@ -274,14 +325,18 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
   for (int v : ins) {
     AddDep(launch, ctx.launch_of.count(v) ? ctx.launch_of[v] : -1);
     AddDep(launch, ctx.alloc_of.count(v) ? ctx.alloc_of[v] : -1);
+    NPUFLOW_ASSIGN_OR_RETURN(int wait, WaitFor(ctx, v, stream));
+    AddDep(launch, wait);
   }
   NPUFLOW_ASSIGN_OR_RETURN(int launch_id, ctx.Add(std::move(launch), false));
+  ctx.node_stream[launch_id] = stream;
 
   for (int v : ins) ctx.AddReader(v, launch_id);
   for (int j = 0; j < nout; ++j) {
     ctx.tensors[{&node, j}] = outs[j];
     ctx.launch_of[outs[j]] = launch_id;
     ctx.alloc_of[outs[j]] = alloc_id;
+    ctx.value_stream[outs[j]] = stream;
     if (!common.attrs.count(fmt::format("alias_{}", j))) ctx.run_allocated.push_back(outs[j]);
   }
   return Status::Ok();
@@ -297,11 +352,32 @@ Status AddFrees(LowerContext& ctx) {
     n.name = "free/" + ctx.main().values()[value].name;
     n.kernel = "FreeMemory";
     n.inputs = {value};
-    const std::vector<int>& readers = ctx.readers[value];
+    const int home = ctx.value_stream.count(value) ? ctx.value_stream[value] : 0;
+    n.attrs["stream"] = static_cast<std::int64_t>(home);
+    const std::vector<int> readers = ctx.readers[value];
     std::int64_t priority = 0;
+    std::map<int, std::vector<int>> other_streams;  // readers on other streams, by stream
     for (int r : readers) {
       AddDep(n, r);
       priority = std::max(priority, ctx.main().nodes()[r].priority);
+      auto rs = ctx.node_stream.find(r);
+      if (rs != ctx.node_stream.end() && rs->second != home) other_streams[rs->second].push_back(r);
+    }
+    // The memory goes back to the allocator of its own stream, which may hand it out to the next
+    // kernel of that stream at once: that stream first waits for the readers on other streams.
+    for (const auto& [stream, on_it] : other_streams) {
+      const int event = ctx.events++;
+      auto send = EventNode(ctx, "SendEvent", stream, event, on_it, priority);
+      if (!send.ok()) {
+        ctx.prefix = prefix;
+        return send.status();
+      }
+      auto wait = EventNode(ctx, "WaitEvent", home, event, {*send}, priority);
+      if (!wait.ok()) {
+        ctx.prefix = prefix;
+        return wait.status();
+      }
+      AddDep(n, *wait);
     }
     if (readers.empty()) {
       AddDep(n, ctx.launch_of[value]);
@@ -720,6 +796,19 @@ StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const ComputeGr
     NPUFLOW_RETURN_IF_ERROR(fn(*node, ctx));
   }
   NPUFLOW_RETURN_IF_ERROR(AddFrees(ctx));
+  // Every side stream joins the main stream at the end (a kernel whose result nobody reads, like a
+  // Variable's update, still finishes before the run does).
+  for (int stream = 1; stream < ctx.streams; ++stream) {
+    std::vector<int> on_it;
+    for (const auto& [node, s] : ctx.node_stream)
+      if (s == stream) on_it.push_back(node);
+    if (on_it.empty()) continue;
+    const int event = ctx.events++;
+    NPUFLOW_ASSIGN_OR_RETURN(int send, EventNode(ctx, "SendEvent", stream, event, on_it, exe::kNoPriority - 1));
+    NPUFLOW_RETURN_IF_ERROR(EventNode(ctx, "WaitEvent", 0, event, {send}, exe::kNoPriority - 1).status());
+  }
+  set.desc.reusable_stream_num = ctx.streams;
+  set.desc.reusable_event_num = ctx.events;
   NPUFLOW_RETURN_IF_ERROR(set.Validate());
   return set;
 }
@@ -743,6 +832,10 @@ StatusOr<graph::CompiledModel> CompileV2Model(std::unique_ptr<ComputeGraph> grap
   model.chip = chip.name;
   PassContext pass_ctx{*graph, options, chip, model};
   NPUFLOW_RETURN_IF_ERROR(RunPasses(pass_ctx, V2Pipeline(), dump));
+  // Multi-stream mode: the task sink's stream assignment decides which stream each launch goes on
+  // (control flow keeps one stream: its regions are not split across streams).
+  if (options.stream_mode == graph::CompileOptions::StreamMode::kMulti && !graph::HasControlFlow(*graph))
+    NPUFLOW_RETURN_IF_ERROR(RunPasses(pass_ctx, {"assign-engines", "assign-streams"}));
   NPUFLOW_ASSIGN_OR_RETURN(exe::ExecuteGraphSet set, ConvertComputeGraphToExecuteGraph(*graph, chip));
   if (dump.after == kLoweringDumpName && dump.sink) dump.sink(kLoweringDumpName, PrintExecuteGraphs(set, true));
   model.execute_graphs = std::make_shared<exe::ExecuteGraphSet>(std::move(set));

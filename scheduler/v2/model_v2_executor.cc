@@ -181,6 +181,31 @@ Status ModelV2Executor::ExecuteLocked(const ModelExecuteArg& arg, Tensor* const*
   RunContext ctx = Context(arg);
   ctx.device_allocator = device_allocator;
   ctx.iteration = ++iterations_;
+  const exe::ModelDesc& desc_ref = graphs_.desc;
+  if (desc_ref.reusable_stream_num > 1 || desc_ref.reusable_event_num > 0) {
+    // Streams 1.. and the events come from the stream and event allocators (indices from 0), each
+    // extra stream with a caching allocator bound to it.
+    const auto streams = static_cast<std::size_t>(std::max(1, desc_ref.reusable_stream_num));
+    stream_table_.resize(streams);
+    allocator_table_.resize(streams);
+    stream_table_[0] = arg.stream;
+    allocator_table_[0] = device_allocator;
+    for (std::size_t k = 1; k < streams; ++k) {
+      NPUFLOW_ASSIGN_OR_RETURN(stream_table_[k], ctx.streams->Stream(static_cast<int>(k - 1)));
+      ModelExecuteArg side;
+      side.stream = stream_table_[k];
+      NPUFLOW_ASSIGN_OR_RETURN(allocator_table_[k], DeviceAllocator(side));
+    }
+    event_table_.resize(static_cast<std::size_t>(desc_ref.reusable_event_num));
+    for (std::size_t e = 0; e < event_table_.size(); ++e) {
+      NPUFLOW_ASSIGN_OR_RETURN(event_table_[e], ctx.events->Event(static_cast<int>(e)));
+    }
+    ctx.stream_table = stream_table_.data();
+    ctx.allocator_table = allocator_table_.data();
+    ctx.stream_count = static_cast<std::uint32_t>(streams);
+    ctx.event_table = event_table_.data();
+    ctx.event_count = static_cast<std::uint32_t>(event_table_.size());
+  }
   return main_->Execute(&ctx, subscribers_.Working());
 }
 
@@ -212,6 +237,15 @@ Status ModelV2Executor::UnLoad() {
     if (first.ok()) first = d.WithContext("ModelV2Executor::UnLoad: destroying the default stream");
     default_stream_ = npu_sim::Stream{-1, 0};
   }
+  // A multi-stream Main's side streams: every run joined them back into its main stream, so they
+  // are idle once that stream is; synchronized anyway before their allocators go.
+  for (std::size_t k = 1; k < stream_table_.size(); ++k) {
+    Status d = runtime_->SynchronizeStream(stream_table_[k], option_.sync_timeout);
+    if (first.ok()) first = d.WithContext("ModelV2Executor::UnLoad: synchronizing a side stream");
+  }
+  stream_table_.clear();
+  allocator_table_.clear();
+  event_table_.clear();
   const std::size_t first_init = graphs_.desc.inputs.size() + graphs_.desc.outputs.size();
   for (std::size_t i = 0; i < graphs_.init->outputs().size(); ++i)
     (*deinit)->data().input(i) = std::move(main_->data().input(first_init + i));

@@ -107,6 +107,10 @@ class ModelV2Executor {
   std::unique_ptr<HostMemAllocator> host_allocator_ = std::make_unique<HostMemAllocator>();
   std::map<std::pair<int, std::uint32_t>, std::unique_ptr<CachingMemAllocator>> device_allocators_;  // by stream
   npu_sim::Stream default_stream_{-1, 0};
+  // A multi-stream Main's tables (RunContext), sized once at the first Execute.
+  std::vector<npu_sim::Stream> stream_table_;
+  std::vector<Allocator*> allocator_table_;
+  std::vector<npu_sim::Event> event_table_;
 };
 
 // Parses "in,out|in,out" (empty: no pairs). Errors name the option and the bad part.

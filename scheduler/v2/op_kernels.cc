@@ -74,6 +74,7 @@ struct OpInfo {
   int num_inputs = 0;
   int num_outputs = 0;
   std::vector<int> alias;  // per output: the input it writes in place (-1: its own memory)
+  std::uint32_t stream = 0;  // which of the model's streams its launch (and its memory) is on
   bool is_static = false;
   // Static only (held apart: KernelParams is over a kilobyte, and a dynamic op has four nodes).
   struct Fixed {
@@ -106,6 +107,7 @@ StatusOr<std::shared_ptr<const void>> PrepareOp(const ExeNode& node) {
     info->alias.push_back(a.ok() ? static_cast<int>(*a) : -1);
   }
   info->is_static = Attr<bool>(node, "static").value_or(false);
+  info->stream = static_cast<std::uint32_t>(Attr<std::int64_t>(node, "stream").value_or(0));
   if (info->is_static) {
     info->fixed = std::make_unique<OpInfo::Fixed>();
     OpInfo::Fixed& f = *info->fixed;
@@ -191,7 +193,7 @@ Status CreateStaticBuffers(KernelContext* ctx) {
 // AllocOutputs: in(inputs) out(output buffers). Static ops made their buffers (with shapes) at load.
 std::uint32_t AllocOutputsRun(KernelContext* ctx) {
   const OpInfo& info = ctx->info<OpInfo>();
-  Allocator* allocator = Run(ctx).device_allocator;
+  Allocator* allocator = Run(ctx).AllocatorAt(info.stream);
   for (int j = 0; j < info.num_outputs; ++j) {
     Buffer& b = *ctx->output(j).Object<Buffer>();
     b.tensor.placement = TensorPlacement::kOnDeviceHbm;
@@ -228,13 +230,14 @@ std::uint32_t LaunchRun(KernelContext* ctx) {
     params = &data.params;
   }
   const std::uint64_t params_bytes = graph::KernelParamsBytes(*params);
-  auto params_block = rc.device_allocator->Malloc(params_bytes);
+  Allocator* allocator = rc.AllocatorAt(info.stream);
+  auto params_block = allocator->Malloc(params_bytes);
   if (!params_block.ok()) return ctx->Fail(params_block.status().WithContext("kernel params"));
   MemBlock workspace;
   if (tiling->workspace_bytes > 0) {
-    auto ws = rc.device_allocator->Malloc(tiling->workspace_bytes);
+    auto ws = allocator->Malloc(tiling->workspace_bytes);
     if (!ws.ok()) {
-      rc.device_allocator->Free(*params_block);
+      allocator->Free(*params_block);
       return ctx->Fail(ws.status().WithContext("workspace"));
     }
     workspace = *ws;
@@ -254,9 +257,9 @@ std::uint32_t LaunchRun(KernelContext* ctx) {
   tasks[1] = npu_sim::Task::Kernel(info.device_kernel, info.def->engine == graph::OpEngine::kAICore ? tiling->block_dim : 1,
                                    std::move(args), tiling->tiling_key);
   tasks[1].name = info.op.name();
-  auto submitted = rc.runtime->Submit(rc.stream, std::move(tasks));
-  rc.device_allocator->Free(*params_block);
-  rc.device_allocator->Free(workspace);
+  auto submitted = rc.runtime->Submit(rc.StreamAt(info.stream), std::move(tasks));
+  allocator->Free(*params_block);
+  allocator->Free(workspace);
   if (!submitted.ok()) return ctx->Fail(submitted.status());
   return exe::kKernelSuccess;
 }
@@ -278,14 +281,51 @@ std::string OpExceptionDump(const KernelContext* ctx) {
   return s;
 }
 
-// FreeMemory: in(buffer).
+struct StreamInfo {
+  std::uint32_t stream = 0;
+  std::uint32_t event = 0;
+};
+
+StatusOr<std::shared_ptr<const void>> PrepareStream(const ExeNode& node) {
+  auto info = std::make_shared<StreamInfo>();
+  info->stream = static_cast<std::uint32_t>(Attr<std::int64_t>(node, "stream").value_or(0));
+  info->event = static_cast<std::uint32_t>(Attr<std::int64_t>(node, "event").value_or(0));
+  return std::shared_ptr<const void>(std::move(info));
+}
+
+// FreeMemory: in(buffer); back to the allocator of the stream that took it.
 std::uint32_t FreeMemoryRun(KernelContext* ctx) {
   Buffer* b = ctx->input(0).Object<Buffer>();
   if (b != nullptr && b->block) {
-    Run(ctx).device_allocator->Free(b->block);
+    Run(ctx).AllocatorAt(ctx->info<StreamInfo>().stream)->Free(b->block);
     b->block = MemBlock{};
   }
   return exe::kKernelSuccess;
+}
+
+// SendEvent / WaitEvent: record event e on stream s / make stream s wait for it (cross-stream
+// order of a multi-stream Main).
+std::uint32_t CheckEvent(KernelContext* ctx, const StreamInfo& info, const RunContext& rc) {
+  if (info.stream >= rc.stream_count || info.event >= rc.event_count)
+    return ctx->Fail(Status::Internal("stream {} / event {}: the run has {} streams and {} events", info.stream,
+                                      info.event, rc.stream_count, rc.event_count));
+  return exe::kKernelSuccess;
+}
+
+std::uint32_t SendEventRun(KernelContext* ctx) {
+  const StreamInfo& info = ctx->info<StreamInfo>();
+  RunContext& rc = Run(ctx);
+  if (std::uint32_t bad = CheckEvent(ctx, info, rc)) return bad;
+  Status s = rc.runtime->RecordEvent(rc.event_table[info.event], rc.StreamAt(info.stream));
+  return s.ok() ? exe::kKernelSuccess : ctx->Fail(s);
+}
+
+std::uint32_t WaitEventRun(KernelContext* ctx) {
+  const StreamInfo& info = ctx->info<StreamInfo>();
+  RunContext& rc = Run(ctx);
+  if (std::uint32_t bad = CheckEvent(ctx, info, rc)) return bad;
+  Status s = rc.runtime->StreamWaitEvent(rc.StreamAt(info.stream), rc.event_table[info.event]);
+  return s.ok() ? exe::kKernelSuccess : ctx->Fail(s);
 }
 
 // --- Model inputs and outputs.
@@ -638,7 +678,9 @@ void RegisterOpKernels() {
         .Tag(KernelTag::kMemory);
     KernelRegister("LaunchKernel").RunFunc(LaunchRun).Prepare(PrepareOp).TracePrinter(LaunchTrace)
         .ExceptionDumpInfoFiller(OpExceptionDump).DataDumpInfoFiller(LaunchDump).Tag(KernelTag::kLaunch);
-    KernelRegister("FreeMemory").RunFunc(FreeMemoryRun).Tag(KernelTag::kMemory);
+    KernelRegister("FreeMemory").RunFunc(FreeMemoryRun).Prepare(PrepareStream).Tag(KernelTag::kMemory);
+    KernelRegister("SendEvent").RunFunc(SendEventRun).Prepare(PrepareStream).Tag(KernelTag::kLaunch);
+    KernelRegister("WaitEvent").RunFunc(WaitEventRun).Prepare(PrepareStream).Tag(KernelTag::kLaunch);
     KernelRegister("NoOp").RunFunc(NoOpRun);
     KernelRegister("IfSwitch").RunFunc(IfSwitchRun);
     KernelRegister("LoopSwitch").RunFunc(LoopSwitchRun).Prepare(PrepareLoop);

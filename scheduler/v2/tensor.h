@@ -39,6 +39,17 @@ struct RunContext {
   EventAllocator* events = nullptr;
   NotifyAllocator* notifies = nullptr;
   std::uint64_t iteration = 0;
+  // A multi-stream Main (ModelDesc::reusable_stream_num > 1): stream k's handle and device
+  // allocator (k = 0: `stream` and `device_allocator`), and the model's events by index.
+  const npu_sim::Stream* stream_table = nullptr;
+  Allocator* const* allocator_table = nullptr;
+  std::uint32_t stream_count = 1;
+  const npu_sim::Event* event_table = nullptr;
+  std::uint32_t event_count = 0;
+  npu_sim::Stream StreamAt(std::uint32_t k) const { return k == 0 || stream_table == nullptr ? stream : stream_table[k]; }
+  Allocator* AllocatorAt(std::uint32_t k) const {
+    return k == 0 || allocator_table == nullptr ? device_allocator : allocator_table[k];
+  }
   // Load only: constants the caller lends (ModelLoadArg), by Init node name.
   const std::map<std::string, LentConstant>* lent_constants = nullptr;
 };
