@@ -328,6 +328,17 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
     NPUFLOW_ASSIGN_OR_RETURN(int wait, WaitFor(ctx, v, stream));
     AddDep(launch, wait);
   }
+  // Control inputs order this launch after theirs (across streams through an event), as the
+  // task sink does.
+  for (const Node* before : node.control_inputs()) {
+    for (int j = 0; j < static_cast<int>(before->outputs().size()); ++j) {
+      auto it = ctx.tensors.find({before, j});
+      if (it == ctx.tensors.end() || !ctx.launch_of.count(it->second)) continue;
+      AddDep(launch, ctx.launch_of[it->second]);
+      NPUFLOW_ASSIGN_OR_RETURN(int wait, WaitFor(ctx, it->second, stream));
+      AddDep(launch, wait);
+    }
+  }
   NPUFLOW_ASSIGN_OR_RETURN(int launch_id, ctx.Add(std::move(launch), false));
   ctx.node_stream[launch_id] = stream;
 
@@ -346,8 +357,13 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
 // writer), in that region.
 Status AddFrees(LowerContext& ctx) {
   const std::string prefix = std::exchange(ctx.prefix, "");  // value names carry it already
-  for (int value : ctx.run_allocated) {
-    if (ctx.RegionOf(value) != ctx.region) continue;
+  std::vector<int> mine;
+  std::erase_if(ctx.run_allocated, [&](int value) {
+    if (ctx.RegionOf(value) != ctx.region) return false;
+    mine.push_back(value);
+    return true;
+  });
+  for (int value : mine) {
     exe::ExeNode n;
     n.name = "free/" + ctx.main().values()[value].name;
     n.kernel = "FreeMemory";
@@ -570,18 +586,39 @@ Status ConvertWhile(const Node& node, LowerContext& ctx) {
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> cond, LowerSubgraph(ctx, node, graph::kWhileCondAttr, *cond_graph, vars));
   if (cond.size() != 1)
     return Status::ParamInvalid("node '{}' (While): cond returns {} outputs, expected 1", node.name(), cond.size());
+  // The condition is read into a word first, and cond's tensors are freed, so that the switch is
+  // the last node of every iteration's cond part: a node after it (the iteration's end) then waits
+  // for nothing that also fires in the iteration that exits (counters are only restored when the
+  // run ends, and a loop inside a loop enters again within one run).
+  exe::ExeNode read = Control(node.name() + "/read_cond", "ReadCondition", ctx.Priority(node, 1));
+  read.inputs = {cond[0]};
+  read.outputs = {ctx.NewValue(node.name() + "/go_on")};
+  AddDep(read, ctx.launch_of.count(cond[0]) ? ctx.launch_of[cond[0]] : -1);
+  AddDep(read, ctx.alloc_of.count(cond[0]) ? ctx.alloc_of[cond[0]] : -1);
+  AddDep(read, head_id);
+  const int go_on = read.outputs[0];
+  NPUFLOW_ASSIGN_OR_RETURN(const int read_id, ctx.Add(std::move(read), false));
+  ctx.AddReader(cond[0], read_id);
+  NPUFLOW_RETURN_IF_ERROR(AddFrees(ctx));  // cond's tensors (the loop region's, so far)
+  std::vector<int> cond_sinks;
+  {
+    const exe::ExecuteGraph& g = ctx.main();
+    std::vector<char> waited(g.nodes().size(), 0);
+    for (int i = loop.first_node; i < static_cast<int>(g.nodes().size()); ++i)
+      for (const exe::ExeDep& d : g.nodes()[i].deps) waited[d.node] = 1;
+    for (int i = loop.first_node; i < static_cast<int>(g.nodes().size()); ++i)
+      if (ctx.node_region[i] == loop.id && i != head_id && !waited[i]) cond_sinks.push_back(i);
+  }
   exe::ExeNode sw = Control(node.name() + "/switch", "LoopSwitch", ctx.Priority(node, 1));
   sw.kind = exe::NodeKind::kSwitch;
   sw.branches = 2;
-  sw.inputs = {cond[0], counter};
+  sw.inputs = {go_on, counter};
   sw.outputs = {ctx.NewValue(node.name() + "/branch")};
   sw.attrs["op_name"] = node.name();
   sw.attrs["max_iterations"] = max_iterations;
-  AddDep(sw, ctx.launch_of.count(cond[0]) ? ctx.launch_of[cond[0]] : -1);
-  AddDep(sw, ctx.alloc_of.count(cond[0]) ? ctx.alloc_of[cond[0]] : -1);
-  AddDep(sw, head_id);
+  AddDep(sw, read_id);
+  for (int k : cond_sinks) AddDep(sw, k);
   NPUFLOW_ASSIGN_OR_RETURN(const int sw_id, ctx.Add(std::move(sw), false));
-  ctx.AddReader(cond[0], sw_id);
   NPUFLOW_RETURN_IF_ERROR(ctx.main().AddDep(exit_id, {sw_id, 0}));
 
   // The body, entered by the switch's branch 1.
@@ -598,6 +635,16 @@ Status ConvertWhile(const Node& node, LowerContext& ctx) {
     AddDep(next, ctx.launch_of.count(v) ? ctx.launch_of[v] : -1);
     AddDep(next, ctx.alloc_of.count(v) ? ctx.alloc_of[v] : -1);
   }
+  // Next frees the loop variables' old memory: after every node of the body (one may read a loop
+  // variable without feeding a result, like an in-place write into a Variable).
+  {
+    const exe::ExecuteGraph& g = ctx.main();
+    std::vector<char> waited(g.nodes().size(), 0);
+    for (int i = body.first_node; i < static_cast<int>(g.nodes().size()); ++i)
+      for (const exe::ExeDep& d : g.nodes()[i].deps) waited[d.node] = 1;
+    for (int i = body.first_node; i < static_cast<int>(g.nodes().size()); ++i)
+      if (ctx.node_region[i] == body.id && !waited[i]) AddDep(next, i);
+  }
   NPUFLOW_ASSIGN_OR_RETURN(const int next_id, ctx.Add(std::move(next), false));
   for (int v : results) ctx.AddReader(v, next_id);
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> body_sinks, CloseRegion(ctx, body, exe::ExeDep{sw_id, 1}));
@@ -605,8 +652,8 @@ Status ConvertWhile(const Node& node, LowerContext& ctx) {
 
   // The iteration's end waits for everything of the iteration, then leads back to the head.
   exe::ExeNode end = Control(ctx.prefix + node.name() + "/next_iteration", "NoOp", ctx.Priority(node, 2));
-  for (int k : body_sinks) end.deps.push_back({k, -1});
-  for (int k : loop_sinks) end.deps.push_back({k, -1});
+  for (int k : body_sinks) end.deps.push_back({k, -1});  // all fire only in an iteration that continues
+  (void)loop_sinks;  // the switch: it fires in every iteration, the one that exits included
   NPUFLOW_ASSIGN_OR_RETURN(const int end_id, ctx.AddIn(std::move(end), loop.id));
   NPUFLOW_RETURN_IF_ERROR(ctx.main().AddDep(head_id, {end_id, -1}));
 
@@ -733,6 +780,42 @@ Status LowerConstant(LowerContext& ctx, Node* node, const std::string& prefix) {
 
 }  // namespace
 
+int RemoveDeadNodes(exe::ExecuteGraph& graph) {
+  // Kernels with no effect beyond their outputs: removable once nothing reads those.
+  static const std::set<std::string, std::less<>> kPure = {"InferShape", "Tiling", "NoOp"};
+  const std::vector<exe::ExeNode>& nodes = graph.nodes();
+  const std::size_t n = nodes.size();
+  std::vector<char> dead(n, 0);
+  std::set<int> outputs(graph.outputs().begin(), graph.outputs().end());
+  int removed = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<int> waiters(n, 0), readers(graph.values().size(), 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (dead[i]) continue;
+      for (const exe::ExeDep& d : nodes[i].deps) ++waiters[d.node];
+      for (int v : nodes[i].inputs) ++readers[v];
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const exe::ExeNode& node = nodes[i];
+      if (dead[i] || node.kind != exe::NodeKind::kNormal || !kPure.count(node.kernel) || waiters[i] > 0) continue;
+      bool used = false;
+      for (int v : node.outputs) used = used || readers[v] > 0 || outputs.count(v) > 0;
+      if (used) continue;
+      dead[i] = 1;
+      ++removed;
+      changed = true;
+    }
+  }
+  if (removed == 0) return 0;
+  std::vector<int> remap(n, -1);
+  int next = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (!dead[i]) remap[i] = next++;
+  graph.RemapNodes(remap);
+  return removed;
+}
+
 bool NeedsRuntimeV2(const ComputeGraph& graph) { return HasDynamicInputs(graph) || graph::HasControlFlow(graph); }
 
 bool HasDynamicInputs(const ComputeGraph& graph) {
@@ -807,8 +890,21 @@ StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const ComputeGr
     NPUFLOW_ASSIGN_OR_RETURN(int send, EventNode(ctx, "SendEvent", stream, event, on_it, exe::kNoPriority - 1));
     NPUFLOW_RETURN_IF_ERROR(EventNode(ctx, "WaitEvent", 0, event, {send}, exe::kNoPriority - 1).status());
   }
+  // ... and every side stream starts after what its main stream was given before the run (a run
+  // issued while the previous one still runs, with Execute on the caller's stream).
+  for (int stream = 1; stream < ctx.streams; ++stream) {
+    std::vector<int> on_it;
+    for (const auto& [node, s] : ctx.node_stream)
+      if (s == stream) on_it.push_back(node);
+    if (on_it.empty()) continue;
+    const int event = ctx.events++;
+    NPUFLOW_ASSIGN_OR_RETURN(int send, EventNode(ctx, "SendEvent", 0, event, {}, -1));
+    NPUFLOW_ASSIGN_OR_RETURN(int wait, EventNode(ctx, "WaitEvent", stream, event, {send}, -1));
+    for (int node : on_it) NPUFLOW_RETURN_IF_ERROR(ctx.main().AddDep(node, exe::ExeDep{wait, -1}));
+  }
   set.desc.reusable_stream_num = ctx.streams;
   set.desc.reusable_event_num = ctx.events;
+  RemoveDeadNodes(*set.main);  // the offline pass (shapes and tiling known at lowering were folded already)
   NPUFLOW_RETURN_IF_ERROR(set.Validate());
   return set;
 }

@@ -66,6 +66,12 @@ StatusOr<graph::CompiledModel> CompileV2Model(std::unique_ptr<graph::ComputeGrap
 // The same, returning the execute graphs only.
 StatusOr<exe::ExecuteGraphSet> CompileV2(std::unique_ptr<graph::ComputeGraph> graph, const graph::CompileOptions& options);
 
+// The offline pass over an execute graph: removes nodes of pure kernels (InferShape, Tiling, a
+// plain NoOp) that nothing waits for and whose outputs nobody reads (nor the graph returns), until
+// none is left; returns how many. Ops whose shapes lowering knew never get InferShape / Tiling
+// nodes in the first place (folded into AllocOutputs and LaunchKernel at load).
+int RemoveDeadNodes(exe::ExecuteGraph& graph);
+
 // Node counts of the three graphs (and switch / merge counts), the model's inputs and outputs,
 // the resources; with `nodes`, each graph's nodes (ExecuteGraph::ToText).
 std::string PrintExecuteGraphs(const exe::ExecuteGraphSet& set, bool nodes);

@@ -191,8 +191,13 @@ class DavinciModel {
   std::uint64_t last_used() const { return last_used_.load(std::memory_order_relaxed); }
   void Touch();
   // In use: an execution in flight or a Run loop started. Resource recycling skips busy models.
-  bool busy() const { return in_flight_.load(std::memory_order_relaxed) > 0 || run_loops_.load() > 0; }
+  bool busy() const {
+    return in_flight_.load(std::memory_order_relaxed) > 0 || run_loops_.load() > 0 || borrowers_.load() > 0;
+  }
   void AddRunLoop(int delta) { run_loops_.fetch_add(delta); }
+  // Another runtime uses this model's memory (SharedTensor: RT2.0's prefill on its weights and KV
+  // cache): resource recycling must not unload it meanwhile.
+  void AddBorrower(int delta) { borrowers_.fetch_add(delta); }
 
   // The device model and execution stream of instance `i` (the Run loop uses instance 0).
   npu_sim::Model device_model(int i) const { return instances_[i]->model; }
@@ -320,6 +325,7 @@ class DavinciModel {
 
   std::atomic<int> in_flight_{0};
   std::atomic<int> run_loops_{0};
+  std::atomic<int> borrowers_{0};
   std::atomic<std::uint64_t> last_used_{0};
   std::atomic<std::uint64_t> next_instance_{0};
 

@@ -37,6 +37,7 @@ StatusOr<std::unique_ptr<v2::ModelV2Executor>> LoadPrefill(const exe::ExecuteGra
   NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<v2::ModelV2Executor> m,
                            v2::ModelV2Executor::Create(set, &decode.runtime(), decode.device()));
   NPUFLOW_RETURN_IF_ERROR(m->Load(v2::ModelExecuteArg{}, v2::ModelLoadArg{&lent}));
+  decode.AddBorrower(1);  // until the prefill is gone (~Gpt2Engine)
   return m;
 }
 
@@ -97,6 +98,7 @@ StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(Gpt2File file, const En
       auto loaded = LoadPrefill(*set, *m);
       if (!loaded.ok()) return loaded.status().WithContext(fmt::format("{}: loading the prefill on RT2.0", model_path));
       engine->prefill_.push_back(std::move(*loaded));
+      engine->prefill_loaded_ = engine->prefill_.size();
     }
   }
   return engine;
@@ -104,6 +106,8 @@ StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(Gpt2File file, const En
 
 Gpt2Engine::~Gpt2Engine() {
   prefill_.clear();  // it borrows the decode models' memory: unloaded first
+  if (prefill_mode_ == PrefillMode::kBatch)
+    for (std::size_t i = 0; i < prefill_loaded_; ++i) models_[i]->AddBorrower(-1);
   if (session_) (void)session_->Finalize();
 }
 

@@ -140,6 +140,7 @@ class Gpt2Engine {
   std::vector<std::shared_ptr<scheduler::DavinciModel>> models_;  // per stream: its graph's loaded model
   PrefillMode prefill_mode_ = PrefillMode::kBatch;
   std::vector<std::unique_ptr<v2::ModelV2Executor>> prefill_;     // per stream (kBatch): on its model's memory
+  std::size_t prefill_loaded_ = 0;                                // how many decode models lend to one
   npu_sim::Timeout timeout_;                                      // the session's execution timeout
   std::chrono::steady_clock::time_point load_started_;
 };

@@ -589,17 +589,24 @@ StatusOr<std::shared_ptr<const void>> PrepareLoop(const ExeNode& node) {
   return std::shared_ptr<const void>(std::move(info));
 }
 
-// LoopSwitch: in(cond, iteration counter) out(branch word: 0 exit, 1 body).
+// ReadCondition: in(cond) out(word: 1 true, 0 false).
+std::uint32_t ReadConditionRun(KernelContext* ctx) {
+  auto truth = ReadCondition(Run(ctx), *TensorIn(ctx->input(0)));
+  if (!truth.ok()) return ctx->Fail(truth.status().WithContext("the While's condition"));
+  ctx->output(0).Set<std::uint64_t>(*truth ? 1 : 0);
+  return exe::kKernelSuccess;
+}
+
+// LoopSwitch: in(condition word, iteration counter) out(branch word: 0 exit, 1 body).
 std::uint32_t LoopSwitchRun(KernelContext* ctx) {
-  auto go_on = ReadCondition(Run(ctx), *TensorIn(ctx->input(0)));
-  if (!go_on.ok()) return ctx->Fail(go_on.status().WithContext("the While's condition"));
+  const bool go_on = ctx->input(0).word() != 0;
   exe::Chain& counter = ctx->input(1);
   const auto done = counter.Get<std::int64_t>();
-  if (*go_on && done >= ctx->info<LoopInfo>().max_iterations)
+  if (go_on && done >= ctx->info<LoopInfo>().max_iterations)
     return ctx->Fail(Status::Failed("still running after max_iterations = {} iterations",
                                     ctx->info<LoopInfo>().max_iterations));
-  if (*go_on) counter.Set<std::int64_t>(done + 1);
-  ctx->output(0).Set<std::uint64_t>(*go_on ? 1 : 0);
+  if (go_on) counter.Set<std::int64_t>(done + 1);
+  ctx->output(0).Set<std::uint64_t>(go_on ? 1 : 0);
   return exe::kKernelSuccess;
 }
 
@@ -683,6 +690,7 @@ void RegisterOpKernels() {
     KernelRegister("WaitEvent").RunFunc(WaitEventRun).Prepare(PrepareStream).Tag(KernelTag::kLaunch);
     KernelRegister("NoOp").RunFunc(NoOpRun);
     KernelRegister("IfSwitch").RunFunc(IfSwitchRun);
+    KernelRegister("ReadCondition").RunFunc(ReadConditionRun);
     KernelRegister("LoopSwitch").RunFunc(LoopSwitchRun).Prepare(PrepareLoop);
     KernelRegister("CopyToValue").RunFunc(CopyToValueRun).OutputsCreator(CreateAllBuffers).Tag(KernelTag::kMemory);
     KernelRegister("LoopEnter").RunFunc(LoopEnterRun).OutputsCreator(CreateLoopOutputs).Tag(KernelTag::kMemory);

@@ -175,7 +175,7 @@ TEST_F(RunCli, ADynamicModelCompilesForRt2AndRunsWithTheInputShapeGiven) {
 
   CommandRun info = Npuflow("info " + om);
   ASSERT_EQ(info.exit_code, 0) << info.output;
-  for (const char* want : {"runtime: RT2.0 (executor priority)", "Init        4 nodes", "Main       52 nodes", "resources: 2 stream(s), 7 event(s)",
+  for (const char* want : {"runtime: RT2.0 (executor priority)", "Init        4 nodes", "Main       54 nodes", "resources: 2 stream(s), 8 event(s)",
                            "DeInit      4 nodes", "inputs: x f32[batch, 8]", "outputs: probs:0 f32[batch, 4]"})
     EXPECT_NE(info.output.find(want), std::string::npos) << want << "\n" << info.output;
 

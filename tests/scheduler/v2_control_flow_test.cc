@@ -303,6 +303,64 @@ TEST_F(V2ControlFlow, RandomGraphsWithIfAndWhileMatchTheInterpreterOnEveryExecut
   }
 }
 
+// A While inside a While's body (the inner loop enters again in every outer iteration, within one
+// run), with a body node whose result nobody reads: every topological executor against the
+// interpreter.
+std::unique_ptr<ComputeGraph> NestedLoops() {
+  auto g = std::make_unique<ComputeGraph>("nested");
+  Node* x = AddOp(*g, "x", "Data", {},
+                  {{"dtype", DataType::kFloat32}, {"shape", Shape(std::vector<Dim>{Dim::Symbolic("b"), Dim::Static(4)})}});
+  Node* n = AddOp(*g, "n", "Data", {}, {{"dtype", DataType::kFloat32}, {"shape", Shape{}}});
+  Node* m = AddOp(*g, "m", "Data", {}, {{"dtype", DataType::kFloat32}, {"shape", Shape{}}});
+  auto counter_cond = [](ComputeGraph&, std::vector<Node*> a) -> std::vector<Endpoint> { return {{a[1], 0}}; };
+  Subgraph(*g, "inner_cond", 2, counter_cond);
+  Subgraph(*g, "inner_body", 2, [](ComputeGraph& s, std::vector<Node*> a) -> std::vector<Endpoint> {
+    Node* one = Const(s, "one", Scalar(1));
+    Node* half = Const(s, "half", Scalar(0.5f));
+    AddOp(s, "unread", "Relu", {{a[0], 0}});  // reads the loop variable, feeds nothing
+    Node* v = AddOp(s, "v", "Tanh", {{AddOp(s, "scaled", "Mul", {{a[0], 0}, {half, 0}}), 0}});
+    return {{AddOp(s, "plus", "Add", {{v, 0}, {one, 0}}), 0}, {AddOp(s, "k", "Sub", {{a[1], 0}, {one, 0}}), 0}};
+  });
+  Subgraph(*g, "outer_cond", 3, [](ComputeGraph&, std::vector<Node*> a) -> std::vector<Endpoint> { return {{a[1], 0}}; });
+  Subgraph(*g, "outer_body", 3, [](ComputeGraph& s, std::vector<Node*> a) -> std::vector<Endpoint> {
+    Node* one = Const(s, "one", Scalar(1));
+    Node* inner = AddOp(s, "inner", "While", {{a[0], 0}, {a[2], 0}},
+                        {{"cond", graph::SubgraphRef{"inner_cond"}}, {"body", graph::SubgraphRef{"inner_body"}}});
+    return {{inner, 0}, {AddOp(s, "j", "Sub", {{a[1], 0}, {one, 0}}), 0}, {a[2], 0}};
+  });
+  Node* loop = AddOp(*g, "outer", "While", {{x, 0}, {m, 0}, {n, 0}},
+                     {{"cond", graph::SubgraphRef{"outer_cond"}}, {"body", graph::SubgraphRef{"outer_body"}}});
+  AddOp(*g, "output", "NetOutput", {{loop, 0}, {loop, 1}});
+  return g;
+}
+
+TEST_F(V2ControlFlow, ALoopInsideALoopMatchesTheInterpreter) {
+  auto reference = NestedLoops();
+  auto interp = graph::Interpreter::Create(*reference);
+  ASSERT_TRUE(interp.ok()) << interp.status();
+  auto set = lowering::CompileV2(NestedLoops(), graph::CompileOptions{});
+  ASSERT_TRUE(set.ok()) << set.status();
+  for (ExecutorType type : {ExecutorType::kTopological, ExecutorType::kTopologicalPriority,
+                            ExecutorType::kTopologicalMultiThread}) {
+    auto model = ModelV2Executor::Create(*set, rt_.get(), 0, ExecutorOption{.type = type});
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_TRUE((*model)->Load().ok());
+    for (int outer : {0, 1, 3}) {
+      for (int inner : {0, 1, 2, 4}) {
+        const std::string what = fmt::format("{} outer {} inner {}", ExecutorTypeName(type), outer, inner);
+        std::vector<graph::Tensor> in = {RandomTensor({DataType::kFloat32, Shape{3, 4}}, outer * 10 + inner),
+                                         Scalar(static_cast<float>(inner)), Scalar(static_cast<float>(outer))};
+        auto want = (*interp)->Run({{"x", in[0]}, {"n", in[1]}, {"m", in[2]}});
+        ASSERT_TRUE(want.ok()) << what << ": " << want.status();
+        auto got = RunV2(**model, in);
+        ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+        for (int j = 0; j < 2; ++j) ExpectNear((*got)[j], (*want)[j], what + " output " + std::to_string(j), 1e-5);
+      }
+    }
+    ASSERT_TRUE((*model)->UnLoad().ok());
+  }
+}
+
 TEST_F(V2ControlFlow, TheV1TaskSinkRefusesControlFlow) {
   auto compiled = lowering::CompileV1(ControlFlowModel(Dim::Static(2)), graph::CompileOptions{});
   ASSERT_FALSE(compiled.ok());

@@ -162,7 +162,7 @@ TEST_F(V2Lowering, EveryOpOfTheLibraryHasAKernel) {
     EXPECT_FALSE(def->device_kernel.empty()) << type << ": no device kernel to launch";
   }
   for (const char* kernel : {"ConstToDevice", "FreeConst", "PrepareInput", "CopyOutput", "InferShape", "Tiling",
-                             "AllocOutputs", "LaunchKernel", "FreeMemory", "NoOp", "IfSwitch", "LoopSwitch",
+                             "AllocOutputs", "LaunchKernel", "FreeMemory", "NoOp", "IfSwitch", "ReadCondition", "LoopSwitch", "SendEvent", "WaitEvent",
                              "CopyToValue", "LoopEnter", "LoopNext"})
     EXPECT_TRUE(exe::KernelRegistry::Global().Find(kernel).ok()) << kernel;
 }
@@ -222,6 +222,38 @@ TEST_F(V2Lowering, AMultiStreamMainOrdersItsStreamsWithEvents) {
       ASSERT_TRUE((*m)->UnLoad().ok());
     }
   }
+}
+
+TEST_F(V2Lowering, TheOfflinePassRemovesDeadPureNodesOnly) {
+  exe::ExecuteGraph g("dead");
+  const int in = g.AddInput("in");
+  const int shape = g.AddValue("shape"), tiling = g.AddValue("tiling"), unused = g.AddValue("unused");
+  auto add = [&](const char* name, const char* kernel, std::vector<int> ins, std::vector<int> outs,
+                 std::vector<exe::ExeDep> deps = {}) {
+    exe::ExeNode n;
+    n.name = name;
+    n.kernel = kernel;
+    n.inputs = std::move(ins);
+    n.outputs = std::move(outs);
+    n.deps = std::move(deps);
+    return *g.AddNode(std::move(n), false);
+  };
+  const int infer = add("infer", "InferShape", {in}, {shape});
+  add("tiling", "Tiling", {shape}, {tiling}, {{infer, -1}});          // read by nobody: dead
+  add("dead_infer", "InferShape", {in}, {unused});                    // dead
+  const int launch = add("launch", "LaunchKernel", {shape}, {}, {{infer, -1}});  // a side effect: kept
+  add("free", "FreeMemory", {shape}, {}, {{launch, -1}});
+  add("join", "NoOp", {}, {}, {{launch, -1}});                         // nothing after it: dead
+  EXPECT_EQ(lowering::RemoveDeadNodes(g), 3) << g.ToText();
+  EXPECT_EQ(g.nodes().size(), 3u);
+  EXPECT_EQ(g.FindNode("tiling"), -1);
+  EXPECT_EQ(g.FindNode("dead_infer"), -1);
+  EXPECT_EQ(g.FindNode("join"), -1);
+  ASSERT_GE(g.FindNode("free"), 0);
+  const std::vector<exe::ExeDep> want = {exe::ExeDep{g.FindNode("launch"), -1}};
+  EXPECT_EQ(g.nodes()[g.FindNode("free")].deps, want);
+  EXPECT_TRUE(g.Validate().ok());
+  EXPECT_EQ(lowering::RemoveDeadNodes(g), 0) << "nothing more";
 }
 
 }  // namespace
