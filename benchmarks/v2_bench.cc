@@ -51,8 +51,8 @@ std::uint32_t IncRun(KernelContext* ctx) {
 }
 
 std::uint32_t SumRun(KernelContext* ctx) {
-  std::int64_t sum = ctx->node_id;
-  for (std::uint32_t i = 0; i < ctx->num_inputs; ++i) sum += ctx->input(i).Get<std::int64_t>();
+  std::uint64_t sum = ctx->node_id;  // wrapping
+  for (std::uint32_t i = 0; i < ctx->num_inputs; ++i) sum += ctx->input(i).Get<std::uint64_t>();
   ctx->output(0).Set<std::int64_t>(sum);
   return exe::kKernelSuccess;
 }

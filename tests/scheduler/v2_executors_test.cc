@@ -50,9 +50,9 @@ std::int64_t Mix(std::int64_t sum, std::uint32_t id) {
 }
 
 std::uint32_t MixRun(KernelContext* ctx) {
-  std::int64_t sum = 0;
-  for (std::uint32_t i = 0; i < ctx->num_inputs; ++i) sum += ctx->input(i).Get<std::int64_t>();
-  ctx->output(0).Set<std::int64_t>(Mix(sum, ctx->node_id));
+  std::uint64_t sum = 0;  // wrapping (unsigned: no overflow)
+  for (std::uint32_t i = 0; i < ctx->num_inputs; ++i) sum += ctx->input(i).Get<std::uint64_t>();
+  ctx->output(0).Set<std::int64_t>(Mix(static_cast<std::int64_t>(sum), ctx->node_id));
   return exe::kKernelSuccess;
 }
 
@@ -195,8 +195,9 @@ RandomDag MakeRandomDag(std::uint32_t seed, int n, const std::vector<std::string
     for (int k = 0; k < fan; ++k) in.push_back(static_cast<int>(rng() % static_cast<unsigned>(i)));
     ExeNode node = Node("n" + std::to_string(i), kernels[rng() % kernels.size()], in, {v});
     if (rng() % 3 != 0) node.priority = static_cast<std::int64_t>(rng() % 100);
-    std::int64_t sum = 0;
-    for (int src : in) sum += dag.expected[src];
+    std::uint64_t wrapped = 0;  // wrapping, as MixRun
+    for (int src : in) wrapped += static_cast<std::uint64_t>(dag.expected[src]);
+    const auto sum = static_cast<std::int64_t>(wrapped);
     dag.expected.push_back(Mix(sum, static_cast<std::uint32_t>(i)));
     Add(*dag.graph, std::move(node));
   }
