@@ -54,8 +54,13 @@ class Chain {
     Reset();
     T* object = new T(std::forward<Args>(args)...);
     word_ = reinterpret_cast<std::uint64_t>(object);
-    deleter_ = [](std::uint64_t w) { delete reinterpret_cast<T*>(w); };
+    deleter_ = &DeleteAs<T>;
     return *object;
+  }
+  // Whether the chain owns an object made by Emplace<T> (one deleter per type).
+  template <typename T>
+  bool Holds() const {
+    return deleter_ == &DeleteAs<T>;
   }
   // The owned object, or null when the chain holds a word or nothing.
   template <typename T>
@@ -70,6 +75,11 @@ class Chain {
   }
 
  private:
+  template <typename T>
+  static void DeleteAs(std::uint64_t w) {
+    delete reinterpret_cast<T*>(w);
+  }
+
   std::uint64_t word_ = 0;
   void (*deleter_)(std::uint64_t) = nullptr;
 };

@@ -207,13 +207,18 @@ Status ModelV2Executor::ExecuteLocked(const ModelExecuteArg& arg, Tensor* const*
     ctx.event_count = static_cast<std::uint32_t>(event_table_.size());
   }
   Status s = main_->Execute(&ctx, subscribers_.Working());
-  if (!s.ok() && !event_table_.empty()) {
-    // A run that stopped part-way may have recorded events whose waits never came: the next run's
-    // waits would pass on those stale records. Let every stream finish what it was given, then
-    // clear the events.
-    for (const npu_sim::Stream& stream : stream_table_)
-      (void)runtime_->SynchronizeStream(stream, option_.sync_timeout);
-    for (const npu_sim::Event& event : event_table_) (void)runtime_->ResetEvent(event);
+  if (!s.ok()) {
+    if (!event_table_.empty()) {
+      // A run that stopped part-way may have recorded events whose waits never came: the next
+      // run's waits would pass on those stale records. Let every stream finish what it was given,
+      // then clear the events.
+      for (const npu_sim::Stream& stream : stream_table_)
+        (void)runtime_->SynchronizeStream(stream, option_.sync_timeout);
+      for (const npu_sim::Event& event : event_table_) (void)runtime_->ResetEvent(event);
+    }
+    // What the run took and would have freed after the failing node goes back now (each block to
+    // its stream's allocator: only later work on that stream can take it).
+    ReleaseRunBuffers(main_->data());
   }
   return s;
 }

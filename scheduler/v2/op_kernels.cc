@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "graph/exe_graph/exe_graph.h"
+#include "scheduler/v2/execution_data.h"
 #include "graph/exe_graph/kernel_registry.h"
 #include "graph/ops/control_flow.h"
 #include "npu_sim/kernel.h"
@@ -202,11 +203,13 @@ std::uint32_t AllocOutputsRun(KernelContext* ctx) {
       b.tensor.addr = in->addr;
       b.tensor.size = in->size;
       b.block = MemBlock{};
+      b.owner = nullptr;
       continue;
     }
     auto block = allocator->Malloc(b.tensor.shape.bytes());
     if (!block.ok()) return ctx->Fail(block.status().WithContext(fmt::format("output {} of {}", j, ShapeText(b.tensor.shape))));
     b.block = *block;
+    b.owner = allocator;
     b.tensor.addr = block->addr;
     b.tensor.size = block->size;
   }
@@ -299,6 +302,7 @@ std::uint32_t FreeMemoryRun(KernelContext* ctx) {
   if (b != nullptr && b->block) {
     Run(ctx).AllocatorAt(ctx->info<StreamInfo>().stream)->Free(b->block);
     b->block = MemBlock{};
+    b->owner = nullptr;
   }
   return exe::kKernelSuccess;
 }
@@ -373,6 +377,7 @@ std::uint32_t PrepareInputRun(KernelContext* ctx) {
   Buffer& b = *ctx->output(0).Object<Buffer>();
   b.tensor = *user;
   b.block = MemBlock{};
+  b.owner = nullptr;
   if (user->placement == TensorPlacement::kOnHost || user->placement == TensorPlacement::kFollowing) {
     RunContext& rc = Run(ctx);
     auto block = rc.device_allocator->Malloc(bytes);
@@ -386,6 +391,7 @@ std::uint32_t PrepareInputRun(KernelContext* ctx) {
       }
     }
     b.block = *block;
+    b.owner = rc.device_allocator;
     b.tensor.placement = TensorPlacement::kOnDeviceHbm;
     b.tensor.addr = block->addr;
     b.tensor.size = block->size;
@@ -544,6 +550,7 @@ Status CopyInto(RunContext& rc, const Tensor& src, Buffer& dst) {
   fresh.tensor.placement = TensorPlacement::kOnDeviceHbm;
   if (bytes > 0) {
     NPUFLOW_ASSIGN_OR_RETURN(fresh.block, rc.device_allocator->Malloc(bytes));
+    fresh.owner = rc.device_allocator;
     fresh.tensor.addr = fresh.block.addr;
     fresh.tensor.size = fresh.block.size;
     Status s = rc.runtime->MemcpyD2DAsync(rc.stream, npu_sim::DevicePtr{fresh.tensor.addr},
@@ -633,6 +640,7 @@ std::uint32_t LoopEnterRun(KernelContext* ctx) {
         Buffer& b = *ctx->output(k).Object<Buffer>();
         rc.device_allocator->Free(b.block);
         b.block = MemBlock{};
+        b.owner = nullptr;
       }
       return ctx->Fail(s.WithContext(fmt::format("loop variable {}", i)));
     }
@@ -665,6 +673,20 @@ std::uint32_t LoopNextRun(KernelContext* ctx) {
 }
 
 }  // namespace
+
+void ReleaseRunBuffers(ExecutionData& data) {
+  const std::size_t values = data.graph().values().size();
+  for (std::size_t v = 0; v < values; ++v) {
+    exe::Chain& chain = data.value(static_cast<int>(v));
+    if (!chain.Holds<Buffer>()) continue;
+    Buffer& b = *chain.Object<Buffer>();
+    if (b.block && b.owner != nullptr) b.owner->Free(b.block);
+    if (b.owner != nullptr) {
+      b.block = MemBlock{};
+      b.owner = nullptr;
+    }
+  }
+}
 
 void RegisterOpKernels() {
   static std::once_flag once;

@@ -28,6 +28,7 @@ namespace npuflow::v2 {
 struct Buffer {
   Tensor tensor;
   MemBlock block;
+  Allocator* owner = nullptr;  // where `block` goes back to: set by the kernels that take memory per run
 };
 
 // What Tiling writes and LaunchKernel reads for a dynamic op.
@@ -39,5 +40,12 @@ struct TilingData {
 
 // Registers the kernels above (idempotent).
 void RegisterOpKernels();
+
+class ExecutionData;
+// After a failed run: every block a Buffer of `data` still holds from that run goes back to the
+// allocator it came from (the FreeMemory nodes after the failure never ran), so a model that
+// fails keeps no memory. Constants (Init's, no owner) stay. Call it once the run's streams may
+// reuse memory: a caching allocator bound to a stream gives a block only to later work on it.
+void ReleaseRunBuffers(ExecutionData& data);
 
 }  // namespace npuflow::v2

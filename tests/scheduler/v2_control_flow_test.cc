@@ -208,6 +208,32 @@ TEST_F(V2ControlFlow, EveryTopologicalExecutorMatchesTheInterpreter) {
   }
 }
 
+// A run that fails part-way (the loop past its limit) gives back what it took: failing again and
+// again takes no more device memory, on every topological executor.
+TEST_F(V2ControlFlow, AFailingRunKeepsNoMemory) {
+  auto set = lowering::CompileV2(ControlFlowModel(Dim::Symbolic("batch")), graph::CompileOptions{});
+  ASSERT_TRUE(set.ok()) << set.status();
+  for (ExecutorType type : {ExecutorType::kTopological, ExecutorType::kTopologicalPriority,
+                            ExecutorType::kTopologicalMultiThread}) {
+    auto m = ModelV2Executor::Create(*set, rt_.get(), 0, ExecutorOption{.type = type});
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE((*m)->Load().ok());
+    const std::vector<graph::Tensor> endless = {RandomTensor({DataType::kFloat32, Shape{4, 8}}, 1),
+                                                Scalar(1, Shape{1}), Scalar(60)};
+    std::uint64_t after_first = 0;
+    for (int i = 0; i < 6; ++i) {
+      ASSERT_FALSE(RunV2(**m, endless).ok());
+      const std::uint64_t in_use = rt_->Stats(0)->memory.in_use;
+      if (i == 0) after_first = in_use;
+      EXPECT_EQ(in_use, after_first) << ExecutorTypeName(type) << ": failed run " << i + 1 << " kept memory";
+    }
+    auto ok = RunV2(**m, {RandomTensor({DataType::kFloat32, Shape{4, 8}}, 2), Scalar(1, Shape{1}), Scalar(3)});
+    EXPECT_TRUE(ok.ok()) << ok.status();
+    EXPECT_EQ(rt_->Stats(0)->memory.in_use, after_first) << ExecutorTypeName(type);
+    ASSERT_TRUE((*m)->UnLoad().ok());
+  }
+}
+
 // Random graphs: elementwise ops, MatMuls, Ifs and Whiles over x[batch, 8], with flag[1] and
 // n[] steering the control flow.
 std::unique_ptr<ComputeGraph> RandomControlFlowGraph(std::uint32_t seed) {
