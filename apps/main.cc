@@ -186,7 +186,8 @@ Command AddGpt2Command(CLI::App& app) {
   gpt2->add_flag("--print-ids", args->print_ids, "also print the generated token ids");
   gpt2->add_option("--prefill", args->prefill,
                    "batch (default): the prompt as one dynamic-shape graph on RT2.0; tokens: token by token through "
-                   "the decode step");
+                   "the decode step. With one-token prompts only, batch builds no prefill model (the token is "
+                   "one decode step either way)");
   gpt2->add_option("--trace", args->trace, "write a Chrome trace of the run to this file");
   gpt2->add_option("--device-chip", args->device_chip, "the simulated chip (default 910B)");
   gpt2->add_flag("-v,--verbose", args->verbose,

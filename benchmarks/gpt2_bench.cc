@@ -20,7 +20,10 @@
 //                         gets writing as many bytes of fresh memory after the same idle time.
 //   load_<ftype>_warm_process  the old in-process figure (after a warm-up engine), against cat.
 //   rss_<ftype>           peak RSS (VmHWM) of a `npuflow gpt2` process (16 tokens) against
-//                         weights + the KV-cache pages 16 positions use + activations.
+//                         weights + the KV-cache pages 16 positions use + activations. Its
+//                         one-token prompt is one decode step: no prefill model is built.
+//   rss_<ftype>_prompt128_batch  the same with a 128-token prompt and --prefill batch, against
+//                         --prefill tokens (fresh processes, alternated): the prefill's cost.
 //   ttft_<ftype>_streaming  time to first token when the first step runs while the weights stream
 //                         in, against loading everything first.
 //   gen_<ftype>_4streams_fibers  tokens/s over 4 concurrent greedy 32-token generations (2 device
@@ -324,6 +327,10 @@ void BM_Gpt2Streams(benchmark::State& state) {
   state.counters["threads_tokens_per_second"] = MedianOf(threads);
 }
 
+// The load and first-step figures time the decode engine, as a one-token prompt gets it: no
+// prefill model (BM_Gpt2Prefill measures that one).
+const gpt2::EngineOptions kDecodeOnly{.prefill = gpt2::PrefillMode::kTokens};
+
 void BM_Gpt2Load(benchmark::State& state) {
   const ModelSpec* model = ModelFor(state);
   if (model == nullptr) return;
@@ -343,7 +350,7 @@ void BM_Gpt2Load(benchmark::State& state) {
       // while the weights stream in), or after every weight has landed.
       auto first_token = [&](bool wait_first) -> StatusOr<double> {
         const auto t0 = Clock::now();
-        NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(path, {}));
+        NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(path, kDecodeOnly));
         if (wait_first) NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
         std::vector<float> logits;
         NPUFLOW_RETURN_IF_ERROR(engine->Step(0, FirstToken(engine->file()), 0, logits));
@@ -358,7 +365,7 @@ void BM_Gpt2Load(benchmark::State& state) {
       }
       // The load on its own: from the first load call until every region has landed.
       const auto t0 = Clock::now();
-      NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(path, {}));
+      NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(path, kDecodeOnly));
       NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
       const auto t1 = Clock::now();
       weight_bytes = static_cast<double>(engine->file().weight_bytes());
@@ -421,6 +428,23 @@ void BM_Gpt2PeakRss(benchmark::State& state) {
   }
   state.counters["peak_rss_bytes"] = MedianOf(rss);
   state.counters["needed_bytes"] = static_cast<double>(file->weight_bytes()) + kv + act;
+  // What the batch prefill costs: a 128-token prompt, batch (the prefill model on RT2.0) against
+  // token by token (the decode step only), one fresh process each, alternated.
+  std::string ids;
+  for (int i = 0; i < 128; ++i) ids += fmt::format("{}{}", i ? " " : "", (FirstToken(*file) + i * 37) % hp.n_vocab);
+  std::vector<double> batch, tokens;
+  for (int round = 0; round < 2; ++round) {
+    for (const char* mode : {"batch", "tokens"}) {
+      auto output = RunNpuflow(fmt::format("gpt2 --model '{}' --prompt-ids '{}' -n 16 --greedy --prefill {}", path,
+                                           ids, mode));
+      if (!output.ok()) return state.SkipWithError(std::string(output.status().message()).c_str());
+      const double mb = NumberAfter(*output, "peak RSS: ");
+      if (mb <= 0) return state.SkipWithError(("npuflow gpt2 printed no peak RSS: " + *output).c_str());
+      (mode[0] == 'b' ? batch : tokens).push_back(mb * 1e6);
+    }
+  }
+  state.counters["prompt128_batch_peak_rss_bytes"] = MedianOf(batch);
+  state.counters["prompt128_tokens_peak_rss_bytes"] = MedianOf(tokens);
 }
 
 // A 128-token prompt: batch prefill (RT2.0) vs token by token (decode step), alternated.
@@ -533,6 +557,11 @@ std::vector<Figure> Gpt2Figures(const Results& r) {
     if (ft == "f32")  // decimal MB like ours is assumed for the given figure (docs/benchmarks.md)
       figures.push_back({"rss_f32_vs_reference", Counter(r, p, "peak_rss_bytes") / 1e6, "MB", 518,
                          "issue 16, reference engine's peak RSS on the same file, 2026-11-23", "ratio <= 1.0", true});
+    figures.push_back({fmt::format("rss_{}_prompt128_batch", ft), Counter(r, p, "prompt128_batch_peak_rss_bytes") / 1e6,
+                       "MB", Counter(r, p, "prompt128_tokens_peak_rss_bytes") / 1e6,
+                       "the same 128-token prompt and 16 tokens with --prefill tokens (no prefill model), fresh "
+                       "processes, same run: what the prefill's execute graphs and activations cost",
+                       "reported"});
     const std::string pf = fmt::format("BM_Gpt2Prefill/{}", m);
     figures.push_back({fmt::format("ttft_{}_prefill_batch", ft), Counter(r, pf, "prefill_batch_seconds") * 1e3, "ms",
                        Counter(r, pf, "prefill_tokens_seconds") * 1e3,

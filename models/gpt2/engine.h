@@ -19,7 +19,9 @@
 // borrows the stream's decode model's memory (ModelLoadArg): the same device copy of the weights
 // and the same KV-cache Variables. The prefill writes rows 0..N-1 of the cache, and the decode
 // steps (v1 task sink) read them: one model, two runtimes, as GE's hybrid execution runs it.
-// PrefillMode::kTokens feeds the prompt token by token through the decode step instead.
+// A one-token prompt is one decode step in either mode: there is nothing to batch, and the step
+// runs while the weights stream in (the prefill waits for all of them). PrefillMode::kTokens feeds
+// every prompt token by token through the decode step, and builds no prefill model.
 //
 // Thread-safe across streams: generations on different streams run concurrently (threads or
 // fibers); one stream runs one generation at a time (its KV cache is the state). Every model is

@@ -54,6 +54,23 @@ TEST_F(Gpt2CliTest, GeneratesAndReportsTimings) {
     EXPECT_NE(r.output.find(what), std::string::npos) << what << "\n" << r.output;
 }
 
+// --prefill batch (the default) runs a prompt of several tokens as one RT2.0 graph; a one-token
+// prompt is one decode step, with the same ids as --prefill tokens.
+TEST_F(Gpt2CliTest, PrefillModesGiveTheSameIds) {
+  for (const char* prompt : {"5 17 42 9", "5"}) {
+    const std::string base = "gpt2 --model " + ShellQuote(model_) + " --prompt-ids '" + prompt + "' -n 6 --greedy --print-ids";
+    CommandRun batch = Npuflow(base + " --prefill batch");
+    CommandRun tokens = Npuflow(base + " --prefill tokens");
+    ASSERT_EQ(batch.exit_code, 0) << batch.output;
+    ASSERT_EQ(tokens.exit_code, 0) << tokens.output;
+    EXPECT_EQ(IdLines(batch.output), IdLines(tokens.output)) << prompt;
+    const bool one = std::string(prompt) == "5";
+    EXPECT_NE(batch.output.find(one ? "a one-token prompt: one decode step" : "the prompt as one RT2.0 graph"),
+              std::string::npos)
+        << batch.output;
+  }
+}
+
 TEST_F(Gpt2CliTest, VerboseReportsStagesAndWhereTheLoadWent) {
   CommandRun r = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids 5 -n 2 --greedy -v");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -120,6 +120,22 @@ TEST_P(Gpt2Prefill, GreedyIdsEqualTheTokenByTokenPath) {
   EXPECT_EQ(ids[0], ids[1]);
 }
 
+// A one-token prompt has nothing to batch: it is one decode step in either mode (which runs while
+// the weights stream in), and the ids are the same.
+TEST_P(Gpt2Prefill, AOneTokenPromptIsOneDecodeStepInEitherMode) {
+  std::vector<int> ids[2];
+  const std::vector<int> one = {kPrompt[0]};
+  for (PrefillMode mode : {PrefillMode::kBatch, PrefillMode::kTokens}) {
+    auto engine = Gpt2Engine::Create(path_, {.streams = 1, .prefill = mode});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto g = (*engine)->Generate(0, one, 6, SamplingOptions{.greedy = true});
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(g->steps, 6);  // 1 prompt step + 5 generated fed back
+    ids[mode == PrefillMode::kBatch ? 0 : 1] = g->ids;
+  }
+  EXPECT_EQ(ids[0], ids[1]);
+}
+
 TEST_P(Gpt2Prefill, BadArgumentsAreClearErrors) {
   auto engine = Gpt2Engine::Create(path_, {.streams = 1});
   ASSERT_TRUE(engine.ok()) << engine.status();
