@@ -445,6 +445,20 @@ StatusOr<std::vector<int>> CloseRegion(LowerContext& ctx, const Region& r, exe::
   return sinks;
 }
 
+// The nodes of region `r` (but `skip`) that no node added since the region opened waits for: what
+// a node closing part of the region must wait for.
+std::vector<int> UnwaitedNodes(LowerContext& ctx, const Region& r, int skip = -1) {
+  const exe::ExecuteGraph& g = ctx.main();
+  const int end = static_cast<int>(g.nodes().size());
+  std::vector<char> waited(end, 0);
+  for (int i = r.first_node; i < end; ++i)
+    for (const exe::ExeDep& d : g.nodes()[i].deps) waited[d.node] = 1;
+  std::vector<int> out;
+  for (int i = r.first_node; i < end; ++i)
+    if (ctx.node_region[i] == r.id && i != skip && !waited[i]) out.push_back(i);
+  return out;
+}
+
 exe::ExeNode Control(std::string name, std::string kernel, std::int64_t priority) {
   exe::ExeNode n;
   n.name = std::move(name);
@@ -600,15 +614,6 @@ Status ConvertWhile(const Node& node, LowerContext& ctx) {
   NPUFLOW_ASSIGN_OR_RETURN(const int read_id, ctx.Add(std::move(read), false));
   ctx.AddReader(cond[0], read_id);
   NPUFLOW_RETURN_IF_ERROR(AddFrees(ctx));  // cond's tensors (the loop region's, so far)
-  std::vector<int> cond_sinks;
-  {
-    const exe::ExecuteGraph& g = ctx.main();
-    std::vector<char> waited(g.nodes().size(), 0);
-    for (int i = loop.first_node; i < static_cast<int>(g.nodes().size()); ++i)
-      for (const exe::ExeDep& d : g.nodes()[i].deps) waited[d.node] = 1;
-    for (int i = loop.first_node; i < static_cast<int>(g.nodes().size()); ++i)
-      if (ctx.node_region[i] == loop.id && i != head_id && !waited[i]) cond_sinks.push_back(i);
-  }
   exe::ExeNode sw = Control(node.name() + "/switch", "LoopSwitch", ctx.Priority(node, 1));
   sw.kind = exe::NodeKind::kSwitch;
   sw.branches = 2;
@@ -617,7 +622,7 @@ Status ConvertWhile(const Node& node, LowerContext& ctx) {
   sw.attrs["op_name"] = node.name();
   sw.attrs["max_iterations"] = max_iterations;
   AddDep(sw, read_id);
-  for (int k : cond_sinks) AddDep(sw, k);
+  for (int k : UnwaitedNodes(ctx, loop, head_id)) AddDep(sw, k);
   NPUFLOW_ASSIGN_OR_RETURN(const int sw_id, ctx.Add(std::move(sw), false));
   NPUFLOW_RETURN_IF_ERROR(ctx.main().AddDep(exit_id, {sw_id, 0}));
 
@@ -637,23 +642,17 @@ Status ConvertWhile(const Node& node, LowerContext& ctx) {
   }
   // Next frees the loop variables' old memory: after every node of the body (one may read a loop
   // variable without feeding a result, like an in-place write into a Variable).
-  {
-    const exe::ExecuteGraph& g = ctx.main();
-    std::vector<char> waited(g.nodes().size(), 0);
-    for (int i = body.first_node; i < static_cast<int>(g.nodes().size()); ++i)
-      for (const exe::ExeDep& d : g.nodes()[i].deps) waited[d.node] = 1;
-    for (int i = body.first_node; i < static_cast<int>(g.nodes().size()); ++i)
-      if (ctx.node_region[i] == body.id && !waited[i]) AddDep(next, i);
-  }
+  for (int k : UnwaitedNodes(ctx, body)) AddDep(next, k);
   NPUFLOW_ASSIGN_OR_RETURN(const int next_id, ctx.Add(std::move(next), false));
   for (int v : results) ctx.AddReader(v, next_id);
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> body_sinks, CloseRegion(ctx, body, exe::ExeDep{sw_id, 1}));
-  NPUFLOW_ASSIGN_OR_RETURN(std::vector<int> loop_sinks, CloseRegion(ctx, loop, exe::ExeDep{head_id, -1}));
+  // The loop region's sinks are not waited for: the switch is one, and it fires in every iteration,
+  // the one that exits included.
+  NPUFLOW_RETURN_IF_ERROR(CloseRegion(ctx, loop, exe::ExeDep{head_id, -1}).status());
 
   // The iteration's end waits for everything of the iteration, then leads back to the head.
   exe::ExeNode end = Control(ctx.prefix + node.name() + "/next_iteration", "NoOp", ctx.Priority(node, 2));
   for (int k : body_sinks) end.deps.push_back({k, -1});  // all fire only in an iteration that continues
-  (void)loop_sinks;  // the switch: it fires in every iteration, the one that exits included
   NPUFLOW_ASSIGN_OR_RETURN(const int end_id, ctx.AddIn(std::move(end), loop.id));
   NPUFLOW_RETURN_IF_ERROR(ctx.main().AddDep(head_id, {end_id, -1}));
 
@@ -880,27 +879,22 @@ StatusOr<exe::ExecuteGraphSet> ConvertComputeGraphToExecuteGraph(const ComputeGr
   }
   NPUFLOW_RETURN_IF_ERROR(AddFrees(ctx));
   // Every side stream joins the main stream at the end (a kernel whose result nobody reads, like a
-  // Variable's update, still finishes before the run does).
+  // Variable's update, still finishes before the run does), and starts after what the main stream
+  // was given before the run (a run issued while the previous one still runs, with Execute on the
+  // caller's stream).
+  std::vector<std::vector<int>> on_stream(static_cast<std::size_t>(std::max(ctx.streams, 1)));
+  for (const auto& [node, s] : ctx.node_stream)
+    if (s > 0 && s < ctx.streams) on_stream[static_cast<std::size_t>(s)].push_back(node);
   for (int stream = 1; stream < ctx.streams; ++stream) {
-    std::vector<int> on_it;
-    for (const auto& [node, s] : ctx.node_stream)
-      if (s == stream) on_it.push_back(node);
+    const std::vector<int>& on_it = on_stream[static_cast<std::size_t>(stream)];
     if (on_it.empty()) continue;
-    const int event = ctx.events++;
-    NPUFLOW_ASSIGN_OR_RETURN(int send, EventNode(ctx, "SendEvent", stream, event, on_it, exe::kNoPriority - 1));
-    NPUFLOW_RETURN_IF_ERROR(EventNode(ctx, "WaitEvent", 0, event, {send}, exe::kNoPriority - 1).status());
-  }
-  // ... and every side stream starts after what its main stream was given before the run (a run
-  // issued while the previous one still runs, with Execute on the caller's stream).
-  for (int stream = 1; stream < ctx.streams; ++stream) {
-    std::vector<int> on_it;
-    for (const auto& [node, s] : ctx.node_stream)
-      if (s == stream) on_it.push_back(node);
-    if (on_it.empty()) continue;
-    const int event = ctx.events++;
-    NPUFLOW_ASSIGN_OR_RETURN(int send, EventNode(ctx, "SendEvent", 0, event, {}, -1));
-    NPUFLOW_ASSIGN_OR_RETURN(int wait, EventNode(ctx, "WaitEvent", stream, event, {send}, -1));
-    for (int node : on_it) NPUFLOW_RETURN_IF_ERROR(ctx.main().AddDep(node, exe::ExeDep{wait, -1}));
+    const int join = ctx.events++;
+    NPUFLOW_ASSIGN_OR_RETURN(int send, EventNode(ctx, "SendEvent", stream, join, on_it, exe::kNoPriority - 1));
+    NPUFLOW_RETURN_IF_ERROR(EventNode(ctx, "WaitEvent", 0, join, {send}, exe::kNoPriority - 1).status());
+    const int fork = ctx.events++;
+    NPUFLOW_ASSIGN_OR_RETURN(int fork_send, EventNode(ctx, "SendEvent", 0, fork, {}, -1));
+    NPUFLOW_ASSIGN_OR_RETURN(int fork_wait, EventNode(ctx, "WaitEvent", stream, fork, {fork_send}, -1));
+    for (int node : on_it) NPUFLOW_RETURN_IF_ERROR(ctx.main().AddDep(node, exe::ExeDep{fork_wait, -1}));
   }
   set.desc.reusable_stream_num = ctx.streams;
   set.desc.reusable_event_num = ctx.events;

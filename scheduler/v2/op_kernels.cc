@@ -11,10 +11,10 @@
 #include <fmt/format.h>
 
 #include "graph/exe_graph/exe_graph.h"
-#include "scheduler/v2/execution_data.h"
 #include "graph/exe_graph/kernel_registry.h"
 #include "graph/ops/control_flow.h"
 #include "npu_sim/kernel.h"
+#include "scheduler/v2/execution_data.h"
 
 namespace npuflow::v2 {
 namespace {
@@ -680,11 +680,10 @@ void ReleaseRunBuffers(ExecutionData& data) {
     exe::Chain& chain = data.value(static_cast<int>(v));
     if (!chain.Holds<Buffer>()) continue;
     Buffer& b = *chain.Object<Buffer>();
-    if (b.block && b.owner != nullptr) b.owner->Free(b.block);
-    if (b.owner != nullptr) {
-      b.block = MemBlock{};
-      b.owner = nullptr;
-    }
+    if (b.owner == nullptr) continue;  // not taken by the run (a constant, a caller's tensor, an alias)
+    if (b.block) b.owner->Free(b.block);
+    b.block = MemBlock{};
+    b.owner = nullptr;
   }
 }
 
