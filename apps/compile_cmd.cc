@@ -196,6 +196,9 @@ Status ParsePipelineArgs(const CompileArgs& args, std::ostream& out, CompileSetu
     return Status::ParamInvalid("--stream-mode '{}': expected single or multi", args.stream_mode);
   }
   options.max_parallel = args.max_parallel;
+  options.tiling_schedule_optimize = args.tiling_schedule_optimize;
+  options.tiling_sink_nops = args.tiling_sink_nops;
+  options.online = false;  // atc-like: no device, so the tiling sink's device gate is skipped
   if (args.runtime == "v1") setup.runtime = CompileSetup::Runtime::kV1;
   else if (args.runtime == "v2") setup.runtime = CompileSetup::Runtime::kV2;
   else if (args.runtime == "auto") setup.runtime = CompileSetup::Runtime::kAuto;
@@ -304,6 +307,14 @@ void PrintCompileSummary(const CompileArgs& args, std::size_t nodes, double ms, 
       m.bytes(graph::Segment::kFeatureMap) + m.bytes(graph::Segment::kFixedFeatureMap), m.feature_map_tensor_bytes,
       m.bytes(graph::Segment::kWeights), args.verify ? "; memory plan verified" : "",
       encrypted ? "; encrypted (AES-256-GCM)" : "");
+  for (const graph::TilingSinkDecision& d : model.tiling_sink) {
+    if (d.marked) {
+      out << fmt::format("tiling sink: node '{}' ({}) is tiled on the device (AICPU)\n", d.node, d.op_type);
+    } else {
+      out << fmt::format("tiling sink: node '{}' ({}) takes the dynamic path: gate '{}' failed ({})\n", d.node,
+                         d.op_type, d.gate, d.why);
+    }
+  }
   if (model.graph == nullptr) return;
   const std::vector<weights::ExternalWeightDesc> external = weights::ListExternalWeights(*model.graph);
   if (external.empty()) return;

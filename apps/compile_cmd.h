@@ -43,6 +43,8 @@ struct CompileArgs {
   // auto: v2 when a dimension is unknown or the graph has If/While, else v1.
   std::string runtime = "auto";
   std::string executor = "auto";  // RT2.0's Main: sequential | topological | priority | multithread | auto
+  std::string tiling_schedule_optimize;  // "", "0", "1" (ge.tiling_schedule_optimize, atc's spelling)
+  int tiling_sink_nops = -1;             // developer: NOPs before a sunk kernel (-1: the chip's prefetch_num)
 };
 
 Status RunCompile(const CompileArgs& args, std::ostream& out);

@@ -102,6 +102,12 @@ Command AddCompileCommand(CLI::App& app) {
   compile->add_option("--value_bins", args->value_bins,
                       "FileConstant file ids to files, as ge.exec.value_bins: "
                       "{\"value_bins\":[{\"value_bin_id\":...,\"value_bin_file\":...}]}");
+  compile->add_option("--tiling_schedule_optimize", args->tiling_schedule_optimize,
+                      "tiling sink (ge.tiling_schedule_optimize): 1 tiles ops whose tiling needs a run-time value "
+                      "on the device (AICPU) and keeps them on the task sink; 0 or absent: the dynamic path");
+  compile->add_option("--tiling-sink-nops", args->tiling_sink_nops,
+                      "developer: NOPs before a sunk kernel (default: the chip's prefetch_num; fewer lets the "
+                      "task update race the prefetch)");
   compile->add_option("--encrypt-key", args->encrypt_key,
                       "encrypt the model file and its weight files (AES-256-GCM): 64 hex digits or @FILE");
   return {compile, [args] { return npuflow::apps::RunCompile(*args, std::cout); }};

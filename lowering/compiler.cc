@@ -5,6 +5,7 @@
 #include "graph/ops/control_flow.h"
 #include "graph/ops/op_registry.h"
 #include "graph/ir/text_format.h"
+#include "lowering/tiling_sink.h"
 #include "npu_sim/chip_spec.h"
 
 namespace npuflow::lowering {
@@ -16,6 +17,10 @@ Status CheckCompileOptions(const CompileOptions& options, std::string_view dump_
                                 fmt::join(npu_sim::ShippedChips(), ", "), chip.status().message());
   if (options.max_parallel < 1 || options.max_parallel > kMaxParallelLimit)
     return Status::ParamInvalid("--max-parallel {}: expected 1 to {}", options.max_parallel, kMaxParallelLimit);
+  NPUFLOW_RETURN_IF_ERROR(CheckTilingScheduleOptimize(options.tiling_schedule_optimize, "--tiling_schedule_optimize"));
+  if (options.tiling_sink_nops < -1 || options.tiling_sink_nops > kMaxTilingSinkNops)
+    return Status::ParamInvalid("--tiling-sink-nops {}: expected 0 to {} (default: the chip's prefetch_num)",
+                                options.tiling_sink_nops, kMaxTilingSinkNops);
   if (!dump_after.empty() && !PassRegistry::Global().Find(dump_after).ok())
     return Status::ParamInvalid("--dump-after '{}': not a pass (passes: {})", dump_after,
                                 fmt::join(V1Pipeline(), ", "));

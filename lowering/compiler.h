@@ -16,6 +16,7 @@
 namespace npuflow::lowering {
 
 inline constexpr int kMaxParallelLimit = 64;
+inline constexpr int kMaxTilingSinkNops = 64;
 
 // Every option in range: a known chip (a shipped name or a chip JSON path), max_parallel in
 // 1..kMaxParallelLimit, dump_after empty or a registered pass. Errors name the option and the

@@ -4,6 +4,7 @@
 
 #include "graph/ir/text_format.h"
 #include "lowering/model_text.h"
+#include "lowering/tiling_sink.h"
 
 namespace npuflow::lowering {
 
@@ -18,6 +19,9 @@ PassRegistry& PassRegistry::Global() {
     r->Register({"external-weights",
                  "ge.externalWeight: Consts to weight files (FileConstant), or FileConstants back to Consts",
                  &ExternalWeightsPass});
+    r->Register({"mark-tiling-sink",
+                 "_tiling_sink / _tiling_dynamic: ops whose tiling needs a run-time value, through the triple gate",
+                 &MarkTilingSinkPass});
     r->Register({"assign-engines", "_engine of every node from its op definition", &AssignEnginesPass});
     r->Register({"assign-streams", "_stream: chains share a stream, independent branches and engines get new ones",
                  &AssignStreamsPass});
@@ -39,8 +43,9 @@ StatusOr<const PassDef*> PassRegistry::Find(std::string_view name) const {
 
 const std::vector<std::string>& V1Pipeline() {
   static const std::vector<std::string> pipeline = {
-      "validate",       "infer-shapes",   "const-fold",    "dead-code-elimination", "external-weights",
-      "assign-engines", "assign-streams", "insert-events", "plan-memory",           "gen-tasks"};
+      "validate",         "infer-shapes",   "const-fold",     "dead-code-elimination", "external-weights",
+      "mark-tiling-sink", "assign-engines", "assign-streams", "insert-events",         "plan-memory",
+      "gen-tasks"};
   return pipeline;
 }
 

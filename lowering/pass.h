@@ -4,7 +4,7 @@
 //
 // The v1 pipeline, in order (V1Pipeline()):
 //   validate -> infer-shapes -> const-fold -> dead-code-elimination -> external-weights ->
-//   assign-engines -> assign-streams -> insert-events -> plan-memory -> gen-tasks
+//   mark-tiling-sink -> assign-engines -> assign-streams -> insert-events -> plan-memory -> gen-tasks
 //
 // Annotations (the contract between passes; a later pass reads only these and the graph):
 //   _engine       string   assign-engines: "AICore", "AICPU" or "host"
@@ -13,6 +13,9 @@
 //   _recv_events  ints     insert-events: events waited on the node's stream before it runs
 //   _mem          strings  plan-memory: one "<segment>+<offset>" per output
 //   _independent  bool     set by users: never share a stream with a neighbour
+//   _tiling_sink  bool     mark-tiling-sink: tiled on the device (AICPU) at run time, stays static
+//   _tiling_dynamic string mark-tiling-sink: its tiling needs a run-time value and the gate named
+//                          failed: the dynamic path
 #pragma once
 
 #include <functional>

@@ -8,6 +8,7 @@
 #include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
 #include "lowering/graph_converter.h"
+#include "lowering/tiling_sink.h"
 #include "scheduler/session_actor.h"
 #include "weights/convert.h"
 #include "weights/weight_dir.h"
@@ -20,7 +21,8 @@ std::atomic<std::uint64_t> g_next_session{1};
 constexpr const char* kKnownOptions =
     "ge.exec.deviceId, ge.socVersion, ge.enableSingleStream, ge.streamMaxParallelNum, npuflow.executionStreams, "
     "npuflow.executeTimeoutMs, ge.externalWeight, ge.externalWeightDir, ge.exec.value_bins, npuflow.verifyWeights, "
-    "npuflow.weightKey, npuflow.weightPath, npuflow.modelDir, npuflow.v2Executor, npuflow.v2Profile";
+    "npuflow.weightKey, npuflow.weightPath, npuflow.modelDir, npuflow.v2Executor, npuflow.v2Profile, "
+    "ge.tiling_schedule_optimize";
 
 StatusOr<std::int64_t> ParseInt(const std::string& name, const std::string& value, std::int64_t lo, std::int64_t hi) {
   std::int64_t v = 0;
@@ -79,6 +81,9 @@ StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOpti
     } else if (name == "npuflow.v2Executor") {
       NPUFLOW_RETURN_IF_ERROR(v2::ParseExecutorType(value).status().WithContext(fmt::format("option {}", name)));
       o.v2_executor = value;
+    } else if (name == "ge.tiling_schedule_optimize") {
+      NPUFLOW_RETURN_IF_ERROR(lowering::CheckTilingScheduleOptimize(value, "option ge.tiling_schedule_optimize"));
+      o.tiling_schedule_optimize = value;
     } else if (name == "npuflow.v2Profile") {
       if (value != "true" && value != "false")
         return Status::ParamInvalid("option {}='{}': expected true or false", name, value);
@@ -225,6 +230,8 @@ Status Session::Build(GraphNode& node) {
   co.max_parallel = node.options.max_parallel;
   co.external_weight = node.options.external_weight;
   co.value_bins = node.options.value_bins;
+  co.tiling_schedule_optimize = node.options.tiling_schedule_optimize;
+  co.online = true;  // the session's device is known: its chip's task-update support is a gate
   co.model_name = node.graph->name();
   if (co.external_weight == "1" || co.external_weight == "2") {
     if (!node.options.external_weight_dir.empty()) {

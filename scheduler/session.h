@@ -22,6 +22,8 @@
 //   npuflow.weightKey         AES-256-GCM key of encrypted weight files (64 hex digits or @file)
 //   npuflow.weightPath        the directory FileConstant files are loaded from (ACL_MDL_WEIGHT_PATH)
 //   npuflow.modelDir          the directory of the model file: its weight/ holds moved files
+//   ge.tiling_schedule_optimize "" / "0" / "1": the tiling sink (lowering/tiling_sink.h); the
+//                             device gate checks the session's device chip
 //
 // Entry points and the runtime paths they take (seed 002, 3.4):
 //   RunGraph                 -> NnExecute: a message to the model's ModelActor, then a wait; a
@@ -79,6 +81,7 @@ struct GraphOptions {
   // the per-node host profiler.
   std::string v2_executor = "auto";
   bool v2_profile = false;
+  std::string tiling_schedule_optimize;  // "", "0", "1"
 };
 // Parses `options` over `base`. Errors name the option and its accepted values.
 StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOptions& base = {});

@@ -102,6 +102,24 @@ struct CompileOptions {
   std::string external_weight_dir;  // the resolved weight directory (modes 1 and 2)
   std::string model_name;           // names the combined file "<model_name>_weight_combined"
   std::string value_bins;           // ge.exec.value_bins JSON: FileConstant file_id -> file
+  // The tiling sink (seed 003, lowering/tiling_sink.h): ge.tiling_schedule_optimize "", "0" or
+  // "1"; whether the compile targets a known device (a Session: online, so the chip's task-update
+  // support is a gate) or not (npuflow compile: offline, that gate skipped, as in GE); and the
+  // NOPs before a sunk kernel (-1: the chip's prefetch_num; a developer override otherwise).
+  std::string tiling_schedule_optimize;
+  bool online = false;
+  int tiling_sink_nops = -1;
+};
+
+// What mark-tiling-sink decided for a node whose tiling depends on an input's value known only
+// at run time: marked (device tiling on the attached "tiling" stream), or the dynamic path and
+// the gate that failed ("option", "device" or "op") with why.
+struct TilingSinkDecision {
+  std::string node;
+  std::string op_type;
+  bool marked = false;
+  std::string gate;
+  std::string why;
 };
 
 struct CompiledModel {
@@ -123,6 +141,9 @@ struct CompiledModel {
   // hold task lists (above), execute graphs, or both.
   std::shared_ptr<const exe::ExecuteGraphSet> execute_graphs;
   std::string executor;
+  // mark-tiling-sink's decisions, in graph order (the compile log; not stored in the .om: the
+  // marks are node attributes there).
+  std::vector<TilingSinkDecision> tiling_sink;
 };
 
 }  // namespace npuflow::graph

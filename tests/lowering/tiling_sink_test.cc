@@ -1,0 +1,144 @@
+// The tiling sink's compile side (lowering/tiling_sink.h): the option's values, and
+// mark-tiling-sink's triple gate, each gate failing alone.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "graph/ir/text_format.h"
+#include "graph/ops/op_registry.h"
+#include "lowering/compiler.h"
+#include "lowering/tiling_sink.h"
+#include "scheduler/session.h"
+
+namespace npuflow::lowering {
+namespace {
+
+// One decode step's attention: q[2, 1, 4] over a cache[2, 8, 4] Variable, valid_len a Data input
+// (known only at run time) unless `len_const` gives it as a Const.
+std::string AttentionGraph(const std::string& op = "Attention", int len_const = 0) {
+  std::string len =
+      len_const > 0
+          ? "node { name: \"len\" op: \"Const\" attr { key: \"value\" value { tensor { dtype: DT_INT32 "
+            "shape { dim { size: 1 } } int_val: " +
+                std::to_string(len_const) + " } } } }\n"
+          : "node { name: \"len\" op: \"Data\" attr { key: \"dtype\" value { type: DT_INT32 } } "
+            "attr { key: \"shape\" value { shape { dim { size: 1 } } } } }\n";
+  return R"pb(
+    node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
+    node { name: "q" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+  )pb" + len + "node { name: \"att\" op: \"" + op +
+         "\" input: \"q\" input: \"cache\" input: \"cache\" input: \"len\" }\n"
+         "node { name: \"out\" op: \"NetOutput\" input: \"att\" }\n";
+}
+
+StatusOr<graph::CompiledModel> Compile(const std::string& text, CompileOptions options) {
+  graph::RegisterBuiltinOps();
+  NPUFLOW_ASSIGN_OR_RETURN(auto g, graph::ParseGraphText(text, "attention.pbtxt"));
+  return CompileV1(std::move(g), options);
+}
+
+// An Attention that tiles only on the host: the op gate fails.
+void RegisterHostTiledAttention() {
+  graph::RegisterBuiltinOps();
+  graph::OpDef def = **graph::OpRegistry::Global().Find("Attention");
+  def.type = "HostTiledAttention";
+  def.tiling_on_aicpu = false;
+  graph::OpRegistry::Global().Register(def);
+}
+
+TEST(TilingSink, OptionValues) {
+  for (const char* ok : {"", "0", "1"}) EXPECT_TRUE(CheckTilingScheduleOptimize(ok, "opt").ok()) << ok;
+  for (const char* bad : {"2", "true", " 1", "on", "01"}) {
+    Status s = CheckTilingScheduleOptimize(bad, "ge.tiling_schedule_optimize");
+    EXPECT_EQ(s.code(), StatusCode::kParamInvalid) << bad;
+    EXPECT_NE(s.message().find("ge.tiling_schedule_optimize '" + std::string(bad) + "'"), std::string_view::npos) << s;
+    EXPECT_NE(s.message().find("expected \"\", \"0\""), std::string_view::npos) << s;
+  }
+  CompileOptions options;
+  options.tiling_schedule_optimize = "yes";
+  Status s = CheckCompileOptions(options);
+  EXPECT_NE(s.message().find("--tiling_schedule_optimize 'yes'"), std::string_view::npos) << s;
+  options.tiling_schedule_optimize = "1";
+  options.tiling_sink_nops = 65;
+  s = CheckCompileOptions(options);
+  EXPECT_NE(s.message().find("--tiling-sink-nops 65: expected 0 to 64"), std::string_view::npos) << s;
+
+  auto parsed = scheduler::ParseGraphOptions({{"ge.tiling_schedule_optimize", "1"}});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tiling_schedule_optimize, "1");
+  parsed = scheduler::ParseGraphOptions({{"ge.tiling_schedule_optimize", "2"}});
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("option ge.tiling_schedule_optimize '2'"), std::string_view::npos)
+      << parsed.status();
+}
+
+struct GateCase {
+  const char* what;
+  std::string option;
+  std::string chip;
+  bool online;
+  const char* op;
+  bool marked;
+  const char* gate;  // the failed gate, when not marked
+};
+
+TEST(TilingSink, EachGateFailingAloneSendsTheNodeDynamic) {
+  RegisterHostTiledAttention();
+  const GateCase cases[] = {
+      {"all gates pass", "1", "910B", true, "Attention", true, ""},
+      {"option unset", "", "910B", true, "Attention", false, "option"},
+      {"option 0", "0", "910B", true, "Attention", false, "option"},
+      {"device without task update, online", "1", "310P", true, "Attention", false, "device"},
+      {"device gate skipped offline", "1", "310P", false, "Attention", true, ""},
+      {"op without AICPU tiling", "1", "910B", true, "HostTiledAttention", false, "op"},
+  };
+  for (const GateCase& c : cases) {
+    CompileOptions options;
+    options.chip = c.chip;
+    options.online = c.online;
+    options.tiling_schedule_optimize = c.option;
+    auto model = Compile(AttentionGraph(c.op), options);
+    ASSERT_TRUE(model.ok()) << c.what << ": " << model.status();
+    ASSERT_EQ(model->tiling_sink.size(), 1u) << c.what;
+    const graph::TilingSinkDecision& d = model->tiling_sink[0];
+    EXPECT_EQ(d.node, "att") << c.what;
+    EXPECT_EQ(d.marked, c.marked) << c.what;
+    EXPECT_EQ(d.gate, c.gate) << c.what;
+    const graph::Node* att = model->graph->FindNode("att");
+    ASSERT_NE(att, nullptr);
+    EXPECT_EQ(att->op().AttrOr<bool>("_tiling_sink", false).value(), c.marked) << c.what;
+    EXPECT_EQ(att->op().AttrOr<std::string>("_tiling_dynamic", "").value(), c.gate) << c.what;
+    if (!c.marked) EXPECT_FALSE(d.why.empty()) << c.what;
+  }
+}
+
+TEST(TilingSink, AConstDependValueIsTiledAtCompileTime) {
+  CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  auto model = Compile(AttentionGraph("Attention", 5), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE(model->tiling_sink.empty());
+  EXPECT_FALSE(model->graph->FindNode("att")->op().HasAttr("_tiling_sink"));
+}
+
+TEST(TilingSink, TheMarkIsPrintedAfterThePass) {
+  std::vector<std::string> passes;
+  for (const std::string& p : V1Pipeline()) {
+    passes.push_back(p);
+    if (p == "mark-tiling-sink") break;
+  }
+  CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  auto text = RunPassesOnText(AttentionGraph(), passes, options);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_NE(text->find("_tiling_sink=true"), std::string::npos) << *text;
+  options.tiling_schedule_optimize = "0";
+  text = RunPassesOnText(AttentionGraph(), passes, options);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_NE(text->find("_tiling_dynamic=\"option\""), std::string::npos) << *text;
+}
+
+}  // namespace
+}  // namespace npuflow::lowering
