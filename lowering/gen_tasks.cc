@@ -4,6 +4,16 @@
 // a record per sent event, and a copy into each model output block it feeds but does not write in
 // place. Outputs that come straight from a Data, Const or Variable are copied at the start of
 // stream 0.
+//
+// A node mark-tiling-sink marked (`_tiling_sink`) is tiled on the device instead (seed 003):
+//   attached stream "tiling" (the last stream, AICPU):
+//     [wait e_ready] -> AICPU tiling (context, tiling-depend inputs) -> task update -> record e_tiled
+//   the node's stream:
+//     [record e_ready] -> wait e_tiled -> NOP x N -> kernel (block_dim kTilingSinkBlockDim)
+// N is --tiling-sink-nops, else the chip's prefetch_num. e_ready (the node's inputs are ready on its
+// stream) is needed only when a tiling-depend input is produced by a kernel of the model: model
+// inputs and Variables are there when the run starts. The context (graph/ops/tiling_context.h)
+// lives in the tiling-data segment; its workspace is the one host tiling run's.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -11,6 +21,7 @@
 #include <unordered_map>
 
 #include "graph/kernels/kernel_abi.h"
+#include "graph/ops/tiling_context.h"
 #include "graph/ops/op_registry.h"
 #include "lowering/graph_index.h"
 #include "lowering/memory_plan.h"
@@ -71,9 +82,13 @@ class PlacementLookup {
 // The pass's state, and one method per stage; GenTasksPass runs them in order.
 class TaskGenerator {
  public:
-  TaskGenerator(const GraphIndex& index, const npu_sim::ChipSpec& chip, graph::CompiledModel& model)
-      : index_(index), chip_(chip), model_(model), places_(index, model.memory.tensors) {
-    for (int pos = 0; pos < index.size(); ++pos) streams_ = std::max(streams_, StreamOf(*index.node(pos)) + 1);
+  TaskGenerator(const GraphIndex& index, const npu_sim::ChipSpec& chip, const graph::CompileOptions& options,
+                graph::CompiledModel& model)
+      : index_(index), chip_(chip), options_(options), model_(model), places_(index, model.memory.tensors) {
+    for (int pos = 0; pos < index.size(); ++pos) {
+      streams_ = std::max(streams_, StreamOf(*index.node(pos)) + 1);
+      if (IsTilingSink(*index.node(pos))) has_tiling_sink_ = true;
+    }
     model_.streams.clear();
     model_.tiling_data.clear();
   }
@@ -89,6 +104,11 @@ class TaskGenerator {
   }
 
  private:
+  static bool IsTilingSink(const graph::Node& node) {
+    return StreamOf(node) >= 0 && node.op().AttrOr<bool>("_tiling_sink", false).value_or(false);
+  }
+  Status EmitTilingSink(const graph::Node& node, const graph::OpDef& def, const graph::TilingInfo& tiling, int s,
+                        TaskDef& kernel);
   Status EmitCopies(int key, graph::StreamDef& stream);
   Status EmitEvents(const graph::Node& node, const char* attr, TaskType type, graph::StreamDef& stream);
   StatusOr<graph::TilingInfo> Tile(const graph::Node& node, const graph::OpDef& def);
@@ -98,9 +118,12 @@ class TaskGenerator {
 
   const GraphIndex& index_;
   const npu_sim::ChipSpec& chip_;
+  const graph::CompileOptions& options_;
   graph::CompiledModel& model_;
   PlacementLookup places_;
   int streams_ = 0;
+  bool has_tiling_sink_ = false;
+  int tiling_stream_ = -1;  // the attached "tiling" stream, when a node is marked
   std::int64_t max_event_ = -1;
   std::map<int, std::vector<std::size_t>> copies_after_;  // producer position (-1: host) -> output ids
   const graph::Node* net_output_ = nullptr;
@@ -141,6 +164,13 @@ void TaskGenerator::CreateStreams() {
       ++kernels;
     }
   for (int s = 0; s < S; ++s) model_.streams[s].tasks.reserve(per_stream[s]);
+  if (has_tiling_sink_) {  // made now: a stream added later would move the others under EmitNode
+    tiling_stream_ = S;
+    graph::StreamDef& t = model_.streams.emplace_back();
+    t.id = static_cast<std::uint32_t>(S);
+    t.engine = graph::OpEngine::kAICpu;
+    t.name = "tiling";
+  }
   model_.tiling_data.reserve(kernels * 256);
   engine_set_.assign(S, 0);
 }
@@ -181,9 +211,53 @@ Status TaskGenerator::EmitNode(int pos) {
   NPUFLOW_ASSIGN_OR_RETURN(const graph::TilingInfo tiling, Tile(node, *def));
   NPUFLOW_ASSIGN_OR_RETURN(const std::uint64_t params_off, AppendKernelParams(node, *def));
   NPUFLOW_ASSIGN_OR_RETURN(TaskDef kernel, KernelTask(node, *def, tiling, params_off));
+  if (IsTilingSink(node)) NPUFLOW_RETURN_IF_ERROR(EmitTilingSink(node, *def, tiling, s, kernel));
   stream.tasks.push_back(std::move(kernel));
   NPUFLOW_RETURN_IF_ERROR(EmitEvents(node, "_send_events", TaskType::kEventRecord, stream));
   return EmitCopies(pos, stream);
+}
+
+Status TaskGenerator::EmitTilingSink(const graph::Node& node, const graph::OpDef& def, const graph::TilingInfo& tiling,
+                                     int s, TaskDef& kernel) {
+  graph::StreamDef& main = model_.streams[static_cast<std::size_t>(s)];
+  graph::StreamDef& attached = model_.streams[static_cast<std::size_t>(tiling_stream_)];
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<std::uint8_t> context,
+                           graph::EncodeTilingContext(node.op(), in_descs_, tiling.workspace_bytes, chip_.aicore_count));
+  std::vector<std::uint8_t>& seg = model_.tiling_data;
+  const std::uint64_t ctx = (seg.size() + kParamsAlign - 1) / kParamsAlign * kParamsAlign;
+  seg.resize(ctx);
+  seg.insert(seg.end(), context.begin(), context.end());
+  seg.resize((seg.size() + kParamsAlign - 1) / kParamsAlign * kParamsAlign, 0);
+
+  TaskDef tile{.type = TaskType::kAicpuKernel, .node = node.name(), .kernel = graph::kAicpuTilingKernel};
+  tile.args.push_back(MemRef{Segment::kTilingData, ctx});
+  bool produced_in_run = false;
+  for (int k : def.tiling_depend_inputs) {
+    const graph::Endpoint& e = node.inputs()[static_cast<std::size_t>(k)];
+    NPUFLOW_ASSIGN_OR_RETURN(const graph::TensorPlacement* t, places_.Where(*e.node, e.index));
+    tile.args.push_back(t->ref);
+    produced_in_run = produced_in_run || StreamOf(*e.node) >= 0;
+  }
+  if (produced_in_run) {
+    const auto ready = static_cast<std::uint32_t>(++max_event_);
+    main.tasks.push_back(TaskDef{.type = TaskType::kEventRecord, .node = node.name(), .event = ready});
+    attached.tasks.push_back(TaskDef{.type = TaskType::kEventWait, .node = node.name(), .event = ready});
+  }
+  attached.tasks.push_back(std::move(tile));
+  const int nops = options_.tiling_sink_nops >= 0 ? options_.tiling_sink_nops : chip_.prefetch_num;
+  TaskDef update{.type = TaskType::kTaskUpdate, .node = node.name()};
+  update.target_stream = static_cast<std::uint32_t>(s);
+  update.target_task = static_cast<std::uint32_t>(main.tasks.size() + 1 + static_cast<std::size_t>(nops));
+  update.block_dim_ref = MemRef{Segment::kTilingData, ctx + graph::kTilingContextBlockDimOffset};
+  update.tiling_key_ref = MemRef{Segment::kTilingData, ctx + graph::kTilingContextTilingKeyOffset};
+  attached.tasks.push_back(std::move(update));
+  const auto tiled = static_cast<std::uint32_t>(++max_event_);
+  attached.tasks.push_back(TaskDef{.type = TaskType::kEventRecord, .node = node.name(), .event = tiled});
+  main.tasks.push_back(TaskDef{.type = TaskType::kEventWait, .node = node.name(), .event = tiled});
+  for (int i = 0; i < nops; ++i) main.tasks.push_back(TaskDef{.type = TaskType::kNop, .node = node.name()});
+  kernel.block_dim = graph::kTilingSinkBlockDim;
+  kernel.tiling_key = 0;
+  return Status::Ok();
 }
 
 Status TaskGenerator::EmitEvents(const graph::Node& node, const char* attr, TaskType type, graph::StreamDef& stream) {
@@ -266,7 +340,7 @@ Status GenTasksPass(PassContext& ctx) {
   NPUFLOW_ASSIGN_OR_RETURN(GraphIndex index, GraphIndex::Build(ctx.graph));
   if (ctx.model.memory.tensors.empty() && ctx.graph.node_count() > 0)
     return Status::ParamInvalid("the model has no memory plan: gen-tasks runs after plan-memory");
-  TaskGenerator gen(index, ctx.chip, ctx.model);
+  TaskGenerator gen(index, ctx.chip, ctx.options, ctx.model);
   NPUFLOW_RETURN_IF_ERROR(gen.PlanOutputCopies());
   gen.CreateStreams();
   NPUFLOW_RETURN_IF_ERROR(gen.EmitHostCopies());

@@ -37,15 +37,20 @@ std::string TaskLine(const graph::TaskDef& t) {
     case graph::TaskType::kAicpuKernel: {
       std::string args;
       for (const graph::MemRef& r : t.args) args += (args.empty() ? "" : ", ") + Ref(r);
+      const std::string block_dim = t.block_dim == graph::kTilingSinkBlockDim ? std::string("0xFFFFFFFF (tiling sink)")
+                                                                                : std::to_string(t.block_dim);
       return fmt::format("{} {} {} block_dim={} tiling_key={} args=[{}]", graph::TaskTypeName(t.type), t.node,
-                         t.kernel, t.block_dim, t.tiling_key, args);
+                         t.kernel, block_dim, t.tiling_key, args);
     }
     case graph::TaskType::kMemcpy:
       return fmt::format("memcpy {} {} -> {} ({} bytes)", t.node, Ref(t.src), Ref(t.dst), t.bytes);
     case graph::TaskType::kEventRecord:
     case graph::TaskType::kEventWait:
       return fmt::format("{} e{} ({})", graph::TaskTypeName(t.type), t.event, t.node);
-    case graph::TaskType::kNop: return "nop";
+    case graph::TaskType::kNop: return t.node.empty() ? "nop" : fmt::format("nop ({})", t.node);
+    case graph::TaskType::kTaskUpdate:
+      return fmt::format("task_update {}: stream {} task {}, block_dim at {}, tiling_key at {}", t.node,
+                         t.target_stream, t.target_task, Ref(t.block_dim_ref), Ref(t.tiling_key_ref));
   }
   return "?";
 }
@@ -63,7 +68,8 @@ std::string PrintMemoryPlan(const graph::CompiledModel& model) {
 std::string PrintTasks(const graph::CompiledModel& model) {
   std::string out;
   for (const graph::StreamDef& s : model.streams) {
-    out += fmt::format("stream {} ({}): {} tasks\n", s.id, graph::OpEngineName(s.engine), s.tasks.size());
+    out += fmt::format("stream {} ({}{}): {} tasks\n", s.id, graph::OpEngineName(s.engine),
+                       s.name.empty() ? "" : ", " + s.name, s.tasks.size());
     for (std::size_t i = 0; i < s.tasks.size(); ++i) out += fmt::format("  {} {}\n", i, TaskLine(s.tasks[i]));
   }
   return out;

@@ -111,6 +111,10 @@ StatusOr<npu_sim::Task> DavinciModel::TaskOf(const Instance& inst, const graph::
     case graph::TaskType::kEventRecord: return npu_sim::Task::Record(inst.events[t.event].id);
     case graph::TaskType::kEventWait: return npu_sim::Task::Wait(inst.events[t.event].id);
     case graph::TaskType::kNop: break;
+    case graph::TaskType::kTaskUpdate:
+      return Status::Unsupported("node '{}': the tiling sink's task update is not distributed by this build's "
+                                 "DavinciModel (compile without --tiling_schedule_optimize 1)",
+                                 t.node);
   }
   return npu_sim::Task::Nop();
 }

@@ -25,6 +25,7 @@ std::string_view TaskTypeName(TaskType type) {
     case TaskType::kEventRecord: return "event_record";
     case TaskType::kEventWait: return "event_wait";
     case TaskType::kNop: return "nop";
+    case TaskType::kTaskUpdate: return "task_update";
   }
   return "unknown";
 }

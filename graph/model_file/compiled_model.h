@@ -63,7 +63,13 @@ struct MemoryPlan {
   std::uint64_t bytes(Segment s) const { return segment_bytes[static_cast<int>(s)]; }
 };
 
-enum class TaskType : std::uint8_t { kKernel, kAicpuKernel, kMemcpy, kEventRecord, kEventWait, kNop };
+// kTaskUpdate: the tiling sink's update of a kernel on another stream (rt's ModelTaskUpdate): its
+// new block_dim (u32) and tiling key (u64) are read from device words when the update runs.
+// A kernel whose block_dim is this waits for the tiling sink's task update (npu_sim's
+// kTilingSinkBlockDim, GE's kTilingSinkBlockDim).
+inline constexpr std::uint32_t kTilingSinkBlockDim = 0xFFFFFFFFu;
+
+enum class TaskType : std::uint8_t { kKernel, kAicpuKernel, kMemcpy, kEventRecord, kEventWait, kNop, kTaskUpdate };
 std::string_view TaskTypeName(TaskType type);
 
 struct TaskDef {
@@ -76,11 +82,17 @@ struct TaskDef {
   std::uint32_t event = 0;   // kEventRecord / kEventWait
   MemRef src, dst;           // kMemcpy, device to device
   std::uint64_t bytes = 0;   // kMemcpy
+  // kTaskUpdate: the target kernel (an index into model.streams, and into that stream's tasks) and
+  // the tiling context's block_dim and tiling-key words.
+  std::uint32_t target_stream = 0;
+  std::uint32_t target_task = 0;
+  MemRef block_dim_ref, tiling_key_ref;
 };
 
 struct StreamDef {
   std::uint32_t id = 0;
   OpEngine engine = OpEngine::kAICore;  // the engine of the stream's first op
+  std::string name;                     // "tiling": the tiling sink's attached stream; empty otherwise
   std::vector<TaskDef> tasks;
 };
 

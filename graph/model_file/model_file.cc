@@ -73,6 +73,7 @@ StatusOr<proto::TaskTypeDef> ToProto(TaskType t, std::string_view where) {
     case TaskType::kEventRecord: return proto::TASK_EVENT_RECORD;
     case TaskType::kEventWait: return proto::TASK_EVENT_WAIT;
     case TaskType::kNop: return proto::TASK_NOP;
+    case TaskType::kTaskUpdate: return proto::TASK_UPDATE;
   }
   return Status::ParamInvalid("{}: unknown task type {}", where, static_cast<int>(t));
 }
@@ -85,6 +86,7 @@ StatusOr<TaskType> FromProto(proto::TaskTypeDef t, std::string_view where) {
     case proto::TASK_EVENT_RECORD: return TaskType::kEventRecord;
     case proto::TASK_EVENT_WAIT: return TaskType::kEventWait;
     case proto::TASK_NOP: return TaskType::kNop;
+    case proto::TASK_UPDATE: return TaskType::kTaskUpdate;
     default: break;
   }
   return Status::DataCorrupted("{}: unknown task type {}", where, static_cast<int>(t));
@@ -345,6 +347,8 @@ StatusOr<proto::ModelDef> ToModelDef(const CompiledModel& m, std::string_view so
   opt->set_external_weight_dir(m.options.external_weight_dir);
   opt->set_model_name(m.options.model_name);
   opt->set_value_bins(m.options.value_bins);
+  opt->set_tiling_schedule_optimize(m.options.tiling_schedule_optimize);
+  opt->set_tiling_sink_nops(m.options.tiling_sink_nops);
   def.set_chip(m.chip);
 
   proto::MemoryPlanDef* mem = def.mutable_memory();
@@ -364,6 +368,7 @@ StatusOr<proto::ModelDef> ToModelDef(const CompiledModel& m, std::string_view so
     const std::string where = fmt::format("{}: stream {}", source, s.id);
     proto::StreamDefProto* ps = def.add_stream();
     ps->set_id(s.id);
+    ps->set_name(s.name);
     NPUFLOW_ASSIGN_OR_RETURN(proto::EngineDef engine, ToProto(s.engine, where));
     ps->set_engine(engine);
     for (const TaskDef& t : s.tasks) {
@@ -379,6 +384,12 @@ StatusOr<proto::ModelDef> ToModelDef(const CompiledModel& m, std::string_view so
       NPUFLOW_RETURN_IF_ERROR(ToProto(t.src, *pt->mutable_src(), where));
       NPUFLOW_RETURN_IF_ERROR(ToProto(t.dst, *pt->mutable_dst(), where));
       pt->set_bytes(t.bytes);
+      if (t.type == TaskType::kTaskUpdate) {
+        pt->set_target_stream(t.target_stream);
+        pt->set_target_task(t.target_task);
+        NPUFLOW_RETURN_IF_ERROR(ToProto(t.block_dim_ref, *pt->mutable_block_dim_ref(), where));
+        NPUFLOW_RETURN_IF_ERROR(ToProto(t.tiling_key_ref, *pt->mutable_tiling_key_ref(), where));
+      }
     }
   }
   def.set_event_count(m.event_count);
@@ -429,6 +440,9 @@ StatusOr<CompiledModel> FromModelDef(const proto::ModelDef& def, std::string_vie
   m.options.external_weight_dir = def.options().external_weight_dir();
   m.options.model_name = def.options().model_name();
   m.options.value_bins = def.options().value_bins();
+  m.options.tiling_schedule_optimize = def.options().tiling_schedule_optimize();
+  // Files written before the tiling sink hold 0 here: the chip's prefetch_num was the only choice.
+  m.options.tiling_sink_nops = def.options().has_tiling_sink_nops() ? def.options().tiling_sink_nops() : -1;
   m.chip = def.chip();
 
   const proto::MemoryPlanDef& mem = def.memory();
@@ -453,6 +467,7 @@ StatusOr<CompiledModel> FromModelDef(const proto::ModelDef& def, std::string_vie
   for (const proto::StreamDefProto& ps : def.stream()) {
     StreamDef s;
     s.id = ps.id();
+    s.name = ps.name();
     NPUFLOW_ASSIGN_OR_RETURN(s.engine, FromProto(ps.engine(), fmt::format("{}: stream {}", source, ps.id())));
     for (int i = 0; i < ps.task_size(); ++i) {
       const proto::TaskDefProto& pt = ps.task(i);
@@ -471,6 +486,12 @@ StatusOr<CompiledModel> FromModelDef(const proto::ModelDef& def, std::string_vie
       NPUFLOW_ASSIGN_OR_RETURN(t.src, FromProto(pt.src(), where));
       NPUFLOW_ASSIGN_OR_RETURN(t.dst, FromProto(pt.dst(), where));
       t.bytes = pt.bytes();
+      if (t.type == TaskType::kTaskUpdate) {
+        t.target_stream = pt.target_stream();
+        t.target_task = pt.target_task();
+        NPUFLOW_ASSIGN_OR_RETURN(t.block_dim_ref, FromProto(pt.block_dim_ref(), where));
+        NPUFLOW_ASSIGN_OR_RETURN(t.tiling_key_ref, FromProto(pt.tiling_key_ref(), where));
+      }
       s.tasks.push_back(std::move(t));
     }
     m.streams.push_back(std::move(s));
@@ -524,6 +545,16 @@ Status CheckModel(const CompiledModel& m, std::string_view source, MakeError err
       if ((t.type == TaskType::kEventRecord || t.type == TaskType::kEventWait) && t.event >= m.event_count)
         return error(fmt::format("{}: event {} is out of range (the model has {} events)", where, t.event,
                                  m.event_count));
+      if (t.type == TaskType::kTaskUpdate) {
+        if (t.target_stream >= m.streams.size() || t.target_task >= m.streams[t.target_stream].tasks.size())
+          return error(fmt::format("{}: target stream {} task {} does not exist", where, t.target_stream,
+                                   t.target_task));
+        if (m.streams[t.target_stream].tasks[t.target_task].type != TaskType::kKernel)
+          return error(fmt::format("{}: target stream {} task {} is not a kernel", where, t.target_stream,
+                                   t.target_task));
+        NPUFLOW_RETURN_IF_ERROR(within(t.block_dim_ref, 4, where + ": block_dim word"));
+        NPUFLOW_RETURN_IF_ERROR(within(t.tiling_key_ref, 8, where + ": tiling key word"));
+      }
     }
   }
   for (std::size_t i = 0; i < m.inputs.size(); ++i)

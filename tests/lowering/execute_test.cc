@@ -51,9 +51,11 @@ StatusOr<std::vector<Tensor>> RunCompiled(const CompiledModel& model, const std:
     NPUFLOW_ASSIGN_OR_RETURN(npu_sim::Event ev, rt->CreateEvent(0));
     events.push_back(ev);
   }
+  std::vector<npu_sim::Stream> created;
   for (const graph::StreamDef& sd : model.streams) {
     NPUFLOW_ASSIGN_OR_RETURN(npu_sim::Stream stream, rt->CreateStream(0));
     NPUFLOW_RETURN_IF_ERROR(rt->BindStream(dm, stream));
+    created.push_back(stream);
     std::vector<npu_sim::Task> tasks;
     for (const graph::TaskDef& t : sd.tasks) {
       switch (t.type) {
@@ -76,6 +78,11 @@ StatusOr<std::vector<Tensor>> RunCompiled(const CompiledModel& model, const std:
         case graph::TaskType::kEventRecord: tasks.push_back(npu_sim::Task::Record(events.at(t.event).id)); break;
         case graph::TaskType::kEventWait: tasks.push_back(npu_sim::Task::Wait(events.at(t.event).id)); break;
         case graph::TaskType::kNop: tasks.push_back(npu_sim::Task::Nop()); break;
+        case graph::TaskType::kTaskUpdate:  // the target is an earlier stream (the tiling stream is the last)
+          tasks.push_back(npu_sim::Task::Update(created.at(t.target_stream).id, t.target_task,
+                                                npu_sim::DevicePtr{resolve(t.block_dim_ref)},
+                                                npu_sim::DevicePtr{resolve(t.tiling_key_ref)}));
+          break;
       }
     }
     NPUFLOW_RETURN_IF_ERROR(rt->LoadTasks(dm, stream, std::move(tasks)));

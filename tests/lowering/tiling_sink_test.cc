@@ -5,6 +5,8 @@
 #include <string>
 
 #include "graph/ir/text_format.h"
+#include "graph/model_file/model_file.h"
+#include "graph/ops/tiling_context.h"
 #include "graph/ops/op_registry.h"
 #include "lowering/compiler.h"
 #include "lowering/tiling_sink.h"
@@ -12,6 +14,8 @@
 
 namespace npuflow::lowering {
 namespace {
+
+using graph::Segment;
 
 // One decode step's attention: q[2, 1, 4] over a cache[2, 8, 4] Variable, valid_len a Data input
 // (known only at run time) unless `len_const` gives it as a Const.
@@ -121,6 +125,85 @@ TEST(TilingSink, AConstDependValueIsTiledAtCompileTime) {
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_TRUE(model->tiling_sink.empty());
   EXPECT_FALSE(model->graph->FindNode("att")->op().HasAttr("_tiling_sink"));
+}
+
+// The two streams of one marked node, as gen-tasks writes them (seed 003, 4.3), on a chip's
+// prefetch_num NOPs or --tiling-sink-nops.
+TEST(TilingSink, TheTaskSequenceOnBothStreams) {
+  struct Case {
+    std::string chip;
+    int nops_option;
+    int nops;
+  };
+  for (const Case& c : {Case{"910B", -1, 8}, Case{"310P", -1, 5}, Case{"910B", 3, 3}, Case{"910B", 0, 0}}) {
+    const std::string what = c.chip + " nops " + std::to_string(c.nops_option);
+    CompileOptions options;
+    options.chip = c.chip;
+    options.tiling_schedule_optimize = "1";  // offline: the device gate is skipped, 310P included
+    options.tiling_sink_nops = c.nops_option;
+    auto model = Compile(AttentionGraph(), options);
+    ASSERT_TRUE(model.ok()) << what << ": " << model.status();
+    ASSERT_EQ(model->streams.size(), 2u) << what;
+    const graph::StreamDef& main = model->streams[0];
+    const graph::StreamDef& tiling = model->streams[1];
+    EXPECT_EQ(tiling.name, "tiling");
+    EXPECT_EQ(tiling.engine, graph::OpEngine::kAICpu);
+    // Tiling stream: AICPU tiling (context, valid_len) -> task update -> record.
+    ASSERT_EQ(tiling.tasks.size(), 3u) << what;
+    EXPECT_EQ(tiling.tasks[0].type, graph::TaskType::kAicpuKernel);
+    EXPECT_EQ(tiling.tasks[0].kernel, graph::kAicpuTilingKernel);
+    ASSERT_EQ(tiling.tasks[0].args.size(), 2u);
+    EXPECT_EQ(tiling.tasks[0].args[0].segment, Segment::kTilingData);
+    EXPECT_EQ(tiling.tasks[0].args[1].segment, Segment::kInput);  // valid_len, a model input
+    const graph::TaskDef& update = tiling.tasks[1];
+    EXPECT_EQ(update.type, graph::TaskType::kTaskUpdate);
+    EXPECT_EQ(tiling.tasks[2].type, graph::TaskType::kEventRecord);
+    // Main stream: wait -> NOP x N -> the kernel with the placeholder block_dim.
+    ASSERT_EQ(main.tasks.size(), static_cast<std::size_t>(c.nops + 2)) << what;
+    EXPECT_EQ(main.tasks[0].type, graph::TaskType::kEventWait);
+    EXPECT_EQ(main.tasks[0].event, tiling.tasks[2].event);
+    for (int i = 1; i <= c.nops; ++i) EXPECT_EQ(main.tasks[i].type, graph::TaskType::kNop) << what;
+    const graph::TaskDef& kernel = main.tasks.back();
+    EXPECT_EQ(kernel.type, graph::TaskType::kKernel);
+    EXPECT_EQ(kernel.block_dim, graph::kTilingSinkBlockDim);
+    EXPECT_EQ(update.target_stream, 0u);
+    EXPECT_EQ(update.target_task, main.tasks.size() - 1);
+    // The update reads the words of the context the AICPU task writes.
+    const std::uint64_t ctx = tiling.tasks[0].args[0].offset;
+    EXPECT_EQ(update.block_dim_ref.offset, ctx + graph::kTilingContextBlockDimOffset);
+    EXPECT_EQ(update.tiling_key_ref.offset, ctx + graph::kTilingContextTilingKeyOffset);
+    auto info = graph::DecodeTilingContext(std::span(model->tiling_data).subspan(ctx));
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->op.type(), "Attention");
+    EXPECT_EQ(info->op.name(), "att");
+    ASSERT_EQ(info->inputs.size(), 4u);
+    EXPECT_EQ(info->inputs[1].shape.ToString(), "[2, 8, 4]");
+    EXPECT_EQ(info->header.block_dim, graph::kTilingSinkBlockDim);
+    // Written and read back, the model is the same.
+    auto bytes = graph::SerializeModel(*model);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    auto again = graph::ParseModel(*bytes, "model");
+    ASSERT_TRUE(again.ok()) << again.status();
+    ASSERT_EQ(again->streams.size(), 2u);
+    EXPECT_EQ(again->streams[1].name, "tiling");
+    EXPECT_EQ(again->streams[1].tasks[1].target_task, update.target_task);
+    EXPECT_EQ(again->streams[1].tasks[1].tiling_key_ref.offset, update.tiling_key_ref.offset);
+    EXPECT_EQ(again->options.tiling_schedule_optimize, "1");
+    EXPECT_EQ(again->options.tiling_sink_nops, c.nops_option);
+  }
+}
+
+TEST(TilingSink, AContextThatIsNotOneIsAClearError) {
+  std::vector<std::uint8_t> bytes(8, 0);
+  EXPECT_EQ(graph::DecodeTilingContext(bytes).status().code(), StatusCode::kDataCorrupted);
+  auto good = graph::EncodeTilingContext(graph::OpDesc("att", "Attention"), {}, 0, 8);
+  ASSERT_TRUE(good.ok());
+  std::vector<std::uint8_t> truncated(good->begin(), good->end() - 1);
+  Status s = graph::DecodeTilingContext(truncated).status();
+  EXPECT_NE(s.message().find("runs past"), std::string_view::npos) << s;
+  (*good)[0] ^= 1;
+  s = graph::DecodeTilingContext(*good).status();
+  EXPECT_NE(s.message().find("magic"), std::string_view::npos) << s;
 }
 
 TEST(TilingSink, TheMarkIsPrintedAfterThePass) {

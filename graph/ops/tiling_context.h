@@ -1,0 +1,53 @@
+// The tiling sink's device tiling context (seed 003, 5.1): what an op's AICPU tiling task reads
+// and writes, laid out in the model's tiling-data segment by gen-tasks.
+//
+//   | TilingContextHeader | compute-node info (info_bytes) |
+//
+// The header's block_dim and tiling_key are the words the AICPU tiling task writes and the task
+// update reads (block_dim starts as kTilingSinkBlockDim: a kernel patched from an untouched
+// context would still carry the placeholder). The compute-node info is what the tiling function
+// needs besides the values: the op (type, name, attributes) and its input descriptors, as a
+// serialized GraphDef of one Data node per input feeding the op (graph/ir/text_format.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "graph/ir/compute_graph.h"
+
+namespace npuflow::graph {
+
+inline constexpr std::uint32_t kTilingContextMagic = 0x4B4E5354;  // "TSNK"
+// The AICPU kernel that tiles a marked op on the device: args (context, tiling-depend inputs...).
+inline constexpr const char* kAicpuTilingKernel = "aicpu.TilingSink";
+
+struct TilingContextHeader {
+  std::uint32_t magic = kTilingContextMagic;
+  std::uint32_t block_dim = 0xFFFFFFFFu;  // written by the AICPU tiling task
+  std::uint64_t tiling_key = 0;           // written by the AICPU tiling task
+  std::uint64_t workspace_bytes = 0;      // the workspace the kernel was given (one host tiling run)
+  std::uint32_t core_count = 0;           // the AICore cores the tiling spreads blocks over
+  std::uint32_t info_bytes = 0;           // the compute-node info after the header
+};
+static_assert(sizeof(TilingContextHeader) == 32);
+inline constexpr std::uint64_t kTilingContextBlockDimOffset = offsetof(TilingContextHeader, block_dim);
+inline constexpr std::uint64_t kTilingContextTilingKeyOffset = offsetof(TilingContextHeader, tiling_key);
+
+// The context's initial bytes for `op` with inputs `inputs`.
+StatusOr<std::vector<std::uint8_t>> EncodeTilingContext(const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                                                        std::uint64_t workspace_bytes, int core_count);
+
+// What the AICPU tiling task reads back: the op and its inputs' descriptors. A context that is
+// not one (bad magic, truncated, info that does not parse) is a DataCorrupted naming what.
+struct TilingContextInfo {
+  TilingContextHeader header;
+  OpDesc op;
+  std::vector<TensorDesc> inputs;
+};
+StatusOr<TilingContextInfo> DecodeTilingContext(std::span<const std::uint8_t> bytes);
+
+}  // namespace npuflow::graph
