@@ -1,4 +1,5 @@
 #include "graph/ops/op_registry.h"
+#include "graph/ops/tiling_context.h"
 
 #include "graph/kernels/device_kernels.h"
 #include "graph/ops/control_flow.h"
@@ -31,6 +32,7 @@ void RegisterBuiltinOps() {
     RegisterElementwiseKernels();
     RegisterTensorKernels();
     RegisterNnKernels();
+    RegisterTilingSinkKernel();
   });
 }
 

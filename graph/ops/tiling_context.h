@@ -50,4 +50,8 @@ struct TilingContextInfo {
 };
 StatusOr<TilingContextInfo> DecodeTilingContext(std::span<const std::uint8_t> bytes);
 
+// Registers kAicpuTilingKernel in npu_sim's kernel registry (ops/tiling_sink_kernel.cc; called by
+// RegisterBuiltinOps): it needs the op registry's tiling functions, so it lives in this layer.
+void RegisterTilingSinkKernel();
+
 }  // namespace npuflow::graph

@@ -2,6 +2,7 @@
 // mark-tiling-sink's triple gate, each gate failing alone.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 #include "graph/ir/text_format.h"
@@ -10,6 +11,7 @@
 #include "graph/ops/op_registry.h"
 #include "lowering/compiler.h"
 #include "lowering/tiling_sink.h"
+#include "npu_sim/runtime.h"
 #include "scheduler/session.h"
 
 namespace npuflow::lowering {
@@ -114,7 +116,9 @@ TEST(TilingSink, EachGateFailingAloneSendsTheNodeDynamic) {
     ASSERT_NE(att, nullptr);
     EXPECT_EQ(att->op().AttrOr<bool>("_tiling_sink", false).value(), c.marked) << c.what;
     EXPECT_EQ(att->op().AttrOr<std::string>("_tiling_dynamic", "").value(), c.gate) << c.what;
-    if (!c.marked) EXPECT_FALSE(d.why.empty()) << c.what;
+    if (!c.marked) {
+      EXPECT_FALSE(d.why.empty()) << c.what;
+    }
   }
 }
 
@@ -204,6 +208,52 @@ TEST(TilingSink, AContextThatIsNotOneIsAClearError) {
   (*good)[0] ^= 1;
   s = graph::DecodeTilingContext(*good).status();
   EXPECT_NE(s.message().find("magic"), std::string_view::npos) << s;
+}
+
+// The AICPU tiling task on npu_sim: valid_len read from device memory, the op's tiling function
+// run on an AICPU unit, block_dim and the key written into the context, equal to the host's.
+TEST(TilingSink, TheAicpuTaskTilesFromTheValueInDeviceMemory) {
+  graph::RegisterBuiltinOps();
+  npu_sim::RuntimeOptions ro;
+  ro.workers = 2;
+  auto rt = npu_sim::Runtime::Create(ro);
+  ASSERT_TRUE(rt.ok()) << rt.status();
+  const npu_sim::ChipSpec& chip = **(*rt)->chip(0);
+  using graph::DataType;
+  using graph::TensorDesc;
+  const std::vector<TensorDesc> inputs = {{DataType::kFloat32, graph::Shape{12, 1, 64}},
+                                          {DataType::kFloat32, graph::Shape{12, 1024, 64}},
+                                          {DataType::kFloat32, graph::Shape{12, 1024, 64}},
+                                          {DataType::kInt32, graph::Shape{1}}};
+  const graph::OpDesc op("h0/attn/mha", "Attention");
+  auto context = graph::EncodeTilingContext(op, inputs, 0, chip.aicore_count);
+  ASSERT_TRUE(context.ok()) << context.status();
+  auto ctx = (*rt)->Malloc(0, context->size(), npu_sim::Placement::kHbm);
+  auto len = (*rt)->Malloc(0, 4, npu_sim::Placement::kHbm);
+  ASSERT_TRUE(ctx.ok() && len.ok());
+  ASSERT_TRUE((*rt)->MemcpyH2D(0, *ctx, context->data(), context->size()).ok());
+  const graph::OpDef& def = **graph::OpRegistry::Global().Find("Attention");
+  const npu_sim::Stream stream = (*rt)->DefaultStream(0);
+  for (std::int32_t valid : {1, 100, 128, 129, 1000, 1024}) {
+    ASSERT_TRUE((*rt)->MemcpyH2D(0, *len, &valid, 4).ok());
+    Status s = (*rt)->LaunchAicpuKernel(stream, graph::kAicpuTilingKernel, {ctx->value, len->value});
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE((*rt)->SynchronizeStream(stream).ok());
+    graph::TilingContextHeader h;
+    ASSERT_TRUE((*rt)->MemcpyD2H(0, &h, *ctx, sizeof(h)).ok());
+    graph::Tensor value{inputs[3], std::vector<std::uint8_t>(4)};
+    std::memcpy(value.data.data(), &valid, 4);
+    auto host = def.tiling(op, inputs, {&value}, chip.aicore_count);
+    ASSERT_TRUE(host.ok()) << host.status();
+    EXPECT_EQ(h.block_dim, host->block_dim) << "valid_len " << valid;
+    EXPECT_EQ(h.tiling_key, host->tiling_key) << "valid_len " << valid;
+  }
+  // Not a context: a clear error naming the kernel.
+  const std::vector<std::uint8_t> zeros(64, 0);
+  ASSERT_TRUE((*rt)->MemcpyH2D(0, *ctx, zeros.data(), zeros.size()).ok());
+  ASSERT_TRUE((*rt)->LaunchAicpuKernel(stream, graph::kAicpuTilingKernel, {ctx->value, len->value}).ok());
+  Status s = (*rt)->SynchronizeStream(stream);
+  EXPECT_NE(s.message().find("aicpu.TilingSink: argument 0 is not a tiling context"), std::string_view::npos) << s;
 }
 
 TEST(TilingSink, TheMarkIsPrintedAfterThePass) {
