@@ -20,6 +20,7 @@
 #include "actors/fibers.h"
 #include "base/files.h"
 #include "weights/weight_loader.h"
+#include "lowering/tiling_sink.h"
 #include "models/gpt2/engine.h"
 #include "models/gpt2/sampling.h"
 #include "models/gpt2/tokenizer.h"
@@ -168,6 +169,7 @@ struct Gpt2Run {
   std::string trace;
   gpt2::HostOptions host;
   gpt2::PrefillMode prefill = gpt2::PrefillMode::kBatch;
+  std::string tiling_schedule_optimize;
   bool one_token_prompts = false;  // then no prefill model is built: each prompt is one decode step
 };
 
@@ -219,7 +221,12 @@ Status GenerateAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const G
   NPUFLOW_ASSIGN_OR_RETURN(
       std::unique_ptr<gpt2::Gpt2Engine> engine,
       gpt2::Gpt2Engine::Create(std::move(file_read),
-                               {.streams = static_cast<int>(run.prompts.size()), .prefill = run.prefill}));
+                               {.streams = static_cast<int>(run.prompts.size()),
+                                .session_options = run.tiling_schedule_optimize.empty()
+                                                       ? scheduler::Options{}
+                                                       : scheduler::Options{{"ge.tiling_schedule_optimize",
+                                                                             run.tiling_schedule_optimize}},
+                                .prefill = run.prefill}));
   if (stages) stages->Stage("model loaded");
   const double create_ms = std::chrono::duration<double, std::milli>(engine->load_started() - t0).count();
   const gpt2::Gpt2File& file = engine->file();
@@ -331,6 +338,9 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
   run.n_predict = args.n_predict;
   run.print_ids = args.print_ids;
   NPUFLOW_ASSIGN_OR_RETURN(run.prefill, gpt2::ParsePrefillMode(args.prefill));
+  NPUFLOW_RETURN_IF_ERROR(
+      lowering::CheckTilingScheduleOptimize(args.tiling_schedule_optimize, "--tiling_schedule_optimize"));
+  run.tiling_schedule_optimize = args.tiling_schedule_optimize;
   run.trace = args.trace;
   run.host.threads = args.host_threads;
   if (args.host_mode == "threads") run.host.mode = gpt2::HostOptions::Mode::kThreads;

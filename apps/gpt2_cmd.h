@@ -45,6 +45,9 @@ struct Gpt2Args {
   std::string device_chip = "910B";
   bool verbose = false;  // also print where the load time and the memory go (stage report)
   std::string prefill = "batch";  // batch: the prompt as one RT2.0 graph; tokens: token by token (v1 decode step)
+  // ge.tiling_schedule_optimize for the decode step: "1" tiles Attention on the device from the real
+  // context length (where the chip supports task update); "0": the dynamic path.
+  std::string tiling_schedule_optimize;
 };
 
 Status RunGpt2(const Gpt2Args& args, std::ostream& out);

@@ -86,8 +86,13 @@ class TaskGenerator {
                 graph::CompiledModel& model)
       : index_(index), chip_(chip), options_(options), model_(model), places_(index, model.memory.tensors) {
     for (int pos = 0; pos < index.size(); ++pos) {
-      streams_ = std::max(streams_, StreamOf(*index.node(pos)) + 1);
-      if (IsTilingSink(*index.node(pos))) has_tiling_sink_ = true;
+      const graph::Node& node = *index.node(pos);
+      streams_ = std::max(streams_, StreamOf(node) + 1);
+      if (IsTilingSink(node)) has_tiling_sink_ = true;
+      // insert-events' ids first: the tiling sink's events are numbered after all of them.
+      for (const char* attr : {"_send_events", "_recv_events"})
+        for (std::int64_t e : node.op().AttrOr<std::vector<std::int64_t>>(attr, {}).value_or(std::vector<std::int64_t>{}))
+          max_event_ = std::max(max_event_, e);
     }
     model_.streams.clear();
     model_.tiling_data.clear();

@@ -236,6 +236,16 @@ class DavinciModel {
     std::vector<std::vector<npu_sim::IoPatch>> patches;
     // Per stream, the list positions of the weight gates (the waits on FileConstant latches).
     std::vector<std::vector<std::uint32_t>> gates;
+    // The tiling sink (seed 003, 5.2): per marked kernel, recorded at distribution, its stream and
+    // task id and its tiling context's device address; a task update names them (TaskOf).
+    struct TilingSinkTask {
+      std::string node;
+      std::size_t stream = 0;  // index into `streams`
+      std::uint32_t task = 0;  // position in that stream's list
+      bool kernel_seen = false;
+      npu_sim::DevicePtr context;
+    };
+    std::vector<TilingSinkTask> tiling_sink;
     std::atomic<bool> gates_elided{false};
     std::atomic<int> in_flight{0};
   };
@@ -283,6 +293,7 @@ class DavinciModel {
   Status InitTaskInfo(Instance& inst, TaskPositions& moved);
   Status InitStreamTasks(Instance& inst, std::size_t s, std::size_t first_kernel, std::vector<std::uint32_t>& moved);
   StatusOr<npu_sim::Task> TaskOf(const Instance& inst, const graph::TaskDef& t, const npu_sim::KernelDef* def) const;
+  Status RecordTilingSinkTask(Instance& inst, std::size_t s, const graph::TaskDef& t, std::uint32_t position) const;
   Status DistributeTask(Instance& inst, const TaskPositions& moved);
   // NnExecute with host buffers: copies and run in one submission on the instance's exec stream.
   Status ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io, const ExecuteArgs& args, bool weights_settled);

@@ -324,6 +324,10 @@ Status DavinciModel::ExecuteHostScheduled(const ExecuteArgs& args) {
 // Every task submitted by the host on its own, on instance 0's host streams (made on first use).
 Status DavinciModel::RunHostScheduled(const ExecuteArgs& args) {
   Instance& inst = *instances_[0];
+  if (!inst.tiling_sink.empty())
+    return Status::Unsupported("model {}: its tiling-sink task updates name tasks of the model's own streams; "
+                               "host-scheduled execution submits to other streams (run it through the task sink)",
+                               id_);
   InFlight inst_guard(inst.in_flight);
   const CompiledModel& m = *model_;
   while (inst.host_streams.size() < inst.lists.size()) {

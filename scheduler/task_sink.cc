@@ -2,6 +2,10 @@
 // resolved addresses and weight gates) and DistributeTask (each stream's list sent once).
 #include "scheduler/davinci_model.h"
 
+#include <algorithm>
+
+#include "graph/ops/tiling_context.h"
+
 namespace npuflow::scheduler {
 namespace {
 
@@ -42,6 +46,7 @@ Status DavinciModel::BindModelStream(Instance& inst) {
 Status DavinciModel::InitTaskInfo(Instance& inst, TaskPositions& moved) {
   const CompiledModel& m = *model_;
   inst.lists.assign(m.streams.size(), {});
+  inst.tiling_sink.clear();
   inst.gates.assign(m.streams.size(), {});
   moved.assign(m.streams.size(), {});
   std::size_t first_kernel = 0;  // kernels_ is flat over (stream, task)
@@ -78,8 +83,32 @@ Status DavinciModel::InitStreamTasks(Instance& inst, std::size_t s, std::size_t 
     else if (t.type == graph::TaskType::kMemcpy)
       gate(t.src);
     moved[ti] = static_cast<std::uint32_t>(tasks.size());
+    NPUFLOW_RETURN_IF_ERROR(RecordTilingSinkTask(inst, s, t, moved[ti]));
     NPUFLOW_ASSIGN_OR_RETURN(npu_sim::Task task, TaskOf(inst, t, kernels_[first_kernel + ti]));
     tasks.push_back(std::move(task));
+  }
+  return Status::Ok();
+}
+
+// A kernel with the placeholder block_dim, and the AICPU tiling task that reads its context: what
+// the task update of the same node will name.
+Status DavinciModel::RecordTilingSinkTask(Instance& inst, std::size_t s, const graph::TaskDef& t,
+                                          std::uint32_t position) const {
+  const bool kernel = t.type == graph::TaskType::kKernel && t.block_dim == graph::kTilingSinkBlockDim;
+  const bool tiling = t.type == graph::TaskType::kAicpuKernel && t.kernel == graph::kAicpuTilingKernel;
+  if (!kernel && !tiling) return Status::Ok();
+  auto it = std::find_if(inst.tiling_sink.begin(), inst.tiling_sink.end(),
+                         [&](const Instance::TilingSinkTask& x) { return x.node == t.node; });
+  if (it == inst.tiling_sink.end()) it = inst.tiling_sink.insert(it, Instance::TilingSinkTask{.node = t.node});
+  if (kernel) {
+    it->stream = s;
+    it->task = position;
+    it->kernel_seen = true;
+  } else {
+    if (t.args.empty())
+      return Status::DataCorrupted("node '{}': the AICPU tiling task has no tiling context argument", t.node);
+    NPUFLOW_ASSIGN_OR_RETURN(std::uint64_t ctx, Resolve(inst, t.args[0]));
+    it->context = npu_sim::DevicePtr{ctx};
   }
   return Status::Ok();
 }
@@ -111,10 +140,30 @@ StatusOr<npu_sim::Task> DavinciModel::TaskOf(const Instance& inst, const graph::
     case graph::TaskType::kEventRecord: return npu_sim::Task::Record(inst.events[t.event].id);
     case graph::TaskType::kEventWait: return npu_sim::Task::Wait(inst.events[t.event].id);
     case graph::TaskType::kNop: break;
-    case graph::TaskType::kTaskUpdate:
-      return Status::Unsupported("node '{}': the tiling sink's task update is not distributed by this build's "
-                                 "DavinciModel (compile without --tiling_schedule_optimize 1)",
-                                 t.node);
+    case graph::TaskType::kTaskUpdate: {
+      // rtModelTaskUpdate: the target kernel's stream and task id and the context's block_dim and
+      // tiling-key words, all recorded when the kernel and the tiling task were distributed.
+      auto it = std::find_if(inst.tiling_sink.begin(), inst.tiling_sink.end(),
+                             [&](const Instance::TilingSinkTask& x) { return x.node == t.node; });
+      if (it == inst.tiling_sink.end() || !it->kernel_seen)
+        return Status::DataCorrupted(
+            "node '{}': task update with no kernel task recorded for it (no kernel with block_dim 0xFFFFFFFF was "
+            "distributed before the update; target stream {} task {})",
+            t.node, t.target_stream, t.target_task);
+      if (!it->context)
+        return Status::DataCorrupted(
+            "node '{}': task update with no tiling context recorded for it (no AICPU tiling task was distributed "
+            "before the update)",
+            t.node);
+      if (it->stream != t.target_stream)
+        return Status::DataCorrupted("node '{}': the task update targets stream {}, its kernel is on stream {}",
+                                     t.node, t.target_stream, it->stream);
+      npu_sim::Task u = npu_sim::Task::Update(inst.streams[it->stream].id, it->task,
+                                              it->context + graph::kTilingContextBlockDimOffset,
+                                              it->context + graph::kTilingContextTilingKeyOffset);
+      u.name = t.node + ":task_update";
+      return u;
+    }
   }
   return npu_sim::Task::Nop();
 }

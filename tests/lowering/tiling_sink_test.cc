@@ -197,6 +197,35 @@ TEST(TilingSink, TheTaskSequenceOnBothStreams) {
   }
 }
 
+// Two marked nodes on parallel streams joined by insert-events' events: every event has one
+// record, the sink's numbered after insert-events' own (a shared id deadlocked a GPT-2 step).
+TEST(TilingSink, TheSinksEventsAreNumberedAfterInsertEvents) {
+  const std::string text = R"pb(
+    node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
+    node { name: "q" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+    node { name: "len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "shape" value { shape { dim { size: 1 } } } } }
+    node { name: "q1" op: "Relu" input: "q" }
+    node { name: "q2" op: "Tanh" input: "q" }
+    node { name: "a1" op: "Attention" input: "q1" input: "cache" input: "cache" input: "len" }
+    node { name: "a2" op: "Attention" input: "q2" input: "cache" input: "cache" input: "len" }
+    node { name: "sum" op: "Add" input: "a1" input: "a2" }
+    node { name: "out" op: "NetOutput" input: "sum" }
+  )pb";
+  CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  auto model = Compile(text, options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->tiling_sink.size(), 2u);
+  std::vector<int> records(model->event_count, 0);
+  for (const graph::StreamDef& s : model->streams)
+    for (const graph::TaskDef& t : s.tasks)
+      if (t.type == graph::TaskType::kEventRecord) ++records.at(t.event);
+  for (std::size_t e = 0; e < records.size(); ++e) EXPECT_EQ(records[e], 1) << "event " << e;
+}
+
 TEST(TilingSink, AContextThatIsNotOneIsAClearError) {
   std::vector<std::uint8_t> bytes(8, 0);
   EXPECT_EQ(graph::DecodeTilingContext(bytes).status().code(), StatusCode::kDataCorrupted);
