@@ -3,12 +3,17 @@
 // interpreter's results.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "graph/ir/tensor_access.h"
 #include "graph/ir/text_format.h"
 #include "graph/ops/interpreter.h"
+#include "lowering/compiler.h"
 #include "scheduler/session.h"
 #include "scheduler_testing.h"
 
@@ -30,6 +35,19 @@ const char* kAttention = R"pb(
          attr { key: "shape" value { shape { dim { size: 1 } } } } }
   node { name: "kv" op: "KvCacheWrite" input: "cache" input: "row" input: "pos" }
   node { name: "att" op: "Attention" input: "q" input: "kv" input: "kv" input: "len" }
+  node { name: "out" op: "NetOutput" input: "att" }
+)pb";
+
+// The same attention over a cache the model only reads: the wait for the tiling is its stream's
+// first task, so the stream's first fetch already covers the kernel when K < prefetch_num.
+const char* kAttentionOnly = R"pb(
+  node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
+         attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
+  node { name: "q" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+         attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+  node { name: "len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+         attr { key: "shape" value { shape { dim { size: 1 } } } } }
+  node { name: "att" op: "Attention" input: "q" input: "cache" input: "cache" input: "len" }
   node { name: "out" op: "NetOutput" input: "att" }
 )pb";
 
@@ -59,6 +77,65 @@ TEST_F(TilingSinkRun, AMarkedAttentionGivesTheInterpretersResults) {
                   1e-5)
           << "position " << p << " element " << i;
   }
+}
+
+// Perturbs deliveries at random, so the order between the tiling stream and the kernel's stream
+// comes only from the events, the NOPs and the prefetch window.
+class JitterTap : public actors::DeliveryTap {
+ public:
+  explicit JitterTap(std::uint32_t seed) : rng_(seed) {}
+  std::chrono::nanoseconds OnDelivery(const actors::Delivery&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return rng_() % 4 == 0 ? std::chrono::nanoseconds(rng_() % 20'000) : std::chrono::nanoseconds(0);
+  }
+
+ private:
+  std::mutex mu_;
+  std::mt19937 rng_;
+};
+
+// --tiling-sink-nops K: with fewer NOPs than the 910B's prefetch_num (8) the kernel is fetched
+// before the update lands, a race the stream detects and names; with 8 every run is clean.
+TEST_F(TilingSinkRun, FewerNopsThanThePrefetchWindowIsADetectedRace) {
+  auto ref_graph = graph::ParseGraphText(kAttentionOnly, "attention.pbtxt");
+  auto interp = graph::Interpreter::Create(**ref_graph);
+  ASSERT_TRUE(interp.ok()) << interp.status();
+  // Static: a drain that read the tap before SetTap(nullptr) may still call it while the test
+  // ends (a local would be gone by then).
+  static JitterTap tap(11);
+  ASSERT_TRUE(rt().system().SetTap(&tap).ok());
+  for (int k = 0; k <= 8; ++k) {
+    auto session = Session::Create({{"npuflow.executeTimeoutMs", "10000"}});
+    ASSERT_TRUE(session.ok()) << session.status();
+    graph::CompileOptions options;
+    options.tiling_schedule_optimize = "1";
+    options.tiling_sink_nops = k;
+    auto compiled = lowering::CompileV1(*graph::ParseGraphText(kAttentionOnly, "attention.pbtxt"), options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    ASSERT_TRUE((*session)->AddCompiledModel(1, std::make_shared<const graph::CompiledModel>(std::move(*compiled))).ok());
+    const int runs = k == 8 ? 1000 : 25;
+    for (int r = 0; r < runs; ++r) {
+      const std::int32_t p = r % 8;
+      Tensor q = test::FilledF32(graph::Shape{2, 1, 4}, [p](std::size_t i) { return 0.1f * (i + p); });
+      Tensor len = test::FilledI32(graph::Shape{1}, [p](std::size_t) { return p + 1; });
+      auto got = (*session)->RunGraph(1, {q, len});
+      if (k < 8) {
+        ASSERT_FALSE(got.ok()) << "K = " << k << " run " << r << " was not detected";
+        const std::string_view m = got.status().message();
+        EXPECT_NE(m.find("task update race"), std::string_view::npos) << m;
+        EXPECT_NE(m.find("updates stream"), std::string_view::npos) << m;  // names the update and the kernel
+        EXPECT_NE(m.find("at least 8 NOPs"), std::string_view::npos) << m;
+        continue;
+      }
+      ASSERT_TRUE(got.ok()) << "K = 8 run " << r << ": " << got.status();
+      auto want = (*interp)->Run({{"q", q}, {"len", len}});
+      ASSERT_TRUE(want.ok()) << want.status();
+      for (std::size_t i = 0; i < 8; ++i)
+        ASSERT_NEAR(graph::LoadF((*got)[0], i), graph::LoadF((*want)[0], i), 1e-5) << "run " << r;
+    }
+    ASSERT_TRUE((*session)->Finalize().ok());
+  }
+  ASSERT_TRUE(rt().system().SetTap(nullptr).ok());
 }
 
 }  // namespace
