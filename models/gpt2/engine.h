@@ -103,6 +103,9 @@ class Gpt2Engine {
 
   const Gpt2File& file() const { return file_; }
   int streams() const { return static_cast<int>(graph_ids_.size()); }
+  // The decode step's compiled model (the same for every stream): its streams, tasks and what
+  // the compiler decided (e.g. CompiledModel::tiling_sink).
+  const graph::CompiledModel& decode_model() const { return models_.front()->compiled(); }
   scheduler::Session& session() { return *session_; }
   std::uint32_t graph_id(int stream) const { return graph_ids_[static_cast<std::size_t>(stream)]; }
 
