@@ -13,6 +13,7 @@
 #include "graph/ir/tensor_access.h"
 #include "graph/ir/text_format.h"
 #include "graph/ops/interpreter.h"
+#include "graph/model_file/model_file.h"
 #include "lowering/compiler.h"
 #include "scheduler/session.h"
 #include "scheduler_testing.h"
@@ -76,6 +77,76 @@ TEST_F(TilingSinkRun, AMarkedAttentionGivesTheInterpretersResults) {
       EXPECT_NEAR(graph::LoadF((*got)[0], i), graph::LoadF((*want)[0], i),
                   1e-5)
           << "position " << p << " element " << i;
+  }
+}
+
+// A model compiled with the option, written to .om bytes and read back, runs the same.
+TEST_F(TilingSinkRun, AModelSavedAndLoadedAgainBehavesTheSame) {
+  graph::CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  auto compiled = lowering::CompileV1(*graph::ParseGraphText(kAttention, "attention.pbtxt"), options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto bytes = graph::SerializeModel(*compiled);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  auto loaded = graph::ParseModel(*bytes, "attention.om");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->streams.back().name, "tiling");
+  auto ref_graph = graph::ParseGraphText(kAttention, "attention.pbtxt");
+  auto interp = graph::Interpreter::Create(**ref_graph);
+  ASSERT_TRUE(interp.ok()) << interp.status();
+  for (auto model : {std::make_shared<const graph::CompiledModel>(std::move(*compiled)),
+                     std::make_shared<const graph::CompiledModel>(std::move(*loaded))}) {
+    auto session = Session::Create({{"npuflow.executeTimeoutMs", "10000"}});
+    ASSERT_TRUE(session.ok()) << session.status();
+    ASSERT_TRUE((*session)->AddCompiledModel(1, model).ok());
+    for (std::int32_t p = 0; p < 8; ++p) {
+      Tensor q = test::FilledF32(graph::Shape{2, 1, 4}, [p](std::size_t i) { return 0.1f * (i + p); });
+      Tensor row = test::FilledF32(graph::Shape{2, 1, 4}, [p](std::size_t i) { return 0.05f * (i * p % 7); });
+      Tensor pos = test::FilledI32(graph::Shape{1}, [p](std::size_t) { return p; });
+      Tensor len = test::FilledI32(graph::Shape{1}, [p](std::size_t) { return p + 1; });
+      auto want = (*interp)->Run({{"q", q}, {"row", row}, {"pos", pos}, {"len", len}});
+      ASSERT_TRUE(want.ok()) << want.status();
+      auto got = (*session)->RunGraph(1, {q, row, pos, len});
+      ASSERT_TRUE(got.ok()) << "position " << p << ": " << got.status();
+      for (std::size_t i = 0; i < 8; ++i)
+        EXPECT_NEAR(graph::LoadF((*got)[0], i), graph::LoadF((*want)[0], i), 1e-5) << "position " << p;
+    }
+    ASSERT_TRUE((*session)->Finalize().ok());
+  }
+}
+
+// A task update whose tiling context (the AICPU tiling task) or target kernel was never
+// distributed is a clear load error naming the node, not a patch from nowhere.
+TEST_F(TilingSinkRun, AnUpdateWithoutItsRecordsIsAClearError) {
+  graph::CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  struct Cut {
+    const char* what;
+    const char* message;
+  };
+  for (const Cut& cut : {Cut{"context", "no tiling context recorded for it"},
+                         Cut{"kernel", "no kernel task recorded for it"}}) {
+    auto compiled = lowering::CompileV1(*graph::ParseGraphText(kAttentionOnly, "attention.pbtxt"), options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    graph::CompiledModel m = std::move(*compiled);
+    graph::StreamDef& tiling = m.streams.back();
+    ASSERT_EQ(tiling.tasks[0].type, graph::TaskType::kAicpuKernel);
+    if (std::string(cut.what) == "context") {
+      tiling.tasks.erase(tiling.tasks.begin());  // no AICPU tiling task: no context recorded
+    } else {
+      for (graph::TaskDef& t : m.streams[0].tasks)  // the kernel no longer carries the placeholder
+        if (t.type == graph::TaskType::kKernel) t.block_dim = 1;
+    }
+    auto session = Session::Create({});
+    ASSERT_TRUE(session.ok()) << session.status();
+    ASSERT_TRUE((*session)->AddCompiledModel(1, std::make_shared<const graph::CompiledModel>(std::move(m))).ok());
+    Tensor q = test::FilledF32(graph::Shape{2, 1, 4}, [](std::size_t i) { return 0.1f * i; });
+    Tensor len = test::FilledI32(graph::Shape{1}, [](std::size_t) { return 3; });
+    auto got = (*session)->RunGraph(1, {q, len});
+    ASSERT_FALSE(got.ok()) << cut.what;
+    EXPECT_NE(got.status().message().find(cut.message), std::string_view::npos) << got.status();
+    EXPECT_NE(got.status().message().find("node 'att'"), std::string_view::npos) << got.status();
+    ASSERT_TRUE((*session)->Finalize().ok());
   }
 }
 
