@@ -181,6 +181,13 @@ class DavinciModel {
   const CompiledModel& compiled() const { return *model_; }
   std::shared_ptr<const CompiledModel> compiled_shared() const { return model_; }
   int instances() const { return static_cast<int>(instances_.size()); }
+  // The device task lists instance `instance` distributed, per model stream, with resolved
+  // addresses, weight gates and task updates as npu_sim runs them (for inspection and tests).
+  // Out of range: empty.
+  std::vector<std::vector<npu_sim::Task>> DistributedTasks(int instance) const {
+    if (instance < 0 || static_cast<std::size_t>(instance) >= instances_.size()) return {};
+    return instances_[static_cast<std::size_t>(instance)]->lists;
+  }
   bool has_communication_tasks() const { return has_communication_; }
   bool updates_variables() const { return updates_variables_; }
   npu_sim::DevicePtr weights_base() const { return weights_; }

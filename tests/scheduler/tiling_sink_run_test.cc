@@ -14,6 +14,7 @@
 #include "graph/ir/text_format.h"
 #include "graph/ops/interpreter.h"
 #include "graph/model_file/model_file.h"
+#include "graph/ops/tiling_context.h"
 #include "lowering/compiler.h"
 #include "scheduler/session.h"
 #include "scheduler_testing.h"
@@ -113,6 +114,41 @@ TEST_F(TilingSinkRun, AModelSavedAndLoadedAgainBehavesTheSame) {
     }
     ASSERT_TRUE((*session)->Finalize().ok());
   }
+}
+
+// The sequence as the device got it (seed 003, 4.3), read back from the loaded model: the tiling
+// stream's AICPU tiling, update (naming the kernel's stream and task, and the context's words) and
+// record; the kernel's stream's wait, 8 NOPs and the kernel with the placeholder.
+TEST_F(TilingSinkRun, TheLoadedModelHoldsTheSinksTaskSequence) {
+  graph::CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  auto compiled = lowering::CompileV1(*graph::ParseGraphText(kAttentionOnly, "attention.pbtxt"), options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto session = Session::Create({});
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->AddCompiledModel(1, std::make_shared<const graph::CompiledModel>(std::move(*compiled))).ok());
+  Tensor q = test::FilledF32(graph::Shape{2, 1, 4}, [](std::size_t i) { return 0.1f * i; });
+  Tensor len = test::FilledI32(graph::Shape{1}, [](std::size_t) { return 3; });
+  ASSERT_TRUE((*session)->RunGraph(1, {q, len}).ok());
+  auto model = (*session)->GetLoadedModel(1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto lists = (*model)->DistributedTasks(0);
+  ASSERT_EQ(lists.size(), 2u);
+  const auto& main = lists[0];
+  const auto& tiling = lists[1];
+  ASSERT_EQ(tiling.size(), 3u);
+  EXPECT_EQ(tiling[0].kind, npu_sim::TaskKind::kAicpuKernel);
+  EXPECT_EQ(tiling[1].kind, npu_sim::TaskKind::kTaskUpdate);
+  EXPECT_EQ(tiling[2].kind, npu_sim::TaskKind::kEventRecord);
+  ASSERT_EQ(main.size(), 10u);
+  EXPECT_EQ(main[0].kind, npu_sim::TaskKind::kEventWait);
+  for (int i = 1; i <= 8; ++i) EXPECT_EQ(main[i].kind, npu_sim::TaskKind::kNop) << i;
+  EXPECT_EQ(main[9].kind, npu_sim::TaskKind::kKernel);
+  EXPECT_EQ(main[9].block_dim, npu_sim::kTilingSinkBlockDim);
+  EXPECT_EQ(tiling[1].target_task, 9u);
+  EXPECT_EQ(tiling[1].block_dim_addr.value, tiling[0].args[0] + graph::kTilingContextBlockDimOffset);
+  EXPECT_EQ(tiling[1].tiling_key_addr.value, tiling[0].args[0] + graph::kTilingContextTilingKeyOffset);
+  ASSERT_TRUE((*session)->Finalize().ok());
 }
 
 // A task update whose tiling context (the AICPU tiling task) or target kernel was never
