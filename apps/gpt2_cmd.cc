@@ -340,7 +340,9 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
   NPUFLOW_ASSIGN_OR_RETURN(run.prefill, gpt2::ParsePrefillMode(args.prefill));
   NPUFLOW_RETURN_IF_ERROR(
       lowering::CheckTilingScheduleOptimize(args.tiling_schedule_optimize, "--tiling_schedule_optimize"));
-  run.tiling_schedule_optimize = args.tiling_schedule_optimize;
+  // On by default: the decode step's Attention is tiled on the device where the chip supports task
+  // update (910B); elsewhere (310P) its device gate fails and it is tiled once for n_ctx.
+  run.tiling_schedule_optimize = args.tiling_schedule_optimize.empty() ? "1" : args.tiling_schedule_optimize;
   run.trace = args.trace;
   run.host.threads = args.host_threads;
   if (args.host_mode == "threads") run.host.mode = gpt2::HostOptions::Mode::kThreads;

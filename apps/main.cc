@@ -195,8 +195,9 @@ Command AddGpt2Command(CLI::App& app) {
                    "the decode step. With one-token prompts only, batch builds no prefill model (the token is "
                    "one decode step either way)");
   gpt2->add_option("--tiling_schedule_optimize", args->tiling_schedule_optimize,
-                   "1: the decode step's Attention is tiled on the device (AICPU) from the real context length, "
-                   "where the chip supports task update; 0: the dynamic path");
+                   "1 (default): the decode step's Attention is tiled on the device (AICPU) from the real context "
+                   "length, where the chip supports task update (910B; on 310P it is tiled once for n_ctx); 0: tiled "
+                   "once for n_ctx");
   gpt2->add_option("--trace", args->trace, "write a Chrome trace of the run to this file");
   gpt2->add_option("--device-chip", args->device_chip, "the simulated chip (default 910B)");
   gpt2->add_flag("-v,--verbose", args->verbose,

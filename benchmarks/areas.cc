@@ -6,6 +6,7 @@
 #include "benchmarks/model_actor_bench.h"
 #include "benchmarks/npu_bench.h"
 #include "benchmarks/ops_bench.h"
+#include "benchmarks/tiling_bench.h"
 #include "benchmarks/v1_bench.h"
 #include "benchmarks/v2_bench.h"
 #include "benchmarks/weights_bench.h"
@@ -40,6 +41,10 @@ const std::vector<Area>& Areas() {
                "roofline read around each run (and, given, the reference engine); load GB/s vs cat; peak RSS vs "
                "what the model needs; time to first token with weight streaming vs loading first",
        &RegisterGpt2Benchmarks, &Gpt2Figures},
+      {"tiling", "tiling sink: virtual time of one Attention tiled on the device (AICPU, task update) vs host tiling "
+                 "(RT2.0 reads valid_len back) vs tiled once for the worst case; GPT-2 117M f16 decode at 1 thread "
+                 "with ge.tiling_schedule_optimize on vs off (tok/s, Attention's virtual time per token)",
+       &RegisterTilingBenchmarks, &TilingFigures},
   };
   return areas;
 }

@@ -58,8 +58,11 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "base/files.h"
 #include "base/large_buffer.h"
@@ -484,7 +487,97 @@ void BM_Gpt2Prefill(benchmark::State& state) {
   state.counters["prefill_tokens_seconds"] = MedianOf(tokens);
 }
 
+// The tiling area's GPT-2 figures: decode at 1 thread, 64 greedy tokens after a 4-token prompt,
+// with ge.tiling_schedule_optimize = 1 (Attention tiled on the device each step) and without (tiled
+// once for n_ctx), alternated. Wall tok/s from untraced runs; Attention's virtual time per token
+// (AttentionVirtualUs) from one traced run each.
+constexpr int kTilingTokens = 64;
+
+// Attention's device time in a trace: its kernel's blocks on the AICore tracks ("<layer>/attn/mha
+// [i+n]") plus, with the tiling sink, its tiling on the AICPU tracks ("<layer>/attn/mha").
+double AttentionVirtualUs(npu_sim::Runtime& rt) {
+  const nlohmann::json trace = nlohmann::json::parse(rt.trace().ToJson(), nullptr, false);
+  if (trace.is_discarded()) return 0;
+  const nlohmann::json& events = trace.is_object() && trace.contains("traceEvents") ? trace["traceEvents"] : trace;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::string> tracks;  // (pid, tid) -> name
+  for (const nlohmann::json& e : events)
+    if (e.is_object() && e.value("ph", "") == "M" && e.value("name", "") == "thread_name" && e.contains("args"))
+      tracks[{e.value("pid", std::int64_t{0}), e.value("tid", std::int64_t{0})}] = e["args"].value("name", "");
+  double us = 0;
+  for (const nlohmann::json& e : events) {
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    const std::string& track = tracks[{e.value("pid", std::int64_t{0}), e.value("tid", std::int64_t{0})}];
+    const std::string name = e.value("name", "");
+    const bool aicore = track.rfind("aicore", 0) == 0 && name.find("/attn/mha [") != std::string::npos;
+    const bool aicpu = track.rfind("aicpu", 0) == 0 && name.size() > 9 && name.compare(name.size() - 9, 9, "/attn/mha") == 0;
+    if (aicore || aicpu) us += e.value("dur", 0.0);
+  }
+  return us;
+}
+
+void BM_Gpt2TilingSink(benchmark::State& state) {
+  const ModelSpec* model = ModelFor(state);
+  if (model == nullptr) return;
+  std::vector<double> rate_on, rate_off, att_on, att_off;
+  for (auto _ : state) {
+    for (int round = 0; round < 3; ++round) {
+      for (bool on : round % 2 == 0 ? std::vector{false, true} : std::vector{true, false}) {
+        const bool traced = round == 2;
+        npu_sim::RuntimeOptions ro{.chips = {"910B"}, .workers = 1, .trace = traced};
+        Status s = scheduler::ModelManager::RunInitialized(ro, [&]() -> Status {
+          gpt2::EngineOptions eo{.prefill = gpt2::PrefillMode::kTokens};
+          if (on) eo.session_options = {{"ge.tiling_schedule_optimize", "1"}};
+          NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(model->path, eo));
+          NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
+          const int first = FirstToken(engine->file());
+          const std::vector<int> prompt = {first, first / 2, first / 3, first / 4};
+          NPUFLOW_ASSIGN_OR_RETURN(gpt2::Generation g, engine->Generate(0, prompt, kTilingTokens,
+                                                                          gpt2::SamplingOptions{.greedy = true}));
+          if (traced) {
+            const double tokens = static_cast<double>(prompt.size() + g.ids.size());
+            (on ? att_on : att_off).push_back(AttentionVirtualUs(scheduler::ModelManager::Get()->runtime()) / tokens);
+          } else if (g.ids.size() > 1 && g.decode_wall_ms > 0) {
+            (on ? rate_on : rate_off).push_back(static_cast<double>(g.ids.size() - 1) / g.decode_wall_ms * 1e3);
+          }
+          return Status::Ok();
+        });
+        if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+      }
+    }
+  }
+  state.counters["on_tokens_per_second"] = MedianOf(rate_on);
+  state.counters["off_tokens_per_second"] = MedianOf(rate_off);
+  state.counters["on_attention_virtual_us_per_token"] = MedianOf(att_on);
+  state.counters["off_attention_virtual_us_per_token"] = MedianOf(att_off);
+}
+
+// The f16 model where there is one (the default pair), else the model given.
+int TilingModelIndex() {
+  const Models& models = GetModels();
+  for (std::size_t i = 0; i < models.list.size(); ++i)
+    if (models.list[i].label == "f16") return static_cast<int>(i);
+  return 0;
+}
+
 }  // namespace
+
+void RegisterGpt2TilingBenchmarks() {
+  benchmark::RegisterBenchmark("BM_Gpt2TilingSink", BM_Gpt2TilingSink)
+      ->Arg(TilingModelIndex())->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+std::vector<Figure> Gpt2TilingFigures(const Results& r) {
+  return {
+      {"gpt2_tiling_sink_decode_tokens_per_second", Counter(r, "BM_Gpt2TilingSink", "on_tokens_per_second"), "tok/s",
+       Counter(r, "BM_Gpt2TilingSink", "off_tokens_per_second"),
+       "the same decode without the option (Attention tiled once for n_ctx), 1 thread, same run", ""},
+      {"gpt2_tiling_sink_attention_virtual_us_per_token",
+       Counter(r, "BM_Gpt2TilingSink", "on_attention_virtual_us_per_token"), "us",
+       Counter(r, "BM_Gpt2TilingSink", "off_attention_virtual_us_per_token"),
+       "the same decode without the option, same run (AICore blocks of the 12 layers' Attention, plus their AICPU "
+       "tiling when on; device trace)", ""},
+  };
+}
 
 void RegisterGpt2Benchmarks() {
   const Models& models = GetModels();

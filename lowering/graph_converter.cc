@@ -12,6 +12,7 @@
 #include "graph/ops/op_registry.h"
 #include "lowering/compiler.h"
 #include "lowering/pass.h"
+#include "lowering/tiling_sink.h"
 
 namespace npuflow::lowering {
 
@@ -255,6 +256,10 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
   }
   for (const TensorDesc& d : node.outputs())
     if (!d.shape.is_static()) is_static = false;
+  // A tiling that needs an input's value known only at run time (seed 003's dynamic path): the op
+  // is tiled before each launch, from the value read back once what writes it has run.
+  const bool value_tiling = HasRuntimeTilingDepend(node, *def);
+  if (value_tiling) is_static = false;
 
   exe::ExeNode common;
   common.attrs["op_type"] = node.type();
@@ -265,6 +270,7 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
   common.attrs["num_inputs"] = static_cast<std::int64_t>(nin);
   common.attrs["num_outputs"] = static_cast<std::int64_t>(nout);
   common.attrs["static"] = is_static;
+  common.attrs["value_tiling"] = value_tiling;
   const int stream = ctx.region == 0 ? StreamOf(node) : 0;
   ctx.streams = std::max(ctx.streams, stream + 1);
   common.attrs["stream"] = static_cast<std::int64_t>(stream);
@@ -302,6 +308,9 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
     t.inputs = ins_and_outs;
     t.outputs = {tiling_value};
     t.priority = ctx.Priority(node, 1);
+    if (value_tiling)
+      for (int k : def->tiling_depend_inputs)
+        if (k >= 0 && k < nin) AddDep(t, ctx.launch_of.count(ins[k]) ? ctx.launch_of[ins[k]] : -1);
     NPUFLOW_ASSIGN_OR_RETURN(tiling, ctx.Add(std::move(t)));
   }
   exe::ExeNode alloc = common;

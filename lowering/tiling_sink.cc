@@ -23,15 +23,16 @@ bool HasRuntimeTilingDepend(const graph::Node& node, const graph::OpDef& def) {
 
 namespace {
 
-graph::TilingSinkDecision Decide(const graph::Node& node, const graph::OpDef& def, const PassContext& ctx) {
+graph::TilingSinkDecision Decide(const graph::Node& node, const graph::OpDef& def,
+                                 const graph::CompileOptions& options, const npu_sim::ChipSpec& chip) {
   graph::TilingSinkDecision d{.node = node.name(), .op_type = node.type()};
-  const std::string& option = ctx.options.tiling_schedule_optimize;
+  const std::string& option = options.tiling_schedule_optimize;
   if (option != "1") {
     d.gate = "option";
     d.why = option.empty() ? "ge.tiling_schedule_optimize is not set" : "ge.tiling_schedule_optimize is \"0\"";
-  } else if (ctx.options.online && !ctx.chip.task_update_supported) {
+  } else if (options.online && !chip.task_update_supported) {
     d.gate = "device";
-    d.why = fmt::format("chip {} does not support model task update", ctx.chip.name);
+    d.why = fmt::format("chip {} does not support model task update", chip.name);
   } else if (!def.tiling_on_aicpu) {
     d.gate = "op";
     d.why = fmt::format("op {} registers no AICPU tiling", node.type());
@@ -43,6 +44,25 @@ graph::TilingSinkDecision Decide(const graph::Node& node, const graph::OpDef& de
 
 }  // namespace
 
+StatusOr<std::vector<graph::TilingSinkDecision>> DecideTilingSink(const graph::ComputeGraph& graph,
+                                                                  const graph::CompileOptions& options,
+                                                                  const npu_sim::ChipSpec& chip) {
+  std::vector<graph::TilingSinkDecision> decisions;
+  for (const graph::Node* node : graph.nodes()) {
+    NPUFLOW_ASSIGN_OR_RETURN(const graph::OpDef* def, graph::OpRegistry::Global().Find(node->type()));
+    if (HasRuntimeTilingDepend(*node, *def)) decisions.push_back(Decide(*node, *def, options, chip));
+  }
+  return decisions;
+}
+
+StatusOr<bool> NeedsDynamicTiling(const graph::ComputeGraph& graph, const graph::CompileOptions& options,
+                                  const npu_sim::ChipSpec& chip) {
+  NPUFLOW_ASSIGN_OR_RETURN(auto decisions, DecideTilingSink(graph, options, chip));
+  for (const graph::TilingSinkDecision& d : decisions)
+    if (!d.marked) return true;
+  return false;
+}
+
 Status MarkTilingSinkPass(PassContext& ctx) {
   ctx.model.tiling_sink.clear();
   for (graph::Node* node : ctx.graph.nodes()) {
@@ -50,7 +70,7 @@ Status MarkTilingSinkPass(PassContext& ctx) {
     node->op().RemoveAttr("_tiling_sink");
     node->op().RemoveAttr("_tiling_dynamic");
     if (!HasRuntimeTilingDepend(*node, *def)) continue;
-    graph::TilingSinkDecision d = Decide(*node, *def, ctx);
+    graph::TilingSinkDecision d = Decide(*node, *def, ctx.options, ctx.chip);
     if (d.marked) {
       node->op().SetAttr("_tiling_sink", true);
       NPUFLOW_LOG_INFO(kLowering, "mark-tiling-sink: node '{}' ({}): tiling sink (device tiling on AICPU)",

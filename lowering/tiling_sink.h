@@ -15,6 +15,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "graph/ir/compute_graph.h"
@@ -29,6 +30,18 @@ Status CheckTilingScheduleOptimize(std::string_view value, std::string_view opti
 
 // Whether `node`'s tiling depends on an input whose value is not a Const: known only at run time.
 bool HasRuntimeTilingDepend(const graph::Node& node, const graph::OpDef& def);
+
+// The gate decision for each node with a run-time tiling depend, in graph order, without changing
+// the graph (mark-tiling-sink applies them).
+StatusOr<std::vector<graph::TilingSinkDecision>> DecideTilingSink(const graph::ComputeGraph& graph,
+                                                                  const graph::CompileOptions& options,
+                                                                  const npu_sim::ChipSpec& chip);
+
+// Whether a node of `graph` takes the dynamic path: its tiling depends on a run-time value and a
+// gate fails. Such a graph runs on RT2.0, which tiles on the host before each launch with the
+// value read back (GE: ATTR_NAME_FORCE_UNKNOWN_SHAPE). An unknown op type is an error.
+StatusOr<bool> NeedsDynamicTiling(const graph::ComputeGraph& graph, const graph::CompileOptions& options,
+                                  const npu_sim::ChipSpec& chip);
 
 Status MarkTilingSinkPass(PassContext& ctx);  // mark-tiling-sink
 

@@ -22,7 +22,7 @@ constexpr const char* kKnownOptions =
     "ge.exec.deviceId, ge.socVersion, ge.enableSingleStream, ge.streamMaxParallelNum, npuflow.executionStreams, "
     "npuflow.executeTimeoutMs, ge.externalWeight, ge.externalWeightDir, ge.exec.value_bins, npuflow.verifyWeights, "
     "npuflow.weightKey, npuflow.weightPath, npuflow.modelDir, npuflow.v2Executor, npuflow.v2Profile, "
-    "ge.tiling_schedule_optimize";
+    "ge.tiling_schedule_optimize, npuflow.runtime";
 
 StatusOr<std::int64_t> ParseInt(const std::string& name, const std::string& value, std::int64_t lo, std::int64_t hi) {
   std::int64_t v = 0;
@@ -84,6 +84,10 @@ StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOpti
     } else if (name == "ge.tiling_schedule_optimize") {
       NPUFLOW_RETURN_IF_ERROR(lowering::CheckTilingScheduleOptimize(value, "option ge.tiling_schedule_optimize"));
       o.tiling_schedule_optimize = value;
+    } else if (name == "npuflow.runtime") {
+      if (value != "auto" && value != "v1" && value != "v2")
+        return Status::ParamInvalid("option {}='{}': expected auto, v1 (the task sink) or v2 (RT2.0)", name, value);
+      o.runtime = value;
     } else if (name == "npuflow.v2Profile") {
       if (value != "true" && value != "false")
         return Status::ParamInvalid("option {}='{}': expected true or false", name, value);
@@ -244,7 +248,14 @@ Status Session::Build(GraphNode& node) {
   // The graph is kept if compilation fails, so the user can see the error and remove it.
   auto copy = graph::ParseGraphText(graph::PrintGraphText(*node.graph), node.graph->name());
   if (!copy.ok()) return copy.status().WithContext(fmt::format("session {} graph {}", id_, node.id));
-  if (lowering::NeedsRuntimeV2(**copy)) {  // GE's IsNeedHybridLoad (and control flow): RT2.0 runs it
+  // GE's IsNeedHybridLoad (unknown dims; here also control flow), or a node forced dynamic by a
+  // failed tiling-sink gate (its tiling needs a value known only at run time): RT2.0 runs it.
+  NPUFLOW_ASSIGN_OR_RETURN(npu_sim::ChipSpec chip, npu_sim::LoadChipSpec(co.chip));
+  auto dynamic_tiling = lowering::NeedsDynamicTiling(**copy, co, chip);
+  if (!dynamic_tiling.ok()) return dynamic_tiling.status().WithContext(fmt::format("session {}: building graph {}", id_, node.id));
+  const bool v2 = node.options.runtime == "v2" ||
+                  (node.options.runtime == "auto" && (lowering::NeedsRuntimeV2(**copy) || *dynamic_tiling));
+  if (v2) {
     auto graphs = lowering::CompileV2(std::move(*copy), co);
     if (!graphs.ok()) return graphs.status().WithContext(fmt::format("session {}: building graph {} for RT2.0", id_, node.id));
     node.v2_graphs = std::make_shared<const exe::ExecuteGraphSet>(std::move(*graphs));

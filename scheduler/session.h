@@ -82,6 +82,11 @@ struct GraphOptions {
   std::string v2_executor = "auto";
   bool v2_profile = false;
   std::string tiling_schedule_optimize;  // "", "0", "1"
+  // npuflow.runtime: auto (RT2.0 for unknown dims, control flow, or a node whose tiling needs a
+  // run-time value and is not sunk; else the v1 task sink), v1 or v2. A graph v1 cannot run
+  // (control flow, unknown dims) fails to build on v1; a not-sunk tiling-depend node is tiled
+  // there once for the worst case (the value's bound).
+  std::string runtime = "auto";
 };
 // Parses `options` over `base`. Errors name the option and its accepted values.
 StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOptions& base = {});

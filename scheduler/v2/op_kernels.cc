@@ -77,6 +77,8 @@ struct OpInfo {
   std::vector<int> alias;  // per output: the input it writes in place (-1: its own memory)
   std::uint32_t stream = 0;  // which of the model's streams its launch (and its memory) is on
   bool is_static = false;
+  // Its tiling reads input values (OpDef::tiling_depend_inputs) known only at run time.
+  bool value_tiling = false;
   // Static only (held apart: KernelParams is over a kilobyte, and a dynamic op has four nodes).
   struct Fixed {
     std::vector<KernelTensor> out_shapes;
@@ -108,6 +110,7 @@ StatusOr<std::shared_ptr<const void>> PrepareOp(const ExeNode& node) {
     info->alias.push_back(a.ok() ? static_cast<int>(*a) : -1);
   }
   info->is_static = Attr<bool>(node, "static").value_or(false);
+  info->value_tiling = Attr<bool>(node, "value_tiling").value_or(false);
   info->stream = static_cast<std::uint32_t>(Attr<std::int64_t>(node, "stream").value_or(0));
   if (info->is_static) {
     info->fixed = std::make_unique<OpInfo::Fixed>();
@@ -163,6 +166,41 @@ Status CreateTilingData(KernelContext* ctx) {
   return Status::Ok();
 }
 
+// The values of the op's tiling-depend inputs on the host. A model input given from host memory is
+// read there. Anything else is read back from the device after every stream of the run has been
+// synchronized (what writes it has been submitted: the Tiling node waits for its launch): the host
+// round trip the tiling sink saves.
+Status ReadDependValues(KernelContext* ctx, const OpInfo& info, std::vector<graph::Tensor>& values) {
+  RunContext& rc = Run(ctx);
+  bool synchronized = false;
+  for (int k : info.def->tiling_depend_inputs) {
+    if (k < 0 || k >= info.num_inputs) return Status::Internal("tiling-depend input {} of {} inputs", k, info.num_inputs);
+    const Tensor& t = *TensorIn(ctx->input(k));
+    const Buffer* b = ctx->input(k).Object<Buffer>();
+    const void* host = b != nullptr ? b->host_source : nullptr;
+    if (t.placement == TensorPlacement::kOnHost || t.placement == TensorPlacement::kFollowing)
+      host = reinterpret_cast<const void*>(t.addr);
+    graph::Tensor v;
+    v.desc = ToDesc(t.shape);
+    v.data.resize(t.shape.bytes());
+    if (!v.data.empty()) {
+      if (host != nullptr) {  // a model input the caller gave from the host: no round trip
+        std::memcpy(v.data.data(), host, v.data.size());
+      } else {
+        if (!synchronized) {
+          for (std::uint32_t s = 0; s < rc.stream_count; ++s)
+            NPUFLOW_RETURN_IF_ERROR(rc.runtime->SynchronizeStream(rc.StreamAt(s)));
+          synchronized = true;
+        }
+        NPUFLOW_RETURN_IF_ERROR(rc.runtime->MemcpyD2H(rc.device, v.data.data(), npu_sim::DevicePtr{t.addr}, v.data.size())
+                                    .WithContext(fmt::format("reading tiling-depend input {}", k)));
+      }
+    }
+    values.push_back(std::move(v));
+  }
+  return Status::Ok();
+}
+
 // Tiling: in(inputs, outputs) out(tiling data).
 std::uint32_t TilingRun(KernelContext* ctx) {
   const OpInfo& info = ctx->info<OpInfo>();
@@ -172,7 +210,13 @@ std::uint32_t TilingRun(KernelContext* ctx) {
   TilingData& data = *ctx->output(0).Object<TilingData>();
   data.tiling = graph::TilingInfo{};
   if (info.def->tiling != nullptr) {
-    auto tiling = info.def->tiling(info.op, in, {}, info.core_count);
+    std::vector<graph::Tensor> values;
+    std::vector<const graph::Tensor*> depend;
+    if (info.value_tiling) {
+      if (Status s = ReadDependValues(ctx, info, values); !s.ok()) return ctx->Fail(std::move(s));
+      for (const graph::Tensor& v : values) depend.push_back(&v);
+    }
+    auto tiling = info.def->tiling(info.op, in, depend, info.core_count);
     if (!tiling.ok()) return ctx->Fail(tiling.status());
     data.tiling = *tiling;
   }
@@ -378,7 +422,9 @@ std::uint32_t PrepareInputRun(KernelContext* ctx) {
   b.tensor = *user;
   b.block = MemBlock{};
   b.owner = nullptr;
+  b.host_source = nullptr;
   if (user->placement == TensorPlacement::kOnHost || user->placement == TensorPlacement::kFollowing) {
+    b.host_source = reinterpret_cast<const void*>(user->addr);
     RunContext& rc = Run(ctx);
     auto block = rc.device_allocator->Malloc(bytes);
     if (!block.ok()) return ctx->Fail(block.status().WithContext(fmt::format("input '{}'", info.name)));

@@ -29,6 +29,9 @@ struct Buffer {
   Tensor tensor;
   MemBlock block;
   Allocator* owner = nullptr;  // where `block` goes back to: set by the kernels that take memory per run
+  // A model input copied from the caller's host memory for this run: the bytes there, which a
+  // tiling that needs the value reads without waiting for the device (null otherwise).
+  const void* host_source = nullptr;
 };
 
 // What Tiling writes and LaunchKernel reads for a dynamic op.

@@ -378,17 +378,26 @@ TEST_F(SchedulerExecute, GatherAndAllReduce) {
 }
 
 TEST_F(SchedulerExecute, KvCacheDecodeStepsUpdateTheVariableLikeTheInterpreter) {
-  ExpectMatchesInterpreter({.name = "kv decode", .make = FromText(KvDecodeText()), .steps = 4});
+  // Attention tiles from valid_len, known only at run time: with the tiling sink it stays on the
+  // task sink (without it the session gives the graph to RT2.0: tiling_sink_run_test).
+  ExpectMatchesInterpreter({.name = "kv decode",
+                            .make = FromText(KvDecodeText()),
+                            .options = {{"ge.tiling_schedule_optimize", "1"}},
+                            .steps = 4});
   ExpectMatchesInterpreter({.name = "kv decode, 4 execution streams asked",
                             .make = FromText(KvDecodeText()),
-                            .options = {{"npuflow.executionStreams", "4"}},
+                            .options = {{"npuflow.executionStreams", "4"}, {"ge.tiling_schedule_optimize", "1"}},
+                            .steps = 3});
+  ExpectMatchesInterpreter({.name = "kv decode on the task sink, tiled for the longest context",
+                            .make = FromText(KvDecodeText()),
+                            .options = {{"npuflow.runtime", "v1"}},
                             .steps = 3});
 }
 
 // A model that updates a Variable gets one execution instance, whatever was asked: its updates
 // then happen in call order. Other models get what was asked.
 TEST_F(SchedulerExecute, ExecutionInstances) {
-  auto session = Session::Create({{"npuflow.executionStreams", "4"}});
+  auto session = Session::Create({{"npuflow.executionStreams", "4"}, {"ge.tiling_schedule_optimize", "1"}});
   ASSERT_TRUE(session.ok()) << session.status();
   ASSERT_TRUE((*session)->AddGraph(1, graph::ParseGraphText(KvDecodeText(), "kv").value()).ok());
   ASSERT_TRUE((*session)->AddGraph(2, graph::ParseGraphText(DiamondText(), "diamond").value()).ok());

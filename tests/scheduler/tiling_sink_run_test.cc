@@ -3,16 +3,21 @@
 // interpreter's results.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "graph/ir/tensor_access.h"
 #include "graph/ir/text_format.h"
 #include "graph/ops/interpreter.h"
+#include "graph/ops/op_registry.h"
 #include "graph/model_file/model_file.h"
 #include "graph/ops/tiling_context.h"
 #include "lowering/compiler.h"
@@ -53,7 +58,79 @@ const char* kAttentionOnly = R"pb(
   node { name: "out" op: "NetOutput" input: "att" }
 )pb";
 
+// valid_len computed on the device (len = len_in + 1): host tiling must read it back.
+const char* kAttentionComputedLen = R"pb(
+  node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
+         attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
+  node { name: "q" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+         attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+  node { name: "row" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+         attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+  node { name: "pos" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+         attr { key: "shape" value { shape { dim { size: 1 } } } } }
+  node { name: "one" op: "Const" attr { key: "value" value { tensor { dtype: DT_INT32
+         shape { dim { size: 1 } } int_val: 1 } } } }
+  node { name: "len" op: "Add" input: "pos" input: "one" }
+  node { name: "kv" op: "KvCacheWrite" input: "cache" input: "row" input: "pos" }
+  node { name: "att" op: "Attention" input: "q" input: "kv" input: "kv" input: "len" }
+  node { name: "out" op: "NetOutput" input: "att" }
+)pb";
+
 class TilingSinkRun : public test::ModelManagerTest {};
+
+// Each gate failing alone sends the graph down the dynamic path: the session gives it to RT2.0,
+// which tiles Attention before each launch from valid_len read back from the device. Results
+// equal the interpreter's step after step.
+TEST_F(TilingSinkRun, AFailedGateTakesTheDynamicPathWithTheInterpretersResults) {
+  // The op gate: the same op without AICPU tiling, under a name of its own.
+  graph::OpDef no_aicpu = *graph::OpRegistry::Global().Find("Attention").value();
+  no_aicpu.type = "AttentionHostTilingOnly";
+  no_aicpu.tiling_on_aicpu = false;
+  graph::OpRegistry::Global().Register(no_aicpu);
+  std::string op_gate_text = kAttentionComputedLen;
+  const std::string attention_op = "op: \"Attention\"";
+  op_gate_text.replace(op_gate_text.find(attention_op), attention_op.size(), "op: \"AttentionHostTilingOnly\"");
+  struct Case {
+    const char* gate;
+    Options options;
+    std::string text;
+  };
+  for (const Case& c : {Case{"option (unset)", {}, kAttentionComputedLen},
+                        Case{"option (0)", {{"ge.tiling_schedule_optimize", "0"}}, kAttentionComputedLen},
+                        Case{"device (310P)", {{"ge.tiling_schedule_optimize", "1"}, {"ge.socVersion", "310P"}},
+                             kAttentionComputedLen},
+                        Case{"op", {{"ge.tiling_schedule_optimize", "1"}}, op_gate_text}}) {
+    SCOPED_TRACE(c.gate);
+    auto session = Session::Create(c.options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    auto ref_graph = graph::ParseGraphText(c.text, "attention.pbtxt");
+    ASSERT_TRUE(ref_graph.ok()) << ref_graph.status();
+    auto interp = graph::Interpreter::Create(**ref_graph);
+    ASSERT_TRUE(interp.ok()) << interp.status();
+    ASSERT_TRUE((*session)->AddGraph(1, graph::ParseGraphText(c.text, "attention.pbtxt").value()).ok());
+    for (std::int32_t p = 0; p < 8; ++p) {
+      Tensor q = test::FilledF32(graph::Shape{2, 1, 4}, [p](std::size_t i) { return 0.1f * (i + p); });
+      Tensor row = test::FilledF32(graph::Shape{2, 1, 4}, [p](std::size_t i) { return 0.05f * (i * p % 7); });
+      Tensor pos = test::FilledI32(graph::Shape{1}, [p](std::size_t) { return p; });
+      auto want = (*interp)->Run({{"q", q}, {"row", row}, {"pos", pos}});
+      ASSERT_TRUE(want.ok()) << want.status();
+      auto got = (*session)->RunGraph(1, {q, row, pos});
+      ASSERT_TRUE(got.ok()) << "position " << p << ": " << got.status();
+      for (std::size_t i = 0; i < 8; ++i)
+        EXPECT_NEAR(graph::LoadF((*got)[0], i), graph::LoadF((*want)[0], i), 1e-5) << "position " << p;
+    }
+    EXPECT_TRUE((*session)->GetLoadedV2(1).ok()) << "the graph should run on RT2.0";
+    EXPECT_FALSE((*session)->GetLoadedModel(1).ok()) << "the graph should not be on the task sink";
+    ASSERT_TRUE((*session)->Finalize().ok());
+  }
+  // With every gate passing the same graph stays on the task sink.
+  auto session = Session::Create({{"ge.tiling_schedule_optimize", "1"}});
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->AddGraph(1, graph::ParseGraphText(kAttentionComputedLen, "a.pbtxt").value()).ok());
+  ASSERT_TRUE((*session)->LoadGraph(1).ok());
+  EXPECT_TRUE((*session)->GetLoadedModel(1).ok());
+  ASSERT_TRUE((*session)->Finalize().ok());
+}
 
 TEST_F(TilingSinkRun, AMarkedAttentionGivesTheInterpretersResults) {
   auto session = Session::Create({{"ge.tiling_schedule_optimize", "1"}, {"npuflow.executeTimeoutMs", "5000"}});
@@ -149,6 +226,71 @@ TEST_F(TilingSinkRun, TheLoadedModelHoldsTheSinksTaskSequence) {
   EXPECT_EQ(tiling[1].block_dim_addr.value, tiling[0].args[0] + graph::kTilingContextBlockDimOffset);
   EXPECT_EQ(tiling[1].tiling_key_addr.value, tiling[0].args[0] + graph::kTilingContextTilingKeyOffset);
   ASSERT_TRUE((*session)->Finalize().ok());
+}
+
+// The sequence as the device ran it, read back from a deterministic run's trace (one worker, FIFO
+// delivery): per stream track, the tasks in the order they ran. Two such runs give the same bytes.
+TEST_F(TilingSinkRun, ADeterministicTraceShowsTheSinksSequence) {
+  graph::CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  auto compiled = lowering::CompileV1(*graph::ParseGraphText(kAttentionOnly, "attention.pbtxt"), options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto model = std::make_shared<const graph::CompiledModel>(std::move(*compiled));
+  ASSERT_TRUE(ModelManager::Finalize().ok());
+  auto run_traced = [&]() -> std::string {
+    std::string json;
+    Status s = ModelManager::RunInitialized({.chips = {"910B"}, .deterministic = true, .trace = true}, [&]() -> Status {
+      NPUFLOW_ASSIGN_OR_RETURN(auto session, Session::Create({}));
+      NPUFLOW_RETURN_IF_ERROR(session->AddCompiledModel(1, model));
+      Tensor q = test::FilledF32(graph::Shape{2, 1, 4}, [](std::size_t i) { return 0.1f * i; });
+      Tensor len = test::FilledI32(graph::Shape{1}, [](std::size_t) { return 5; });
+      NPUFLOW_RETURN_IF_ERROR(session->RunGraph(1, {q, len}).status());
+      NPUFLOW_RETURN_IF_ERROR(session->Finalize());
+      json = ModelManager::Get()->runtime().trace().ToJson();
+      return Status::Ok();
+    });
+    EXPECT_TRUE(s.ok()) << s;
+    return json;
+  };
+  const std::string first = run_traced();
+  const std::string second = run_traced();
+  ASSERT_TRUE(ModelManager::Initialize(test::ManagerOptions()).ok());  // for TearDown
+  EXPECT_EQ(first, second) << "a deterministic run's trace changed";
+  const nlohmann::json trace = nlohmann::json::parse(first, nullptr, false);
+  ASSERT_FALSE(trace.is_discarded());
+  const nlohmann::json& events = trace.is_object() ? trace["traceEvents"] : trace;
+  std::map<std::int64_t, std::string> track_names;
+  std::map<std::int64_t, std::vector<std::string>> by_track;
+  for (const nlohmann::json& e : events) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name")
+      track_names[e.value("tid", std::int64_t{-1})] = e["args"].value("name", "");
+    if (e.value("ph", "") == "X") by_track[e.value("tid", std::int64_t{-1})].push_back(e.value("name", ""));
+  }
+  std::vector<std::string> all;
+  for (const auto& [tid, names] : by_track) {
+    std::string line = track_names[tid] + ":";
+    for (const std::string& n : names) line += " " + n;
+    all.push_back(line);
+  }
+  // The kernel's stream: the wait for the tiling, 8 NOPs, the kernel (tasks are named after their
+  // node). The tiling stream: the AICPU tiling, the update, the record. The AICPU unit ran the
+  // tiling; AICore ran the kernel with the block_dim the update wrote (2: B * H).
+  std::string joined;
+  for (const std::string& l : all) joined += l + "\n";
+  auto ends_with = [](const std::string& l, const std::string& tail) {
+    return l.size() >= tail.size() && l.compare(l.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  int main_lines = 0, tiling_lines = 0, aicpu_lines = 0, aicore_blocks = 0;
+  for (const std::string& l : all) {
+    main_lines += l.rfind("stream ", 0) == 0 && ends_with(l, ": event_wait nop nop nop nop nop nop nop nop att");
+    tiling_lines += l.rfind("stream ", 0) == 0 && ends_with(l, ": att att:task_update record e0");
+    aicpu_lines += l == "aicpu 0: att";
+    aicore_blocks += l.rfind("aicore ", 0) == 0 && l.find(": att [") != std::string::npos;
+  }
+  EXPECT_EQ(main_lines, 1) << joined;
+  EXPECT_EQ(tiling_lines, 1) << joined;
+  EXPECT_EQ(aicpu_lines, 1) << joined;
+  EXPECT_EQ(aicore_blocks, 2) << joined;
 }
 
 // A task update whose tiling context (the AICPU tiling task) or target kernel was never
