@@ -226,8 +226,12 @@ Status TaskGenerator::EmitTilingSink(const graph::Node& node, const graph::OpDef
                                      int s, TaskDef& kernel) {
   graph::StreamDef& main = model_.streams[static_cast<std::size_t>(s)];
   graph::StreamDef& attached = model_.streams[static_cast<std::size_t>(tiling_stream_)];
+  // The context records the workspace the kernel was given (the host tiling run's, plus a custom
+  // op's margin: plan-memory), the bound the device tiling is checked against.
+  const graph::TensorPlacement* ws = places_.Find(node, kWorkspaceOutput);
+  const std::uint64_t workspace = std::max(tiling.workspace_bytes, ws == nullptr ? std::uint64_t{0} : ws->bytes);
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<std::uint8_t> context,
-                           graph::EncodeTilingContext(node.op(), in_descs_, tiling.workspace_bytes, chip_.aicore_count));
+                           graph::EncodeTilingContext(node.op(), in_descs_, workspace, chip_.aicore_count));
   std::vector<std::uint8_t>& seg = model_.tiling_data;
   const std::uint64_t ctx = (seg.size() + kParamsAlign - 1) / kParamsAlign * kParamsAlign;
   seg.resize(ctx);

@@ -308,9 +308,15 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
     t.inputs = ins_and_outs;
     t.outputs = {tiling_value};
     t.priority = ctx.Priority(node, 1);
-    if (value_tiling)
+    if (value_tiling) {  // it reads the values: after what writes them, and what its control inputs order first
       for (int k : def->tiling_depend_inputs)
         if (k >= 0 && k < nin) AddDep(t, ctx.launch_of.count(ins[k]) ? ctx.launch_of[ins[k]] : -1);
+      for (const Node* before : node.control_inputs())
+        for (int j = 0; j < static_cast<int>(before->outputs().size()); ++j) {
+          auto it = ctx.tensors.find({before, j});
+          if (it != ctx.tensors.end() && ctx.launch_of.count(it->second)) AddDep(t, ctx.launch_of[it->second]);
+        }
+    }
     NPUFLOW_ASSIGN_OR_RETURN(tiling, ctx.Add(std::move(t)));
   }
   exe::ExeNode alloc = common;

@@ -416,8 +416,12 @@ Status MemoryPlanner::PlaceWorkspace(int pos, const graph::OpDef& def, int strea
   auto tiled = def.tiling(node.op(), in_descs, {}, chip_.aicore_count);
   if (!tiled.ok()) return tiled.status().WithContext(fmt::format("tiling node '{}'", node.name()));
   const graph::TilingInfo& tiling = *tiled;
-  if (tiling.workspace_bytes > 0) {
-    const std::uint64_t size = Align(tiling.workspace_bytes);
+  // Under the tiling sink the device tiles it (seed 003): the host tiling run sizes the
+  // workspace, plus a margin for a custom op.
+  std::uint64_t bytes = tiling.workspace_bytes;
+  if (def.custom && node.op().HasAttr("_tiling_sink")) bytes += graph::kCustomOpSinkWorkspaceBytes;
+  if (bytes > 0) {
+    const std::uint64_t size = Align(bytes);
     const std::uint64_t off = fixed_.Allocate(size, order_.clock(pos));
     model_.memory.feature_map_tensor_bytes += size;
     model_.memory.tensors.push_back(

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "graph/ir/text_format.h"
+#include "graph/ops/control_flow.h"
 #include "lowering/compiler.h"
 #include "lowering/graph_converter.h"
 #include "lowering/tiling_sink.h"
@@ -168,14 +169,14 @@ StatusOr<Session::RunTarget> Session::TargetForRun(std::uint32_t graph_id, npu_s
   NPUFLOW_ASSIGN_OR_RETURN(auto actor, Actor());
   NPUFLOW_ASSIGN_OR_RETURN(Used used, actor.Ask<Used>(session_msg::Use{graph_id, true}).Get());
   if (timeout != nullptr) *timeout = used.node->options.timeout;  // options never change once added
-  if (used.v2) return RunTarget{nullptr, std::move(used.v2)};
+  if (used.v2) return RunTarget{nullptr, std::move(used.v2), used.node->v2_reason};
   const bool leased = used.model == nullptr;
   Held held(actor, std::move(used), leased);
   if (!leased) return RunTarget{held.model(), nullptr};
   NPUFLOW_RETURN_IF_ERROR(Build(held.node()));
   if (held.node().v2_graphs) {
     NPUFLOW_ASSIGN_OR_RETURN(auto v2, EnsureLoadedV2(held.node()));
-    return RunTarget{nullptr, std::move(v2)};
+    return RunTarget{nullptr, std::move(v2), held.node().v2_reason};
   }
   NPUFLOW_ASSIGN_OR_RETURN(auto model, EnsureLoaded(held.node()));
   return RunTarget{std::move(model), nullptr};
@@ -184,8 +185,7 @@ StatusOr<Session::RunTarget> Session::TargetForRun(std::uint32_t graph_id, npu_s
 StatusOr<std::shared_ptr<DavinciModel>> Session::ModelForRun(std::uint32_t graph_id, npu_sim::Timeout* timeout) {
   NPUFLOW_ASSIGN_OR_RETURN(RunTarget target, TargetForRun(graph_id, timeout));
   if (target.v2)
-    return Status::Unsupported("session {} graph {} has unknown dimensions and runs on RT2.0: use RunGraph", id_,
-                               graph_id);
+    return Status::Unsupported("session {} graph {} runs on RT2.0 ({}): use RunGraph", id_, graph_id, target.reason);
   return std::move(target.v1);
 }
 
@@ -209,8 +209,14 @@ Status Session::AddCompiledModel(std::uint32_t graph_id, std::shared_ptr<const C
   auto node = std::make_shared<GraphNode>();
   NPUFLOW_ASSIGN_OR_RETURN(node->options, ParseGraphOptions(options, options_));
   node->id = graph_id;
-  if (model->execute_graphs && model->streams.empty()) {  // an RT2.0 model (npuflow compile --runtime v2)
+  const bool v2_model = model->execute_graphs && model->streams.empty();  // npuflow compile --runtime v2
+  if ((v2_model && node->options.runtime == "v1") || (!v2_model && node->options.runtime == "v2"))
+    return Status::ParamInvalid("session {}: AddCompiledModel {}: option npuflow.runtime={} but the model was "
+                                "compiled for {}",
+                                id_, graph_id, node->options.runtime, v2_model ? "RT2.0 (v2)" : "the task sink (v1)");
+  if (v2_model) {
     node->v2_graphs = model->execute_graphs;
+    node->v2_reason = "an RT2.0 model";
     if (!model->executor.empty() && options.find("npuflow.v2Executor") == options.end())
       node->options.v2_executor = model->executor;
   }
@@ -250,12 +256,32 @@ Status Session::Build(GraphNode& node) {
   if (!copy.ok()) return copy.status().WithContext(fmt::format("session {} graph {}", id_, node.id));
   // GE's IsNeedHybridLoad (unknown dims; here also control flow), or a node forced dynamic by a
   // failed tiling-sink gate (its tiling needs a value known only at run time): RT2.0 runs it.
-  NPUFLOW_ASSIGN_OR_RETURN(npu_sim::ChipSpec chip, npu_sim::LoadChipSpec(co.chip));
-  auto dynamic_tiling = lowering::NeedsDynamicTiling(**copy, co, chip);
-  if (!dynamic_tiling.ok()) return dynamic_tiling.status().WithContext(fmt::format("session {}: building graph {}", id_, node.id));
-  const bool v2 = node.options.runtime == "v2" ||
-                  (node.options.runtime == "auto" && (lowering::NeedsRuntimeV2(**copy) || *dynamic_tiling));
-  if (v2) {
+  const std::string context = fmt::format("session {}: building graph {}", id_, node.id);
+  auto chip = npu_sim::LoadChipSpec(co.chip);
+  if (!chip.ok()) return chip.status().WithContext(context);
+  auto decisions = lowering::DecideTilingSink(**copy, co, *chip);
+  if (!decisions.ok()) return decisions.status().WithContext(context);
+  std::string reason;
+  if (node.options.runtime == "v2") {
+    reason = "npuflow.runtime=v2";
+  } else if (node.options.runtime == "auto") {
+    if (lowering::HasDynamicInputs(**copy)) {
+      reason = "it has unknown dimensions";
+    } else if (graph::HasControlFlow(**copy)) {
+      reason = "it has control flow";
+    } else {
+      for (const graph::TilingSinkDecision& d : *decisions) {
+        if (d.marked) continue;
+        reason = fmt::format("node '{}' ({}) tiles from a value known only at run time and its tiling-sink gate '{}' "
+                             "failed: {}; ge.tiling_schedule_optimize=1 keeps it on the task sink where the chip "
+                             "allows, npuflow.runtime=v1 tiles it once for the worst case",
+                             d.node, d.op_type, d.gate, d.why);
+        break;
+      }
+    }
+  }
+  if (!reason.empty()) {
+    node.v2_reason = reason;
     auto graphs = lowering::CompileV2(std::move(*copy), co);
     if (!graphs.ok()) return graphs.status().WithContext(fmt::format("session {}: building graph {} for RT2.0", id_, node.id));
     node.v2_graphs = std::make_shared<const exe::ExecuteGraphSet>(std::move(*graphs));
@@ -359,9 +385,9 @@ Status Session::RunGraphAsync(std::uint32_t graph_id, std::vector<Tensor> inputs
   GraphNode& node = held.node();
   NPUFLOW_RETURN_IF_ERROR(Build(node));
   if (node.v2_graphs)
-    return Status::Unsupported("session {} graph {} has unknown dimensions and runs on RT2.0: RunGraphAsync takes "
-                               "static graphs (the Run loop is v1's); use RunGraph",
-                               id_, graph_id);
+    return Status::Unsupported("session {} graph {} runs on RT2.0 ({}): RunGraphAsync takes task-sink graphs (the "
+                               "Run loop is v1's); use RunGraph",
+                               id_, graph_id, node.v2_reason);
   NPUFLOW_ASSIGN_OR_RETURN(auto model, EnsureLoaded(node));
   if (!node.loop) {
     NPUFLOW_ASSIGN_OR_RETURN(node.loop, RunLoop::Start(model, node.options.timeout));
@@ -398,9 +424,11 @@ Status Session::ForkGraph(std::uint32_t origin_id, std::uint32_t fork_id) {
   auto node = std::make_shared<GraphNode>();
   {
     NPUFLOW_ASSIGN_OR_RETURN(Held origin, Lease(origin_id));
-    if (!origin.node().compiled)
+    if (!origin.node().compiled && !origin.node().v2_graphs)
       return Status::Failed("session {}: cannot fork graph {}: it is not built (BuildGraph it first)", id_, origin_id);
     node->compiled = origin.node().compiled;  // shared compile-time state; loads on its own
+    node->v2_graphs = origin.node().v2_graphs;
+    node->v2_reason = origin.node().v2_reason;
     node->options = origin.node().options;
   }
   node->id = fork_id;

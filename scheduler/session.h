@@ -24,14 +24,21 @@
 //   npuflow.modelDir          the directory of the model file: its weight/ holds moved files
 //   ge.tiling_schedule_optimize "" / "0" / "1": the tiling sink (lowering/tiling_sink.h); the
 //                             device gate checks the session's device chip
+//   npuflow.runtime           auto (default) | v1 | v2: which runtime builds the graph. auto: RT2.0
+//                             for unknown dims, control flow, or a node whose tiling needs a
+//                             run-time value and is not sunk (a failed tiling-sink gate, GE's
+//                             forced unknown shape); else the v1 task sink. v1 tiles such a node
+//                             once for its worst case. AddCompiledModel refuses a model compiled
+//                             for the other runtime.
 //
 // Entry points and the runtime paths they take (seed 002, 3.4):
 //   RunGraph                 -> NnExecute: a message to the model's ModelActor, then a wait; a
-//                               graph with an unknown dimension in a Data shape is built for RT2.0
-//                               instead (GE's IsNeedHybridLoad) and runs on a pool of
-//                               ModelV2Executors (up to execution_streams), any shape each call
-//   RunGraphAsync            -> the model's Run loop, outputs to the callback (static graphs)
+//                               graph built for RT2.0 (npuflow.runtime above: e.g. an unknown
+//                               dimension in a Data shape, GE's IsNeedHybridLoad) runs on a pool
+//                               of ModelV2Executors (up to execution_streams), any shape each call
+//   RunGraphAsync            -> the model's Run loop, outputs to the callback (task-sink graphs)
 //   RunGraphWithStreamAsync  -> NnExecute async on the caller's stream, device buffers only
+//                               (task-sink graphs; an RT2.0 one is an error saying why it is there)
 //
 // The session's state is an actor (SessionActor, scheduler/session_actor.h): its graph table and,
 // per graph, a lease that one caller at a time holds to build, load or change the graph. A run of
@@ -163,6 +170,7 @@ class Session {
   struct RunTarget {
     std::shared_ptr<DavinciModel> v1;
     std::shared_ptr<v2::RtV2SimpleExecutor> v2;
+    std::string reason;  // why the graph is on RT2.0
   };
   StatusOr<RunTarget> TargetForRun(std::uint32_t graph_id, npu_sim::Timeout* timeout);
   StatusOr<std::shared_ptr<v2::RtV2SimpleExecutor>> EnsureLoadedV2(GraphNode& node);

@@ -75,9 +75,11 @@ struct Session::GraphNode {
   std::shared_ptr<const CompiledModel> compiled;
   std::optional<std::uint32_t> model_id;
   std::shared_ptr<DavinciModel> model;  // the loaded model while it is loaded (no table lookup per run)
-  // A graph with unknown dimensions runs on RT2.0 (GE's IsNeedHybridLoad): its execute graphs
-  // once built, and the executor once loaded.
+  // A graph RT2.0 runs (unknown dimensions as GE's IsNeedHybridLoad, control flow, a tiling that
+  // needs a run-time value and is not sunk, npuflow.runtime = v2, an RT2.0 .om): its execute
+  // graphs once built, the executor once loaded, and why it is on RT2.0 (for errors).
   std::shared_ptr<const exe::ExecuteGraphSet> v2_graphs;
+  std::string v2_reason;
   std::shared_ptr<v2::RtV2SimpleExecutor> v2;
   std::unique_ptr<RunLoop> loop;
   npu_sim::DevicePtr const_base, feature_base;

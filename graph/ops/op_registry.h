@@ -29,6 +29,9 @@ struct TilingInfo {
   std::uint64_t workspace_bytes = 0;
 };
 
+// Extra workspace of a custom op's kernel under the tiling sink (seed 003: "+20 KB for custom ops").
+inline constexpr std::uint64_t kCustomOpSinkWorkspaceBytes = 20 * 1024;
+
 struct OpDef {
   std::string type;
   int min_inputs = 0;
@@ -53,6 +56,9 @@ struct OpDef {
   TilingFn tiling = nullptr;
   std::vector<int> tiling_depend_inputs;
   bool tiling_on_aicpu = false;
+  // A user's op, not one npuflow ships (GE's custom op). Tiled on the device by the tiling sink it
+  // gets kCustomOpSinkWorkspaceBytes of workspace beyond what its host tiling asks for, as in GE.
+  bool custom = false;
 
   // Fills the op-specific scalars of the device kernel's KernelParams (ints / floats; see
   // graph/kernels/kernel_abi.h). Tensors are filled by EncodeKernelParams. Null: the op has none.

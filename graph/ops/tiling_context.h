@@ -29,7 +29,7 @@ struct TilingContextHeader {
   std::uint32_t magic = kTilingContextMagic;
   std::uint32_t block_dim = 0xFFFFFFFFu;  // written by the AICPU tiling task
   std::uint64_t tiling_key = 0;           // written by the AICPU tiling task
-  std::uint64_t workspace_bytes = 0;      // the workspace the kernel was given (one host tiling run)
+  std::uint64_t workspace_bytes = 0;      // the workspace the kernel was given (one host tiling run; + 20 KB for a custom op)
   std::uint32_t core_count = 0;           // the AICore cores the tiling spreads blocks over
   std::uint32_t info_bytes = 0;           // the compute-node info after the header
 };

@@ -71,7 +71,7 @@ StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(Gpt2File file, const En
   // The decode step is a task-sink model (its Attention is tiled on the device with the tiling
   // sink, or once for n_ctx when a gate fails); the prompt goes to RT2.0 below.
   scheduler::Options session_options = options.session_options;
-  session_options.emplace("npuflow.runtime", "v1");
+  session_options["npuflow.runtime"] = "v1";
   NPUFLOW_ASSIGN_OR_RETURN(engine->session_, scheduler::Session::Create(session_options));
   scheduler::Session& s = *engine->session_;
   NPUFLOW_RETURN_IF_ERROR(s.AddGraph(1, std::move(g)));

@@ -89,6 +89,7 @@ RunContext ModelV2Executor::Context(const ModelExecuteArg& arg) {
   ctx.runtime = runtime_;
   ctx.device = device_;
   ctx.stream = arg.stream;
+  ctx.sync_timeout = option_.sync_timeout;
   ctx.host_allocator = host_allocator_.get();
   const bool external = arg.external_stream_allocator != nullptr;
   ctx.streams = external ? arg.external_stream_allocator : builtin_streams_.get();

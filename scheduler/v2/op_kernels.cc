@@ -188,8 +188,12 @@ Status ReadDependValues(KernelContext* ctx, const OpInfo& info, std::vector<grap
         std::memcpy(v.data.data(), host, v.data.size());
       } else {
         if (!synchronized) {
-          for (std::uint32_t s = 0; s < rc.stream_count; ++s)
-            NPUFLOW_RETURN_IF_ERROR(rc.runtime->SynchronizeStream(rc.StreamAt(s)));
+          for (std::uint32_t s = 0; s < rc.stream_count; ++s) {
+            Status synced = rc.runtime->SynchronizeStream(rc.StreamAt(s), rc.sync_timeout);
+            if (!synced.ok())
+              return synced.WithContext(
+                  fmt::format("waiting for stream {} to read tiling-depend input {} back", s, k));
+          }
           synchronized = true;
         }
         NPUFLOW_RETURN_IF_ERROR(rc.runtime->MemcpyD2H(rc.device, v.data.data(), npu_sim::DevicePtr{t.addr}, v.data.size())

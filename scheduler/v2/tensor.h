@@ -33,6 +33,7 @@ struct RunContext {
   npu_sim::Runtime* runtime = nullptr;
   int device = 0;
   npu_sim::Stream stream{-1, 0};  // where Main's launches go (Init and DeInit: none)
+  npu_sim::Timeout sync_timeout;  // a kernel's own wait for the device (a tiling's read back)
   Allocator* device_allocator = nullptr;
   Allocator* host_allocator = nullptr;
   StreamAllocator* streams = nullptr;

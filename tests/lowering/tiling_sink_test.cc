@@ -10,6 +10,7 @@
 #include "graph/ops/tiling_context.h"
 #include "graph/ops/op_registry.h"
 #include "lowering/compiler.h"
+#include "lowering/memory_plan.h"
 #include "lowering/tiling_sink.h"
 #include "npu_sim/runtime.h"
 #include "scheduler/session.h"
@@ -195,6 +196,42 @@ TEST(TilingSink, TheTaskSequenceOnBothStreams) {
     EXPECT_EQ(again->options.tiling_schedule_optimize, "1");
     EXPECT_EQ(again->options.tiling_sink_nops, c.nops_option);
   }
+}
+
+// A custom op tiled on the device gets 20 KB of workspace beyond its host tiling's (GE's margin),
+// recorded in its tiling context as the bound the device tiling is checked against; npuflow's own
+// op gets none, and the custom op gets none without the sink.
+TEST(TilingSink, ACustomOpGetsTwentyKilobytesMoreWorkspace) {
+  graph::RegisterBuiltinOps();
+  graph::OpDef def = **graph::OpRegistry::Global().Find("Attention");
+  def.type = "CustomAttention";
+  def.custom = true;
+  graph::OpRegistry::Global().Register(def);
+  auto workspace_of_att = [](const graph::CompiledModel& m) -> std::uint64_t {
+    for (const graph::TensorPlacement& t : m.memory.tensors)
+      if (t.node == "att" && t.output == kWorkspaceOutput) return t.bytes;
+    return 0;
+  };
+  CompileOptions sink;
+  sink.tiling_schedule_optimize = "1";
+  for (const char* op : {"CustomAttention", "Attention"}) {
+    auto model = Compile(AttentionGraph(op), sink);
+    ASSERT_TRUE(model.ok()) << op << ": " << model.status();
+    const std::uint64_t ws = workspace_of_att(*model);
+    const bool custom = std::string(op) == "CustomAttention";
+    if (custom) {
+      EXPECT_GE(ws, graph::kCustomOpSinkWorkspaceBytes) << op;
+    } else {
+      EXPECT_EQ(ws, 0u) << op;
+    }
+    const graph::TaskDef& tile = model->streams.back().tasks[0];
+    auto info = graph::DecodeTilingContext(std::span(model->tiling_data).subspan(tile.args[0].offset));
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->header.workspace_bytes, ws) << op;
+  }
+  auto plain = Compile(AttentionGraph("CustomAttention"), CompileOptions{});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(workspace_of_att(*plain), 0u);
 }
 
 // Two marked nodes on parallel streams joined by insert-events' events: every event has one

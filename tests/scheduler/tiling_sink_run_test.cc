@@ -78,6 +78,81 @@ const char* kAttentionComputedLen = R"pb(
 
 class TilingSinkRun : public test::ModelManagerTest {};
 
+// The valid_len values an op's tiling was given (-1: tiled without the value).
+std::mutex g_seen_mu;
+std::vector<std::int64_t> g_seen;
+
+StatusOr<graph::TilingInfo> RecordingTiling(const graph::OpDesc& op, const std::vector<graph::TensorDesc>& in,
+                                            const std::vector<const Tensor*>& depend, int cores) {
+  {
+    std::lock_guard<std::mutex> lock(g_seen_mu);
+    g_seen.push_back(depend.empty() || depend[0] == nullptr ? -1 : graph::LoadI(*depend[0], 0));
+  }
+  return graph::OpRegistry::Global().Find("Attention").value()->tiling(op, in, depend, cores);
+}
+
+// On the dynamic path RT2.0 tiles before every launch from the value the run computed on the
+// device (read back), not once for the worst case.
+TEST_F(TilingSinkRun, TheDynamicPathTilesFromTheValueEachRun) {
+  graph::OpDef recording = *graph::OpRegistry::Global().Find("Attention").value();
+  recording.type = "RecordingAttention";
+  recording.tiling = &RecordingTiling;
+  graph::OpRegistry::Global().Register(recording);
+  std::string text = kAttentionComputedLen;
+  const std::string attention_op = "op: \"Attention\"";
+  text.replace(text.find(attention_op), attention_op.size(), "op: \"RecordingAttention\"");
+  for (const char* executor : {"sequential", "multithread"}) {
+    SCOPED_TRACE(executor);
+    auto session = Session::Create({{"npuflow.v2Executor", executor}});
+    ASSERT_TRUE(session.ok()) << session.status();
+    ASSERT_TRUE((*session)->AddGraph(1, graph::ParseGraphText(text, "a.pbtxt").value()).ok());
+    ASSERT_TRUE((*session)->LoadGraph(1).ok());
+    {
+      std::lock_guard<std::mutex> lock(g_seen_mu);
+      g_seen.clear();
+    }
+    for (std::int32_t p = 0; p < 8; ++p) {
+      Tensor q = test::FilledF32(graph::Shape{2, 1, 4}, [p](std::size_t i) { return 0.1f * (i + p); });
+      Tensor row = test::FilledF32(graph::Shape{2, 1, 4}, [p](std::size_t i) { return 0.05f * (i * p % 7); });
+      Tensor pos = test::FilledI32(graph::Shape{1}, [p](std::size_t) { return p; });
+      auto got = (*session)->RunGraph(1, {q, row, pos});
+      ASSERT_TRUE(got.ok()) << "position " << p << ": " << got.status();
+    }
+    std::lock_guard<std::mutex> lock(g_seen_mu);
+    EXPECT_EQ(g_seen, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+    ASSERT_TRUE((*session)->Finalize().ok());
+  }
+}
+
+// The entry points RT2.0 does not serve say why the graph is there.
+TEST_F(TilingSinkRun, AnRt2GraphNamesWhyItIsThere) {
+  auto session = Session::Create({});
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->AddGraph(1, graph::ParseGraphText(kAttentionComputedLen, "a.pbtxt").value()).ok());
+  ASSERT_TRUE((*session)->BuildGraph(1).ok());
+  Status async = (*session)->RunGraphAsync(1, {}, [](Status, std::vector<Tensor>) {});
+  ASSERT_FALSE(async.ok());
+  EXPECT_NE(async.message().find("node 'att' (Attention) tiles from a value known only at run time"),
+            std::string_view::npos) << async;
+  EXPECT_NE(async.message().find("gate 'option'"), std::string_view::npos) << async;
+  // A fork shares the built graph and runs it too.
+  ASSERT_TRUE((*session)->ForkGraph(1, 2).ok());
+  Tensor q = test::FilledF32(graph::Shape{2, 1, 4}, [](std::size_t i) { return 0.1f * i; });
+  Tensor row = test::FilledF32(graph::Shape{2, 1, 4}, [](std::size_t i) { return 0.05f * i; });
+  Tensor pos = test::FilledI32(graph::Shape{1}, [](std::size_t) { return 2; });
+  EXPECT_TRUE((*session)->RunGraph(2, {q, row, pos}).ok());
+  // A model compiled for one runtime is refused under the other's option.
+  graph::CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  auto v1 = lowering::CompileV1(*graph::ParseGraphText(kAttention, "attention.pbtxt"), options);
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  Status refused = (*session)->AddCompiledModel(3, std::make_shared<const graph::CompiledModel>(std::move(*v1)),
+                                                {{"npuflow.runtime", "v2"}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("npuflow.runtime=v2"), std::string_view::npos) << refused;
+  ASSERT_TRUE((*session)->Finalize().ok());
+}
+
 // Each gate failing alone sends the graph down the dynamic path: the session gives it to RT2.0,
 // which tiles Attention before each launch from valid_len read back from the device. Results
 // equal the interpreter's step after step.
