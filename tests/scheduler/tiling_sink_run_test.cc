@@ -118,8 +118,12 @@ TEST_F(TilingSinkRun, TheDynamicPathTilesFromTheValueEachRun) {
       auto got = (*session)->RunGraph(1, {q, row, pos});
       ASSERT_TRUE(got.ok()) << "position " << p << ": " << got.status();
     }
-    std::lock_guard<std::mutex> lock(g_seen_mu);
-    EXPECT_EQ(g_seen, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+    std::vector<std::int64_t> seen;
+    {
+      std::lock_guard<std::mutex> lock(g_seen_mu);  // not held while the executor is torn down
+      seen = g_seen;
+    }
+    EXPECT_EQ(seen, (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
     ASSERT_TRUE((*session)->Finalize().ok());
   }
 }
