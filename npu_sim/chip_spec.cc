@@ -36,6 +36,10 @@ VTime ChipSpec::CopyCost(std::uint64_t bytes, double gbps) const {
   return dma_latency_ns + static_cast<VTime>(static_cast<double>(bytes) / gbps);  // GB/s == bytes/ns
 }
 
+VTime ChipSpec::LinkCost(std::uint64_t bytes) const {
+  return link_latency_ns + static_cast<VTime>(static_cast<double>(bytes) / link_bandwidth_gbps);
+}
+
 StatusOr<ChipSpec> ParseChipSpec(std::string_view json_text, std::string_view source) {
   Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::ParamInvalid("chip spec {}: not valid JSON", source);
@@ -66,6 +70,10 @@ StatusOr<ChipSpec> ParseChipSpec(std::string_view json_text, std::string_view so
   NPUFLOW_RETURN_IF_ERROR(Read(j, source, "aicpu_gflops", c.aicpu_gflops, 1e-3, 1e9));
   NPUFLOW_RETURN_IF_ERROR(Read(j, source, "prefetch_num", c.prefetch_num, 0, 64));
   if (j.contains("max_streams")) NPUFLOW_RETURN_IF_ERROR(Read(j, source, "max_streams", c.max_streams, 2, 1 << 20));
+  if (j.contains("link_bandwidth_gbps"))
+    NPUFLOW_RETURN_IF_ERROR(Read(j, source, "link_bandwidth_gbps", c.link_bandwidth_gbps, 1e-3, 1e9));
+  if (j.contains("link_latency_ns"))
+    NPUFLOW_RETURN_IF_ERROR(Read(j, source, "link_latency_ns", c.link_latency_ns, 0, 1'000'000'000));
   if (j.contains("max_events")) NPUFLOW_RETURN_IF_ERROR(Read(j, source, "max_events", c.max_events, 1, 1 << 24));
   auto features = j.find("features");
   if (features == j.end() || !features->is_object())

@@ -38,9 +38,15 @@ struct ChipSpec {
   // stream counts as one stream.
   int max_streams = 1024;
   int max_events = 65536;
+  // The device-to-device link between two chips of one host (an HCCS-like link; optional in the
+  // JSON): what a copy to a peer device costs (Runtime::MemcpyPeerAsync).
+  double link_bandwidth_gbps = 56;
+  VTime link_latency_ns = 3000;
 
   // Virtual time to move `bytes` at `gbps` GB/s, plus the DMA latency.
   VTime CopyCost(std::uint64_t bytes, double gbps) const;
+  // Virtual time to move `bytes` to a peer device over the link.
+  VTime LinkCost(std::uint64_t bytes) const;
 };
 
 // Parses a chip description. Every field is required; a missing, mistyped or out-of-range field

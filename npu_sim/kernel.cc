@@ -37,6 +37,7 @@ std::string_view CopyKindName(CopyKind kind) {
     case CopyKind::kHostToDevice: return "H2D";
     case CopyKind::kDeviceToHost: return "D2H";
     case CopyKind::kDeviceToDevice: return "D2D";
+    case CopyKind::kPeerToPeer: return "P2P";
   }
   return "unknown";
 }

@@ -215,6 +215,8 @@ struct CopyRequest {
   std::uint32_t task = 0;
   VTime at = 0;
   bool data_in_place = false;  // Task::data_in_place
+  int peer_device = -1;        // kPeerToPeer: Task::peer_device, Task::peer_memory
+  DeviceMemory* peer_memory = nullptr;
 };
 struct AttachChannels;
 using DmaMsg = std::variant<CopyRequest, SetUnitFault, AttachChannels>;

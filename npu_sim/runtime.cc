@@ -229,6 +229,15 @@ Status Runtime::MemcpyD2DAsync(Stream stream, DevicePtr dst, DevicePtr src, std:
   return SubmitTasks(stream, {CopyTask(CopyKind::kDeviceToDevice, dst, src, nullptr, nullptr, bytes)}, "memcpy D2D")
       .status();
 }
+Status Runtime::MemcpyPeerAsync(Stream stream, int dst_device, DevicePtr dst, DevicePtr src, std::uint64_t bytes) {
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * peer, Dev(dst_device));
+  if (dst_device == stream.device)
+    return Status::ParamInvalid("memcpy P2P: device {} to itself (use a D2D copy)", dst_device);
+  Task t = CopyTask(CopyKind::kPeerToPeer, dst, src, nullptr, nullptr, bytes);
+  t.peer_device = dst_device;
+  t.peer_memory = &peer->device->memory();
+  return SubmitTasks(stream, {std::move(t)}, "memcpy P2P").status();
+}
 Status Runtime::MemcpyH2D(int device, DevicePtr dst, const void* src, std::uint64_t bytes) {
   NPUFLOW_RETURN_IF_ERROR(MemcpyH2DAsync(DefaultStream(device), dst, src, bytes));
   return SynchronizeStream(DefaultStream(device));

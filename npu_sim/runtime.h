@@ -92,6 +92,9 @@ class Runtime {
   Status MemcpyH2DAsync(Stream stream, DevicePtr dst, const void* src, std::uint64_t bytes);
   Status MemcpyD2HAsync(Stream stream, void* dst, DevicePtr src, std::uint64_t bytes);
   Status MemcpyD2DAsync(Stream stream, DevicePtr dst, DevicePtr src, std::uint64_t bytes);
+  // From `src` on the stream's device to `dst` on `dst_device` over the link between the two
+  // chips (the source chip's link_bandwidth_gbps and link_latency_ns), in the stream's order.
+  Status MemcpyPeerAsync(Stream stream, int dst_device, DevicePtr dst, DevicePtr src, std::uint64_t bytes);
 
   // ---- streams
   StatusOr<Stream> CreateStream(int device);

@@ -30,7 +30,9 @@ enum class TaskKind : std::uint8_t {
 };
 std::string_view TaskKindName(TaskKind kind);
 
-enum class CopyKind : std::uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+// kPeerToPeer: from this device's memory to another device's of the same runtime, over the
+// link between the two chips (ChipSpec::link_*), traced on the link's own track.
+enum class CopyKind : std::uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice, kPeerToPeer };
 std::string_view CopyKindName(CopyKind kind);
 
 using StreamId = std::uint32_t;
@@ -59,6 +61,9 @@ struct Task {
   // Runtime::MapForHostWrite (src_host is unused). The copy checks the range, moves nothing and
   // costs the same virtual time: the device-side order (a latch recorded after it) is unchanged.
   bool data_in_place = false;
+  // kPeerToPeer: the destination device and its memory (dst_dev is an address there).
+  int peer_device = -1;
+  DeviceMemory* peer_memory = nullptr;
 
   // kEventRecord, kEventWait
   EventId event = 0;

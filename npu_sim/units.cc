@@ -13,6 +13,7 @@ double CopyBandwidth(const ChipSpec& chip, CopyKind kind) {
     case CopyKind::kHostToDevice: return chip.h2d_bandwidth_gbps;
     case CopyKind::kDeviceToHost: return chip.d2h_bandwidth_gbps;
     case CopyKind::kDeviceToDevice: return chip.d2d_bandwidth_gbps;
+    case CopyKind::kPeerToPeer: return chip.link_bandwidth_gbps;
   }
   return 1;
 }
@@ -139,8 +140,7 @@ DmaChannelActor::DmaChannelActor(Device* device, int index) : device_(device), i
   if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), fmt::format("dma {}", index));
 }
 
-Status DmaChannelActor::Copy(const CopyRequest& req) {
-  DeviceMemory& mem = device_->memory();
+Status DmaChannelActor::Copy(DeviceMemory& mem, const CopyRequest& req) {
   switch (req.kind) {
     case CopyKind::kHostToDevice: {
       if (req.data_in_place) return mem.Map(req.dst_dev, req.bytes).status();  // already written by the host
@@ -159,6 +159,13 @@ Status DmaChannelActor::Copy(const CopyRequest& req) {
       NPUFLOW_ASSIGN_OR_RETURN(auto src, mem.Map(req.src_dev, req.bytes));
       NPUFLOW_ASSIGN_OR_RETURN(auto dst, mem.Map(req.dst_dev, req.bytes));
       std::memmove(dst.data(), src.data(), req.bytes);
+      return Status::Ok();
+    }
+    case CopyKind::kPeerToPeer: {
+      if (req.peer_memory == nullptr) return Status::ParamInvalid("P2P copy without a peer device");
+      NPUFLOW_ASSIGN_OR_RETURN(auto src, mem.Map(req.src_dev, req.bytes));
+      NPUFLOW_ASSIGN_OR_RETURN(auto dst, req.peer_memory->Map(req.dst_dev, req.bytes));
+      std::memcpy(dst.data(), src.data(), req.bytes);
       return Status::Ok();
     }
   }
@@ -184,7 +191,7 @@ void DmaChannelActor::On(CopyRequest& req, Ctx&) {
   }
   if (status.ok()) {
     const auto t0 = std::chrono::steady_clock::now();
-    status = Copy(req);
+    status = Copy(device_->memory(), req);
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
     if (!req.data_in_place) {
       device_->dma_copy_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
@@ -218,14 +225,36 @@ void DmaEngineActor::On(SetUnitFault& f, Ctx& ctx) {
   ForwardFault(ctx, channels_[f.unit], f);
 }
 
-// The channel that is free first; ties go to the lowest index (deterministic).
+// The channel that is free first; ties go to the lowest index (deterministic). A copy to a peer
+// device takes the link to that device instead: one transfer at a time per link, at the link's
+// bandwidth, on the link's own trace track.
 void DmaEngineActor::On(CopyRequest& req, Ctx&) {
+  if (req.kind == CopyKind::kPeerToPeer) return LinkCopy(req);
   std::size_t best = 0;
   for (std::size_t i = 1; i < free_at_.size(); ++i)
     if (free_at_[i] < free_at_[best]) best = i;
   free_at_[best] = std::max(free_at_[best], req.at) +
                    device_->chip().CopyCost(req.bytes, CopyBandwidth(device_->chip(), req.kind));
   channels_[best].Send(std::move(req));
+}
+
+void DmaEngineActor::LinkCopy(CopyRequest& req) {
+  Link& link = links_[req.peer_device];
+  if (link.track == nullptr && device_->tracing())
+    link.track = device_->trace()->AddTrack(device_->id(), fmt::format("link -> device {}", req.peer_device));
+  const VTime cost = device_->chip().LinkCost(req.bytes);
+  const VTime start = std::max(link.free_at, req.at);
+  link.free_at = start + cost;
+  Status status = DmaChannelActor::Copy(device_->memory(), req);
+  if (!status.ok())
+    status = status.WithContext(fmt::format("device {} task {} (P2P {} bytes to device {})", device_->id(), req.task,
+                                            req.bytes, req.peer_device));
+  if (link.track) {
+    link.track->Add(TraceEvent{req.name.empty() ? std::string("P2P") : req.name, start, cost,
+                               device_->deterministic() ? -1 : WallNs(),
+                               {TraceArg{"bytes", req.bytes}, TraceArg{"task", req.task}}});
+  }
+  req.stream.Send(UnitDone{req.epoch, req.task, start + cost, std::move(status)});
 }
 
 }  // namespace npuflow::npu_sim

@@ -8,6 +8,7 @@
 //   DmaChannelActor one copy channel with a virtual clock and the chip's bandwidth.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,8 @@ class DmaChannelActor {
   using Message = DmaMsg;
   using Ctx = actors::Context<Message>;
   DmaChannelActor(Device* device, int index);
+  // Moves the bytes of `req` (its source in `mem`, the device's own memory).
+  static Status Copy(DeviceMemory& mem, const CopyRequest& req);
   void Receive(Message& msg, Ctx& ctx) {
     std::visit([&](auto& m) { On(m, ctx); }, msg);
   }
@@ -74,7 +77,6 @@ class DmaChannelActor {
   void On(CopyRequest& req, Ctx& ctx);
   void On(SetUnitFault& m, Ctx& ctx);
   void On(AttachChannels&, Ctx& ctx) { ctx.Reply(); }
-  Status Copy(const CopyRequest& req);
   Device* device_;
   int index_;
   TraceTrack* track_ = nullptr;
@@ -96,9 +98,15 @@ class DmaEngineActor {
   void On(CopyRequest& req, Ctx& ctx);
   void On(SetUnitFault& fault, Ctx& ctx);
   void On(AttachChannels& attach, Ctx& ctx);
+  void LinkCopy(CopyRequest& req);
+  struct Link {  // to one peer device
+    VTime free_at = 0;
+    TraceTrack* track = nullptr;
+  };
   Device* device_;
   std::vector<actors::Address<DmaMsg>> channels_;
   std::vector<VTime> free_at_;  // when each channel is predicted to be free
+  std::map<int, Link> links_;   // by peer device
 };
 
 // The bandwidth of a copy kind on `chip`, in GB/s.
