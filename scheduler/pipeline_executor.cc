@@ -1,0 +1,592 @@
+#include "scheduler/pipeline_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include <fmt/format.h>
+#include <oneapi/tbb/flow_graph.h>
+
+#include "actors/system.h"
+#include "lowering/compiler.h"
+#include "lowering/partition_stages.h"
+#include "npu_sim/host_client.h"
+#include "scheduler/davinci_model.h"
+#include "scheduler/model_manager.h"
+
+namespace npuflow::scheduler {
+
+namespace flow = tbb::flow;
+using npu_sim::DevicePtr;
+using npu_sim::Stream;
+using npu_sim::VTime;
+
+double PipelineStats::bubble_fraction() const {
+  const VTime span = last_end - first_start;
+  if (span <= 0 || stage_busy.empty()) return 0;
+  double busy = 0;
+  for (VTime b : stage_busy) busy += static_cast<double>(b);
+  return std::clamp(1.0 - busy / (static_cast<double>(stage_busy.size()) * static_cast<double>(span)), 0.0, 1.0);
+}
+
+namespace {
+
+constexpr std::uint64_t kIdle = std::numeric_limits<std::uint64_t>::max();
+
+struct Step {
+  std::uint64_t index = 0;
+  int slot = 0;
+  std::vector<graph::Tensor> inputs, outputs;
+  Status status;
+  VTime admitted = 0;  // the submitting host's clock
+  VTime ready_at = 0;  // when its producers' work ended (device clock)
+  actors::Promise<StatusOr<std::vector<graph::Tensor>>> promise;
+};
+
+// Where a value comes from: output `index` of stage `stage`, or root input `index` (stage -1).
+struct Source {
+  int stage = -1;
+  int index = 0;
+};
+
+using Gateway = flow::async_node<Step*, Step*>::gateway_type;
+
+// One hop of the pipeline: a queue, a limiter of 1 and the asynchronous body, which issues the
+// hop's device work and returns; the work's completion puts the step on the hop's output.
+struct Hop {
+  using Body = std::function<void(Hop&, Step*, Gateway&)>;
+  Hop(flow::graph& g, int stage_index, bool is_link, Body body)
+      : queue(g), gate(g, 1),
+        work(g, flow::unlimited, [this, body = std::move(body)](Step* const& step, Gateway& gw) { body(*this, step, gw); }),
+        done(g, flow::unlimited, [](Step*) { return flow::continue_msg(); }), stage(stage_index), link(is_link) {
+    flow::make_edge(queue, gate);
+    flow::make_edge(gate, work);
+    flow::make_edge(flow::output_port<0>(work), done);
+    flow::make_edge(done, gate.decrementer());
+  }
+  flow::queue_node<Step*> queue;
+  flow::limiter_node<Step*> gate;
+  flow::async_node<Step*, Step*> work;
+  flow::function_node<Step*, flow::continue_msg> done;
+  std::atomic<std::uint64_t> busy_step{kIdle};  // the step whose device work is in flight
+  int stage = 0;
+  bool link = false;
+};
+
+struct StageState {
+  int index = 0;
+  int device = 0;
+  std::shared_ptr<const graph::CompiledModel> model;
+  std::uint32_t model_id = 0;
+  bool loaded = false;
+  std::shared_ptr<DavinciModel> dm;
+  npu_sim::Model device_model;
+  Stream stream{-1, 0};
+  std::vector<Source> inputs;  // per model input (the compiled model's order)
+  std::vector<std::uint64_t> in_bytes, out_bytes;
+  std::vector<bool> own_input;  // a buffer of its own (root inputs, other devices' outputs)
+  std::vector<std::vector<DevicePtr>> in_buf, out_buf;  // [slot][input | output]
+  std::vector<std::pair<int, int>> root_outputs;        // (root output, stage output) copied to the host here
+  std::map<int, Stream> link_streams;                   // by source device
+  npu_sim::HostClient client{"pipeline stage"};
+  npu_sim::HostClient link_client{"pipeline link"};
+  VTime last_end = 0;  // its stream's last step's end
+  VTime busy = 0;
+};
+
+std::uint64_t AllocBytes(std::uint64_t bytes) { return std::max<std::uint64_t>(bytes, 64); }
+
+// The root's Data nodes in input order: by `index` attribute, then graph order (as the interpreter
+// and plan-memory order them).
+StatusOr<std::vector<const graph::Node*>> OrderedData(const graph::ComputeGraph& g) {
+  std::vector<std::pair<std::pair<std::int64_t, std::size_t>, const graph::Node*>> data;
+  const auto nodes = g.nodes();
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i]->type() != "Data") continue;
+    NPUFLOW_ASSIGN_OR_RETURN(std::int64_t idx,
+                             nodes[i]->op().AttrOr<std::int64_t>("index", 1'000'000'000 + static_cast<std::int64_t>(i)));
+    data.push_back({{idx, i}, nodes[i]});
+  }
+  std::sort(data.begin(), data.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<const graph::Node*> out;
+  for (auto& d : data) out.push_back(d.second);
+  return out;
+}
+
+StatusOr<graph::TensorDesc> DeclaredDesc(const graph::Node& data) {
+  if (!data.outputs().empty() && data.outputs()[0].shape.is_static()) return data.outputs()[0];
+  graph::TensorDesc d;
+  NPUFLOW_ASSIGN_OR_RETURN(d.dtype, data.op().Attr<graph::DataType>("dtype"));
+  NPUFLOW_ASSIGN_OR_RETURN(d.shape, data.op().Attr<graph::Shape>("shape"));
+  if (!d.shape.is_static())
+    return Status::ParamInvalid("Data node '{}': {} is not static; pipeline stages run on the v1 task sink", data.name(),
+                                d.ToString());
+  return d;
+}
+
+}  // namespace
+
+struct PipelineExecutor::Impl {
+  PipelineOptions options;
+  npu_sim::Runtime* rt = nullptr;
+  std::vector<std::unique_ptr<StageState>> stages;
+  std::vector<std::string> in_names;
+  std::vector<graph::TensorDesc> in_desc, out_desc;
+  std::vector<Source> outputs;  // the root's outputs
+
+  // The pipeline's flow graph runs in the actor system's arena, on its workers: the bodies never
+  // block, and a graph of its own would wait for workers the actors hold.
+  std::unique_ptr<flow::graph> graph;
+  std::unique_ptr<flow::queue_node<Step*>> entry;
+  std::unique_ptr<flow::limiter_node<Step*>> limiter;
+  std::unique_ptr<flow::function_node<Step*, Step*>> admit;
+  std::unique_ptr<flow::function_node<Step*, flow::continue_msg>> finish;
+  std::vector<std::unique_ptr<Hop>> hops;
+  std::uint64_t next_index = 0;  // admit's (serial)
+
+  std::atomic<bool> closed{false};
+  std::mutex mu;  // stats, in_flight
+  std::condition_variable drained;
+  int in_flight = 0;
+  PipelineStats stats;
+
+  std::string StageName(int s) const {
+    return fmt::format("pipeline '{}' stage {} (device {})", options.name, s, stages[s]->device);
+  }
+
+  Status Build(const graph::ComputeGraph& root);
+  void Wire();
+  void RunStage(StageState& st, Step* step, Gateway& gw, Hop& hop);
+  void RunLink(StageState& st, Step* step, Gateway& gw, Hop& hop);
+  void Finish(Step* step);
+  void AbortHop(const Hop& hop);
+  Status Cleanup();
+};
+
+PipelineExecutor::PipelineExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PipelineExecutor::~PipelineExecutor() { (void)Unload(); }
+
+StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(const graph::ComputeGraph& root,
+                                                                     PipelineOptions options) {
+  ModelManager* mm = ModelManager::Get();
+  if (mm == nullptr) return Status::ParamInvalid("PipelineExecutor: ModelManager is not initialized");
+  if (options.max_in_flight < 1 || options.max_in_flight > kMaxPipelineInFlight)
+    return Status::ParamInvalid("pipeline max_in_flight {} is out of range 1..{}", options.max_in_flight,
+                                kMaxPipelineInFlight);
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  impl->rt = &mm->runtime();
+  Status s = impl->Build(root);
+  if (!s.ok()) {
+    (void)impl->Cleanup();
+    return s;
+  }
+  impl->Wire();
+  return std::unique_ptr<PipelineExecutor>(new PipelineExecutor(std::move(impl)));
+}
+
+Status PipelineExecutor::Impl::Build(const graph::ComputeGraph& root) {
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<lowering::StageCall> calls, lowering::PipelineStages(root));
+  if (calls.empty())
+    return Status::ParamInvalid("graph '{}' has no pipeline stages (PartitionedCall nodes with '_stage')", root.name());
+  const int k = static_cast<int>(calls.size());
+  const int devices = options.devices;
+  if (devices < 1 || devices > k)
+    return Status::ParamInvalid("pipeline devices {} is out of range 1..{} (the stage count)", devices, k);
+  if (devices > rt->device_count())
+    return Status::ParamInvalid("pipeline devices {}: the runtime has {} device(s)", devices, rt->device_count());
+
+  NPUFLOW_ASSIGN_OR_RETURN(auto data, OrderedData(root));
+  std::unordered_map<const graph::Node*, int> root_input;
+  for (const graph::Node* d : data) {
+    root_input[d] = static_cast<int>(in_names.size());
+    in_names.push_back(d->name());
+    NPUFLOW_ASSIGN_OR_RETURN(graph::TensorDesc desc, DeclaredDesc(*d));
+    in_desc.push_back(std::move(desc));
+  }
+  std::unordered_map<const graph::Node*, int> stage_of_call;
+  for (int s = 0; s < k; ++s) stage_of_call[calls[s].call] = s;
+  const auto source_of = [&](const graph::Endpoint& e, std::string_view what) -> StatusOr<Source> {
+    if (auto it = root_input.find(e.node); it != root_input.end()) return Source{-1, it->second};
+    if (auto it = stage_of_call.find(e.node); it != stage_of_call.end()) return Source{it->second, e.index};
+    return Status::ParamInvalid("graph '{}': {} reads '{}', which is neither a root input nor a stage", root.name(), what,
+                                e.node->name());
+  };
+
+  ModelManager& mm = *ModelManager::Get();
+  for (int s = 0; s < k; ++s) {
+    auto st = std::make_unique<StageState>();
+    st->index = s;
+    st->device = s * devices / k;
+    const graph::Node& call = *calls[s].call;
+    const graph::ComputeGraph& sub = *calls[s].subgraph;
+    NPUFLOW_ASSIGN_OR_RETURN(auto copy, lowering::CopyFlatGraph(sub));
+    graph::CompileOptions co = options.compile;
+    co.online = true;
+    auto compiled = lowering::CompileV1(std::move(copy), co);
+    if (!compiled.ok()) return compiled.status().WithContext(fmt::format("pipeline '{}' stage {}", options.name, s));
+    st->model = std::make_shared<const graph::CompiledModel>(std::move(*compiled));
+    const graph::CompiledModel& cm = *st->model;
+
+    // Model inputs <- call inputs: the subgraph's Data nodes in their order are the call's inputs.
+    NPUFLOW_ASSIGN_OR_RETURN(auto sub_data, OrderedData(sub));
+    if (sub_data.size() != call.inputs().size())
+      return Status::ParamInvalid("graph '{}': stage call '{}' has {} inputs, its subgraph {} Data nodes", root.name(),
+                                  call.name(), call.inputs().size(), sub_data.size());
+    for (const graph::IoDef& in : cm.inputs) {
+      auto it = std::find_if(sub_data.begin(), sub_data.end(), [&](const graph::Node* d) { return d->name() == in.name; });
+      if (it == sub_data.end())
+        return Status::Internal("pipeline stage {}: model input '{}' is no Data node of its subgraph", s, in.name);
+      const std::size_t pos = static_cast<std::size_t>(it - sub_data.begin());
+      NPUFLOW_ASSIGN_OR_RETURN(Source src, source_of(call.inputs()[pos], fmt::format("stage call '{}'", call.name())));
+      if (src.stage >= s)
+        return Status::ParamInvalid("graph '{}': stage {} reads stage {}; a stage reads only earlier stages", root.name(),
+                                    s, src.stage);
+      st->inputs.push_back(src);
+      st->in_bytes.push_back(in.desc.bytes().value_or(0));
+    }
+    for (const graph::IoDef& out : cm.outputs) st->out_bytes.push_back(out.desc.bytes().value_or(0));
+    stages.push_back(std::move(st));
+  }
+  for (auto& st : stages)
+    for (const Source& src : st->inputs)
+      st->own_input.push_back(src.stage < 0 || stages[src.stage]->device != st->device);
+
+  // The root's outputs.
+  const graph::Node* net = nullptr;
+  for (const graph::Node* n : root.nodes())
+    if (n->type() == "NetOutput") net = n;
+  if (net == nullptr) return Status::ParamInvalid("graph '{}' has no NetOutput node", root.name());
+  for (const graph::Endpoint& e : net->inputs()) {
+    NPUFLOW_ASSIGN_OR_RETURN(Source src, source_of(e, "the NetOutput"));
+    if (src.stage >= 0) {
+      const graph::CompiledModel& cm = *stages[src.stage]->model;
+      if (src.index >= static_cast<int>(cm.outputs.size()))
+        return Status::ParamInvalid("graph '{}': the NetOutput reads output {} of stage {}, which has {}", root.name(),
+                                    src.index, src.stage, cm.outputs.size());
+      stages[src.stage]->root_outputs.emplace_back(static_cast<int>(outputs.size()), src.index);
+      out_desc.push_back(cm.outputs[src.index].desc);
+    } else {
+      out_desc.push_back(in_desc[src.index]);
+    }
+    outputs.push_back(src);
+  }
+
+  // Load each stage on its device; streams and per-slot buffers.
+  const int slots = options.max_in_flight;
+  for (auto& st : stages) {
+    ModelLoadOptions lo;
+    lo.device = st->device;
+    lo.name = fmt::format("{} stage {}", options.name, st->index);
+    auto id = mm.LoadModelOnline(st->model, lo);
+    if (!id.ok()) return id.status().WithContext(StageName(st->index));
+    st->model_id = *id;
+    st->loaded = true;
+    NPUFLOW_ASSIGN_OR_RETURN(st->dm, mm.GetModel(*id));
+    st->dm->AddBorrower(1);  // never recycled while the pipeline holds it
+    NPUFLOW_RETURN_IF_ERROR(st->dm->WaitForWeights().WithContext(StageName(st->index)));
+    st->device_model = st->dm->device_model(0);
+    NPUFLOW_ASSIGN_OR_RETURN(st->stream, rt->CreateStream(st->device));
+    for (const Source& src : st->inputs)
+      if (src.stage >= 0 && stages[src.stage]->device != st->device && !st->link_streams.count(stages[src.stage]->device)) {
+        NPUFLOW_ASSIGN_OR_RETURN(Stream ls, rt->CreateStream(stages[src.stage]->device));
+        st->link_streams[stages[src.stage]->device] = ls;
+      }
+    st->in_buf.assign(slots, std::vector<DevicePtr>(st->inputs.size()));
+    st->out_buf.assign(slots, std::vector<DevicePtr>(st->out_bytes.size()));
+    for (int m = 0; m < slots; ++m) {
+      for (std::size_t i = 0; i < st->inputs.size(); ++i)
+        if (st->own_input[i]) {
+          auto p = rt->Malloc(st->device, AllocBytes(st->in_bytes[i]));
+          if (!p.ok()) return p.status().WithContext(fmt::format("{}: input buffers", StageName(st->index)));
+          st->in_buf[m][i] = *p;
+        }
+      for (std::size_t j = 0; j < st->out_bytes.size(); ++j) {
+        auto p = rt->Malloc(st->device, AllocBytes(st->out_bytes[j]));
+        if (!p.ok()) return p.status().WithContext(fmt::format("{}: output buffers", StageName(st->index)));
+        st->out_buf[m][j] = *p;
+      }
+    }
+    st->client.Merge(0);
+  }
+  stats.stage_busy.assign(stages.size(), 0);
+  return Status::Ok();
+}
+
+void PipelineExecutor::Impl::Wire() {
+  rt->system().arena().execute([this] { graph = std::make_unique<flow::graph>(); });
+  flow::graph& g = *graph;
+  entry = std::make_unique<flow::queue_node<Step*>>(g);
+  limiter = std::make_unique<flow::limiter_node<Step*>>(g, static_cast<std::size_t>(options.max_in_flight));
+  admit = std::make_unique<flow::function_node<Step*, Step*>>(g, flow::serial, [this](Step* step) {
+    step->index = next_index++;
+    step->slot = static_cast<int>(step->index % static_cast<std::uint64_t>(options.max_in_flight));
+    return step;
+  });
+  finish = std::make_unique<flow::function_node<Step*, flow::continue_msg>>(g, flow::serial, [this](Step* step) {
+    Finish(step);
+    return flow::continue_msg();
+  });
+  flow::make_edge(*entry, *limiter);
+  flow::make_edge(*limiter, *admit);
+  flow::make_edge(*finish, limiter->decrementer());
+  flow::sender<Step*>* previous = admit.get();
+  for (auto& stp : stages) {
+    StageState* st = stp.get();
+    if (!st->link_streams.empty()) {
+      hops.push_back(std::make_unique<Hop>(g, st->index, true, [this, st](Hop& hop, Step* step, Gateway& gw) {
+        RunLink(*st, step, gw, hop);
+      }));
+      flow::make_edge(*previous, hops.back()->queue);
+      previous = &flow::output_port<0>(hops.back()->work);  // an async_node sends through its port
+    }
+    hops.push_back(std::make_unique<Hop>(g, st->index, false, [this, st](Hop& hop, Step* step, Gateway& gw) {
+      RunStage(*st, step, gw, hop);
+    }));
+    flow::make_edge(*previous, hops.back()->queue);
+    previous = &flow::output_port<0>(hops.back()->work);  // an async_node sends through its port
+  }
+  flow::make_edge(*previous, *finish);
+}
+
+// Issues stage `st`'s work for `step` on its stream: the root inputs it reads (host to device),
+// the model's execution on this step's buffers, the root outputs it makes (device to host); the
+// stream's synchronize puts the step on the next hop.
+void PipelineExecutor::Impl::RunStage(StageState& st, Step* step, Gateway& gw, Hop& hop) {
+  if (!step->status.ok()) {
+    gw.try_put(step);
+    return;
+  }
+  npu_sim::ScopedHostClient scope(st.client);
+  st.client.Merge(step->ready_at);
+  const VTime issued = st.client.clock();
+  const int m = step->slot;
+  std::vector<std::uint64_t> io;
+  io.reserve(st.inputs.size() + st.out_bytes.size());
+  Status s;
+  for (std::size_t i = 0; i < st.inputs.size() && s.ok(); ++i) {
+    const Source& src = st.inputs[i];
+    if (src.stage < 0) {
+      if (st.in_bytes[i] > 0)
+        s = rt->MemcpyH2DAsync(st.stream, st.in_buf[m][i], step->inputs[src.index].data.data(), st.in_bytes[i]);
+      io.push_back(st.in_buf[m][i].value);
+    } else if (st.own_input[i]) {
+      io.push_back(st.in_buf[m][i].value);  // the link hop filled it
+    } else {
+      io.push_back(stages[src.stage]->out_buf[m][src.index].value);  // same device: read in place
+    }
+  }
+  for (const DevicePtr& p : st.out_buf[m]) io.push_back(p.value);
+  if (s.ok()) s = rt->ExecuteModelOnStream(st.device_model, st.stream, std::move(io));
+  for (std::size_t r = 0; r < st.root_outputs.size() && s.ok(); ++r) {
+    auto [o, j] = st.root_outputs[r];
+    if (st.out_bytes[j] > 0)
+      s = rt->MemcpyD2HAsync(st.stream, step->outputs[o].data.data(), st.out_buf[m][j], st.out_bytes[j]);
+  }
+  hop.busy_step.store(step->index, std::memory_order_release);
+  gw.reserve_wait();
+  // What was issued runs to its end either way; a failed issue fails the step after it.
+  rt->SynchronizeStreamAsync(st.stream).OnComplete([this, &st, &hop, &gw, step, issued, s](StatusOr<VTime> end) {
+    hop.busy_step.store(kIdle, std::memory_order_release);
+    Status result = s.ok() ? end.status() : s;
+    if (end.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      st.busy += *end - std::max(issued, st.last_end);
+      st.last_end = std::max(st.last_end, *end);
+      step->ready_at = std::max(step->ready_at, *end);
+    }
+    if (!result.ok()) step->status = result.WithContext(StageName(st.index));
+    gw.try_put(step);
+    gw.release_wait();
+  });
+}
+
+// Brings the outputs of earlier stages on other devices to stage `st`'s device for `step`: one
+// peer copy each on a stream of the source device, over the link; done when all of them are.
+void PipelineExecutor::Impl::RunLink(StageState& st, Step* step, Gateway& gw, Hop& hop) {
+  if (!step->status.ok()) {
+    gw.try_put(step);
+    return;
+  }
+  npu_sim::ScopedHostClient scope(st.link_client);
+  st.link_client.Merge(step->ready_at);
+  const int m = step->slot;
+  Status s;
+  for (std::size_t i = 0; i < st.inputs.size() && s.ok(); ++i) {
+    const Source& src = st.inputs[i];
+    if (src.stage < 0 || !st.own_input[i] || st.in_bytes[i] == 0) continue;
+    const StageState& from = *stages[src.stage];
+    s = rt->MemcpyPeerAsync(st.link_streams.at(from.device), st.device, st.in_buf[m][i], from.out_buf[m][src.index],
+                            st.in_bytes[i]);
+  }
+  struct Join {
+    std::atomic<int> left{0};
+    std::mutex mu;
+    Status status;
+    VTime end = 0;
+  };
+  auto join = std::make_shared<Join>();
+  join->left.store(static_cast<int>(st.link_streams.size()));
+  join->status = s;
+  hop.busy_step.store(step->index, std::memory_order_release);
+  gw.reserve_wait();
+  for (auto& [device, stream] : st.link_streams) {
+    rt->SynchronizeStreamAsync(stream).OnComplete([this, &st, &hop, &gw, step, join](StatusOr<VTime> end) {
+      {
+        std::lock_guard<std::mutex> lock(join->mu);
+        if (end.ok()) join->end = std::max(join->end, *end);
+        else if (join->status.ok()) join->status = end.status();
+      }
+      if (join->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+      hop.busy_step.store(kIdle, std::memory_order_release);
+      step->ready_at = std::max(step->ready_at, join->end);
+      if (!join->status.ok())
+        step->status = join->status.WithContext(fmt::format("{}: the link bringing its inputs", StageName(st.index)));
+      gw.try_put(step);
+      gw.release_wait();
+    });
+  }
+}
+
+void PipelineExecutor::Impl::Finish(Step* step) {
+  if (step->status.ok())
+    for (std::size_t o = 0; o < outputs.size(); ++o)
+      if (outputs[o].stage < 0) step->outputs[o].data = step->inputs[outputs[o].index].data;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.steps;
+    if (!step->status.ok()) ++stats.failed;
+    if (stats.steps == 1) stats.first_start = step->admitted;
+    stats.first_start = std::min(stats.first_start, step->admitted);
+    stats.last_end = std::max(stats.last_end, step->ready_at);
+    for (std::size_t s = 0; s < stages.size(); ++s) stats.stage_busy[s] = stages[s]->busy;
+  }
+  if (step->status.ok()) step->promise.Set(std::move(step->outputs));
+  else step->promise.Fail(step->status);
+  delete step;
+  std::lock_guard<std::mutex> lock(mu);
+  if (--in_flight == 0) drained.notify_all();
+}
+
+void PipelineExecutor::Impl::AbortHop(const Hop& hop) {
+  StageState& st = *stages[hop.stage];
+  if (hop.link) {
+    for (auto& [device, stream] : st.link_streams) (void)rt->AbortStream(stream);
+  } else {
+    (void)rt->AbortStream(st.stream);
+  }
+}
+
+Status PipelineExecutor::Impl::Cleanup() {
+  Status first;
+  const auto keep = [&first](Status s) {
+    if (first.ok() && !s.ok()) first = std::move(s);
+  };
+  ModelManager* mm = ModelManager::Get();
+  for (auto& st : stages) {
+    for (auto& slot : st->in_buf)
+      for (DevicePtr& p : slot)
+        if (p) keep(rt->Free(st->device, std::exchange(p, DevicePtr{})));
+    for (auto& slot : st->out_buf)
+      for (DevicePtr& p : slot)
+        if (p) keep(rt->Free(st->device, std::exchange(p, DevicePtr{})));
+    for (auto& [device, stream] : st->link_streams) keep(rt->DestroyStream(stream));
+    st->link_streams.clear();
+    if (st->stream.device >= 0) keep(rt->DestroyStream(std::exchange(st->stream, Stream{-1, 0})));
+    if (st->dm) {
+      st->dm->AddBorrower(-1);
+      st->dm.reset();
+    }
+    if (st->loaded && mm != nullptr) keep(mm->Unload(st->model_id));
+    st->loaded = false;
+  }
+  return first;
+}
+
+// ---- the public face -------------------------------------------------------------------------------
+
+actors::Future<StatusOr<std::vector<graph::Tensor>>> PipelineExecutor::Submit(std::vector<graph::Tensor> inputs) {
+  using R = StatusOr<std::vector<graph::Tensor>>;
+  Impl& p = *impl_;
+  const auto fail = [](Status s) { return actors::Future<R>::Ready(R(std::move(s))); };
+  if (p.closed.load(std::memory_order_acquire)) return fail(Status::Aborted("pipeline '{}' is unloaded", p.options.name));
+  if (inputs.size() != p.in_desc.size())
+    return fail(Status::ParamInvalid("pipeline '{}': {} inputs given, the graph takes {}", p.options.name, inputs.size(),
+                                     p.in_desc.size()));
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const graph::TensorDesc& want = p.in_desc[i];
+    if (!(inputs[i].desc == want) || inputs[i].data.size() != want.bytes().value_or(0))
+      return fail(Status::ParamInvalid("pipeline '{}': input {} ('{}') is {} with {} bytes, the graph takes {}",
+                                       p.options.name, i, p.in_names[i], inputs[i].desc.ToString(),
+                                       inputs[i].data.size(), want.ToString()));
+  }
+  auto* step = new Step;
+  step->inputs = std::move(inputs);
+  step->outputs.resize(p.out_desc.size());
+  for (std::size_t o = 0; o < p.out_desc.size(); ++o) {
+    step->outputs[o].desc = p.out_desc[o];
+    step->outputs[o].data.resize(p.out_desc[o].bytes().value_or(0));
+  }
+  step->admitted = p.rt->HostClock();
+  step->ready_at = step->admitted;
+  auto future = step->promise.GetFuture();
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    ++p.in_flight;
+  }
+  p.entry->try_put(step);
+  return future;
+}
+
+StatusOr<std::vector<graph::Tensor>> PipelineExecutor::Execute(std::vector<graph::Tensor> inputs) {
+  Impl& p = *impl_;
+  auto future = Submit(std::move(inputs));
+  if (!p.options.timeout) return future.Get();
+  auto result = future.GetFor(*p.options.timeout);
+  if (result.ok() || result.status().code() != StatusCode::kTimeout || future.IsReady()) return result;
+  // Still running: abort the hop holding the pipeline up (the oldest step in device work).
+  const Hop* oldest = nullptr;
+  for (const auto& hop : p.hops) {
+    const std::uint64_t k = hop->busy_step.load(std::memory_order_acquire);
+    if (k != kIdle && (oldest == nullptr || k < oldest->busy_step.load())) oldest = hop.get();
+  }
+  std::string where = "queued";
+  if (oldest != nullptr) {
+    where = fmt::format("{}{}", p.StageName(oldest->stage), oldest->link ? " (its link)" : "");
+    p.AbortHop(*oldest);
+  }
+  return Status::Timeout("pipeline '{}': no result within {} ms; held up in {}, which was aborted", p.options.name,
+                         p.options.timeout->count(), where);
+}
+
+Status PipelineExecutor::Unload() {
+  Impl& p = *impl_;
+  if (p.closed.exchange(true)) return Status::Ok();
+  {
+    std::unique_lock<std::mutex> lock(p.mu);
+    const auto deadline = std::chrono::steady_clock::now() + p.options.timeout.value_or(std::chrono::minutes(10));
+    if (!p.drained.wait_until(lock, deadline, [&] { return p.in_flight == 0; })) {
+      lock.unlock();
+      for (const auto& hop : p.hops) p.AbortHop(*hop);
+    }
+  }
+  if (p.graph) p.graph->wait_for_all();
+  return p.Cleanup();
+}
+
+int PipelineExecutor::stages() const { return static_cast<int>(impl_->stages.size()); }
+int PipelineExecutor::device_of(int stage) const { return impl_->stages.at(stage)->device; }
+const graph::CompiledModel& PipelineExecutor::stage_model(int stage) const { return *impl_->stages.at(stage)->model; }
+const std::vector<std::string>& PipelineExecutor::input_names() const { return impl_->in_names; }
+PipelineStats PipelineExecutor::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+}  // namespace npuflow::scheduler

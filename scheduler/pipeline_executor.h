@@ -1,0 +1,104 @@
+// PipelineExecutor: runs a stage-partitioned root graph (lowering/partition_stages.h) as a
+// pipeline (GE's RtV2PipelineExecutor, seed 001 5.6; GE_BEHAVIOUR.md "Pipeline executor").
+//
+//   ModelManager::Initialize({.chips = {"910B", "910B"}});
+//   auto root = lowering::PartitionStages(*graph, 2, chip).value();
+//   auto p = PipelineExecutor::Create(*root, {.devices = 2, .max_in_flight = 4}).value();
+//   auto f1 = p->Submit(inputs1);            // several steps in flight at once
+//   auto f2 = p->Submit(inputs2);
+//   auto out1 = f1.Get();                    // or p->Execute(inputs): Submit, then wait
+//
+// Each stage's subgraph is compiled for the v1 task sink and loaded on its device (stage s of K on
+// device s * D / K), with a stream of its own: the StageActor of the stage. Stage 0 takes the
+// caller's inputs (host to device on its stream). Every step has a slot (step k: slot k mod
+// max_in_flight) holding, on each stage's device, buffers of its own for the stage's outputs (the
+// cut edges) and for what it receives from other devices, so step k+1 can run a stage while later
+// stages still read step k's outputs.
+//
+// The pipeline is a oneTBB flow graph, and its ordering is the graph's:
+//
+//   submit -> queue -> limiter(max_in_flight) -> admit -> [link s] -> stage s -> ... -> finish
+//                          ^------------------------------------------------------------'
+//
+// Every hop (a stage, or the link bringing a stage's inputs from other devices) is a queue, a
+// limiter of 1 and an async_node: the node's body issues the hop's device work on its stream and
+// returns; the stream's completion puts the step on the next hop. One step at a time per hop, in
+// order, so a stage runs step k only after it ran step k-1 and after its producers finished step k,
+// and a failing step never takes the next one's queued work down with it. The link hop copies the
+// producers' outputs device to device (Runtime::MemcpyPeerAsync: the chip's link bandwidth and
+// latency, on the link's own trace track); stages on one device read each other's outputs in
+// place.
+//
+// Errors: a step that fails in stage s fails that step's future with the stage and its device
+// named; later hops pass it through and later steps run as usual. Execute waits at most
+// `timeout`: then the streams of the stage the step is in are aborted (a hung device task) and the
+// step fails naming that stage. Unload drains what is in flight (aborting after `timeout`),
+// unloads every stage's model and frees what the pipeline allocated; it always succeeds in
+// leaving nothing behind.
+//
+// Thread-safe: any number of threads may Submit and Execute. Requires ModelManager::Initialize
+// with at least `devices` devices.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/future.h"
+#include "base/status.h"
+#include "graph/ir/compute_graph.h"
+#include "graph/model_file/compiled_model.h"
+#include "npu_sim/runtime.h"
+
+namespace npuflow::scheduler {
+
+inline constexpr int kMaxPipelineInFlight = 64;
+
+struct PipelineOptions {
+  int devices = 1;        // stage s of K runs on device s * devices / K; 1..K
+  int max_in_flight = 4;  // steps in the pipeline at once, 1..kMaxPipelineInFlight
+  graph::CompileOptions compile;  // each stage's compile (the chip: the device's when empty)
+  npu_sim::Timeout timeout;       // Execute's wait per step, and Unload's drain; nullopt: none
+  std::string name = "pipeline";  // for messages and the trace
+};
+
+// Virtual-time figures of the steps run so far (npu_sim's device clock, nanoseconds).
+struct PipelineStats {
+  std::uint64_t steps = 0;   // finished, failed ones included
+  std::uint64_t failed = 0;
+  npu_sim::VTime first_start = 0;  // the first step's admission on the submitting host's clock
+  npu_sim::VTime last_end = 0;     // the last step's end
+  std::vector<npu_sim::VTime> stage_busy;  // per stage: the time its stream worked on steps
+  // 1 - sum(busy) / (stages * (last_end - first_start)): the share of stage time spent idle.
+  double bubble_fraction() const;
+};
+
+class PipelineExecutor {
+ public:
+  static StatusOr<std::unique_ptr<PipelineExecutor>> Create(const graph::ComputeGraph& root, PipelineOptions options);
+  ~PipelineExecutor();  // Unload
+
+  // Inputs by position (the root's Data nodes in `index` order, else graph order); each must have
+  // the Data node's dtype and static shape. A wrong count, dtype or shape fails the future at once.
+  actors::Future<StatusOr<std::vector<graph::Tensor>>> Submit(std::vector<graph::Tensor> inputs);
+  // Submit, then wait (at most options.timeout).
+  StatusOr<std::vector<graph::Tensor>> Execute(std::vector<graph::Tensor> inputs);
+  // Drains, unloads and frees. Later calls: Submit fails, Unload returns Ok.
+  Status Unload();
+
+  int stages() const;
+  int device_of(int stage) const;
+  const graph::CompiledModel& stage_model(int stage) const;
+  const std::vector<std::string>& input_names() const;
+  PipelineStats stats() const;
+
+  struct Impl;
+
+ private:
+  explicit PipelineExecutor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace npuflow::scheduler
