@@ -42,11 +42,12 @@ constexpr std::uint64_t kIdle = std::numeric_limits<std::uint64_t>::max();
 struct Step {
   std::uint64_t index = 0;
   int slot = 0;
+  int replica = 0;
   std::vector<graph::Tensor> inputs, outputs;
   Status status;
   VTime admitted = 0;  // the submitting host's clock
   VTime ready_at = 0;  // when its producers' work ended (device clock)
-  actors::Promise<StatusOr<std::vector<graph::Tensor>>> promise;
+  actors::Promise<StatusOr<StepOutput>> promise;
 };
 
 // Where a value comes from: output `index` of stage `stage`, or root input `index` (stage -1).
@@ -79,14 +80,18 @@ struct Hop {
   bool link = false;
 };
 
-struct StageState {
-  int index = 0;
-  int device = 0;
-  std::shared_ptr<const graph::CompiledModel> model;
+struct Replica {
   std::uint32_t model_id = 0;
   bool loaded = false;
   std::shared_ptr<DavinciModel> dm;
   npu_sim::Model device_model;
+};
+
+struct StageState {
+  int index = 0;
+  int device = 0;
+  std::shared_ptr<const graph::CompiledModel> model;
+  std::vector<Replica> replicas;
   Stream stream{-1, 0};
   std::vector<Source> inputs;  // per model input (the compiled model's order)
   std::vector<std::uint64_t> in_bytes, out_bytes;
@@ -176,6 +181,8 @@ StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(const graph
                                                                      PipelineOptions options) {
   ModelManager* mm = ModelManager::Get();
   if (mm == nullptr) return Status::ParamInvalid("PipelineExecutor: ModelManager is not initialized");
+  if (options.replicas < 1 || options.replicas > kMaxPipelineReplicas)
+    return Status::ParamInvalid("pipeline replicas {} is out of range 1..{}", options.replicas, kMaxPipelineReplicas);
   if (options.max_in_flight < 1 || options.max_in_flight > kMaxPipelineInFlight)
     return Status::ParamInvalid("pipeline max_in_flight {} is out of range 1..{}", options.max_in_flight,
                                 kMaxPipelineInFlight);
@@ -281,17 +288,21 @@ Status PipelineExecutor::Impl::Build(const graph::ComputeGraph& root) {
   // Load each stage on its device; streams and per-slot buffers.
   const int slots = options.max_in_flight;
   for (auto& st : stages) {
-    ModelLoadOptions lo;
-    lo.device = st->device;
-    lo.name = fmt::format("{} stage {}", options.name, st->index);
-    auto id = mm.LoadModelOnline(st->model, lo);
-    if (!id.ok()) return id.status().WithContext(StageName(st->index));
-    st->model_id = *id;
-    st->loaded = true;
-    NPUFLOW_ASSIGN_OR_RETURN(st->dm, mm.GetModel(*id));
-    st->dm->AddBorrower(1);  // never recycled while the pipeline holds it
-    NPUFLOW_RETURN_IF_ERROR(st->dm->WaitForWeights().WithContext(StageName(st->index)));
-    st->device_model = st->dm->device_model(0);
+    for (int r = 0; r < options.replicas; ++r) {
+      ModelLoadOptions lo;
+      lo.device = st->device;
+      lo.share_weights = true;  // one device copy of the stage's weights for all replicas
+      lo.name = fmt::format("{} stage {} replica {}", options.name, st->index, r);
+      auto id = mm.LoadModelOnline(st->model, lo);
+      if (!id.ok()) return id.status().WithContext(StageName(st->index));
+      Replica& rep = st->replicas.emplace_back();
+      rep.model_id = *id;
+      rep.loaded = true;
+      NPUFLOW_ASSIGN_OR_RETURN(rep.dm, mm.GetModel(*id));
+      rep.dm->AddBorrower(1);  // never recycled while the pipeline holds it
+      NPUFLOW_RETURN_IF_ERROR(rep.dm->WaitForWeights().WithContext(StageName(st->index)));
+      rep.device_model = rep.dm->device_model(0);
+    }
     NPUFLOW_ASSIGN_OR_RETURN(st->stream, rt->CreateStream(st->device));
     for (const Source& src : st->inputs)
       if (src.stage >= 0 && stages[src.stage]->device != st->device && !st->link_streams.count(stages[src.stage]->device)) {
@@ -383,7 +394,7 @@ void PipelineExecutor::Impl::RunStage(StageState& st, Step* step, Gateway& gw, H
     }
   }
   for (const DevicePtr& p : st.out_buf[m]) io.push_back(p.value);
-  if (s.ok()) s = rt->ExecuteModelOnStream(st.device_model, st.stream, std::move(io));
+  if (s.ok()) s = rt->ExecuteModelOnStream(st.replicas[step->replica].device_model, st.stream, std::move(io));
   for (std::size_t r = 0; r < st.root_outputs.size() && s.ok(); ++r) {
     auto [o, j] = st.root_outputs[r];
     if (st.out_bytes[j] > 0)
@@ -467,7 +478,7 @@ void PipelineExecutor::Impl::Finish(Step* step) {
     stats.last_end = std::max(stats.last_end, step->ready_at);
     for (std::size_t s = 0; s < stages.size(); ++s) stats.stage_busy[s] = stages[s]->busy;
   }
-  if (step->status.ok()) step->promise.Set(std::move(step->outputs));
+  if (step->status.ok()) step->promise.Set(StepOutput{std::move(step->outputs), step->ready_at});
   else step->promise.Fail(step->status);
   delete step;
   std::lock_guard<std::mutex> lock(mu);
@@ -499,12 +510,14 @@ Status PipelineExecutor::Impl::Cleanup() {
     for (auto& [device, stream] : st->link_streams) keep(rt->DestroyStream(stream));
     st->link_streams.clear();
     if (st->stream.device >= 0) keep(rt->DestroyStream(std::exchange(st->stream, Stream{-1, 0})));
-    if (st->dm) {
-      st->dm->AddBorrower(-1);
-      st->dm.reset();
+    for (Replica& rep : st->replicas) {
+      if (rep.dm) {
+        rep.dm->AddBorrower(-1);
+        rep.dm.reset();
+      }
+      if (rep.loaded && mm != nullptr) keep(mm->Unload(rep.model_id));
+      rep.loaded = false;
     }
-    if (st->loaded && mm != nullptr) keep(mm->Unload(st->model_id));
-    st->loaded = false;
   }
   return first;
 }
@@ -512,7 +525,14 @@ Status PipelineExecutor::Impl::Cleanup() {
 // ---- the public face -------------------------------------------------------------------------------
 
 actors::Future<StatusOr<std::vector<graph::Tensor>>> PipelineExecutor::Submit(std::vector<graph::Tensor> inputs) {
-  using R = StatusOr<std::vector<graph::Tensor>>;
+  return SubmitStep(std::move(inputs), {}).Then([](StatusOr<StepOutput> r) -> StatusOr<std::vector<graph::Tensor>> {
+    if (!r.ok()) return r.status();
+    return std::move(r->outputs);
+  });
+}
+
+actors::Future<StatusOr<StepOutput>> PipelineExecutor::SubmitStep(std::vector<graph::Tensor> inputs, StepOptions opts) {
+  using R = StatusOr<StepOutput>;
   Impl& p = *impl_;
   const auto fail = [](Status s) { return actors::Future<R>::Ready(R(std::move(s))); };
   if (p.closed.load(std::memory_order_acquire)) return fail(Status::Aborted("pipeline '{}' is unloaded", p.options.name));
@@ -526,14 +546,18 @@ actors::Future<StatusOr<std::vector<graph::Tensor>>> PipelineExecutor::Submit(st
                                        p.options.name, i, p.in_names[i], inputs[i].desc.ToString(),
                                        inputs[i].data.size(), want.ToString()));
   }
+  if (opts.replica < 0 || opts.replica >= p.options.replicas)
+    return fail(Status::ParamInvalid("pipeline '{}': replica {} is out of range 0..{}", p.options.name, opts.replica,
+                                     p.options.replicas - 1));
   auto* step = new Step;
+  step->replica = opts.replica;
   step->inputs = std::move(inputs);
   step->outputs.resize(p.out_desc.size());
   for (std::size_t o = 0; o < p.out_desc.size(); ++o) {
     step->outputs[o].desc = p.out_desc[o];
     step->outputs[o].data.resize(p.out_desc[o].bytes().value_or(0));
   }
-  step->admitted = p.rt->HostClock();
+  step->admitted = opts.ready_at ? *opts.ready_at : p.rt->HostClock();
   step->ready_at = step->admitted;
   auto future = step->promise.GetFuture();
   {

@@ -43,6 +43,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,10 +56,15 @@
 namespace npuflow::scheduler {
 
 inline constexpr int kMaxPipelineInFlight = 64;
+inline constexpr int kMaxPipelineReplicas = 256;
 
 struct PipelineOptions {
   int devices = 1;        // stage s of K runs on device s * devices / K; 1..K
   int max_in_flight = 4;  // steps in the pipeline at once, 1..kMaxPipelineInFlight
+  // Copies of every stage's model, 1..kMaxPipelineReplicas: each with Variables of its own (one
+  // per sequence's KV cache, say), all sharing one device copy of the stage's weights. A step
+  // names the replica it runs on.
+  int replicas = 1;
   graph::CompileOptions compile;  // each stage's compile (the chip: the device's when empty)
   npu_sim::Timeout timeout;       // Execute's wait per step, and Unload's drain; nullopt: none
   std::string name = "pipeline";  // for messages and the trace
@@ -75,6 +81,18 @@ struct PipelineStats {
   double bubble_fraction() const;
 };
 
+struct StepOptions {
+  int replica = 0;  // 0..replicas-1
+  // The step's earliest start on the virtual clock (e.g. the end of the step it depends on);
+  // nullopt: the submitting host client's clock.
+  std::optional<npu_sim::VTime> ready_at;
+};
+
+struct StepOutput {
+  std::vector<graph::Tensor> outputs;
+  npu_sim::VTime end = 0;  // when its last stage ended (virtual)
+};
+
 class PipelineExecutor {
  public:
   static StatusOr<std::unique_ptr<PipelineExecutor>> Create(const graph::ComputeGraph& root, PipelineOptions options);
@@ -83,6 +101,9 @@ class PipelineExecutor {
   // Inputs by position (the root's Data nodes in `index` order, else graph order); each must have
   // the Data node's dtype and static shape. A wrong count, dtype or shape fails the future at once.
   actors::Future<StatusOr<std::vector<graph::Tensor>>> Submit(std::vector<graph::Tensor> inputs);
+  // The same on a replica, from a virtual time, with the step's end time. Safe to call from the
+  // continuation of another step's future (it never waits): a generation can drive itself.
+  actors::Future<StatusOr<StepOutput>> SubmitStep(std::vector<graph::Tensor> inputs, StepOptions step);
   // Submit, then wait (at most options.timeout).
   StatusOr<std::vector<graph::Tensor>> Execute(std::vector<graph::Tensor> inputs);
   // Drains, unloads and frees. Later calls: Submit fails, Unload returns Ok.
