@@ -22,6 +22,7 @@
 #include "weights/weight_loader.h"
 #include "lowering/tiling_sink.h"
 #include "models/gpt2/engine.h"
+#include "models/gpt2/pipeline_engine.h"
 #include "models/gpt2/sampling.h"
 #include "models/gpt2/tokenizer.h"
 #include "models/gpt2/ggml_file.h"
@@ -210,6 +211,47 @@ LoadAndGenerations RunGenerations(gpt2::Gpt2Engine& engine, const Gpt2Run& run, 
   return r;
 }
 
+// Prints each generation (its prompt and text, and with --print-ids its ids), then `load_line`,
+// then the time to first token (from `start`, the slowest stream; `ttft_note` says how the prompt
+// went in) and the decode throughput over all streams: the tokens after each stream's first, over
+// the window from the earliest first token to the latest end (wall, and virtual).
+Status ReportGenerations(const std::vector<Generation>& gens, const Gpt2Run& run, const gpt2::Vocab& vocab,
+                         Clock::time_point start, std::string_view ttft_note, const std::string& load_line,
+                         std::ostream& out) {
+  double tokens = 0;
+  auto first = Generation::Clock::time_point::max(), last = Generation::Clock::time_point::min();
+  std::int64_t v_first = std::numeric_limits<std::int64_t>::max(), v_last = 0;
+  double ttft = 0;
+  for (std::size_t i = 0; i < gens.size(); ++i) {
+    const gpt2::Generation& g = gens[i];
+    NPUFLOW_ASSIGN_OR_RETURN(std::string prompt_text, vocab.Detokenize(g.prompt));
+    NPUFLOW_ASSIGN_OR_RETURN(std::string text, vocab.Detokenize(g.ids));
+    out << fmt::format("--- stream {} ({} prompt tokens, {} generated)\n", i, g.prompt.size(), g.ids.size());
+    out << Printable(prompt_text) << Printable(text) << "\n";
+    if (run.print_ids) out << "ids: " << JoinIds(g.ids) << "\n";
+    if (g.ids.empty()) continue;
+    tokens += static_cast<double>(g.ids.size() - 1);
+    first = std::min(first, g.first_token_at);
+    last = std::max(last, g.finished);
+    v_first = std::min(v_first, g.virtual_first_token_at);
+    v_last = std::max(v_last, g.virtual_finished);
+    ttft = std::max(ttft, std::chrono::duration<double, std::milli>(g.first_token_at - start).count());
+  }
+  out << "---\n" << load_line;
+  if (tokens > 0 || ttft > 0) {
+    const double wall_s = std::chrono::duration<double>(last - first).count();
+    const double virtual_s = static_cast<double>(v_last - v_first) / 1e9;
+    out << fmt::format("time to first token: {:.1f} ms after the load started (the slowest stream; {})\n", ttft,
+                       ttft_note);
+    out << fmt::format("generation: {:.1f} tokens/s wall, {:.1f} tokens/s virtual over {} stream{} ({:.1f} tokens/s "
+                       "wall per stream)\n",
+                       wall_s > 0 ? tokens / wall_s : 0.0, virtual_s > 0 ? tokens / virtual_s : 0.0, gens.size(),
+                       gens.size() == 1 ? "" : "s",
+                       wall_s > 0 ? tokens / static_cast<double>(gens.size()) / wall_s : 0.0);
+  }
+  return Status::Ok();
+}
+
 // Everything between ModelManager::Initialize and Finalize.
 // `file_read` came from gpt2::ReadGpt2File, which started at t0.
 // `stages` (may be null) gets the stage report.
@@ -243,46 +285,16 @@ Status GenerateAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const G
   if (!gens.ok()) return gens.status();
   const double load_ms = done.load_ms;
 
-  // Decode figures over all streams: the tokens after each stream's first, over the window from
-  // the earliest first token to the latest end (wall, and the host clocks' virtual time).
-  double tokens = 0;
-  auto first = Generation::Clock::time_point::max(), last = Generation::Clock::time_point::min();
-  std::int64_t v_first = std::numeric_limits<std::int64_t>::max(), v_last = 0;
-  double ttft = 0;
-  for (std::size_t i = 0; i < gens->size(); ++i) {
-    const gpt2::Generation& g = (*gens)[i];
-    NPUFLOW_ASSIGN_OR_RETURN(std::string prompt_text, vocab.Detokenize(g.prompt));
-    NPUFLOW_ASSIGN_OR_RETURN(std::string text, vocab.Detokenize(g.ids));
-    out << fmt::format("--- stream {} ({} prompt tokens, {} generated)\n", i, g.prompt.size(), g.ids.size());
-    out << Printable(prompt_text) << Printable(text) << "\n";
-    if (run.print_ids) out << "ids: " << JoinIds(g.ids) << "\n";
-    if (g.ids.empty()) continue;
-    tokens += static_cast<double>(g.ids.size() - 1);
-    first = std::min(first, g.first_token_at);
-    last = std::max(last, g.finished);
-    v_first = std::min(v_first, g.virtual_first_token_at);
-    v_last = std::max(v_last, g.virtual_finished);
-    ttft = std::max(ttft, std::chrono::duration<double, std::milli>(g.first_token_at - engine->load_started()).count());
-  }
-  out << "---\n";
   const double mb = static_cast<double>(file.weight_bytes()) / 1e6;
-  out << fmt::format("load: read, build and compile {:.1f} ms; weights on the device {:.1f} ms after the load started "
-                     "({:.2f} GB/s)\n",
-                     create_ms, load_ms, load_ms > 0 ? mb / load_ms : 0.0);
-  if (tokens > 0 || ttft > 0) {
-    const double wall_s = std::chrono::duration<double>(last - first).count();
-    const double virtual_s = static_cast<double>(v_last - v_first) / 1e9;
-    out << fmt::format("time to first token: {:.1f} ms after the load started (the slowest stream; {})\n", ttft,
-                       run.one_token_prompts ? "a one-token prompt: one decode step, while the weights stream in"
-                       : run.prefill == gpt2::PrefillMode::kBatch
-                           ? "the prompt as one RT2.0 graph, once the weights are on the device"
-                           : "the prompt fed token by token while the weights stream in");
-    out << fmt::format("generation: {:.1f} tokens/s wall, {:.1f} tokens/s virtual over {} stream{} ({:.1f} tokens/s "
-                       "wall per stream)\n",
-                       wall_s > 0 ? tokens / wall_s : 0.0, virtual_s > 0 ? tokens / virtual_s : 0.0, gens->size(),
-                       gens->size() == 1 ? "" : "s",
-                       wall_s > 0 ? tokens / static_cast<double>(gens->size()) / wall_s : 0.0);
-  }
+  NPUFLOW_RETURN_IF_ERROR(ReportGenerations(
+      *gens, run, vocab, engine->load_started(),
+      run.one_token_prompts ? "a one-token prompt: one decode step, while the weights stream in"
+      : run.prefill == gpt2::PrefillMode::kBatch ? "the prompt as one RT2.0 graph, once the weights are on the device"
+                                                 : "the prompt fed token by token while the weights stream in",
+      fmt::format("load: read, build and compile {:.1f} ms; weights on the device {:.1f} ms after the load started "
+                  "({:.2f} GB/s)\n",
+                  create_ms, load_ms, load_ms > 0 ? mb / load_ms : 0.0),
+      out));
   if (stages) {
     stages->Stage("end");
     stages->Add(LoadSplit(mm));
@@ -296,13 +308,63 @@ Status GenerateAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const G
   return Status::Ok();
 }
 
+// --pipeline K: the decode step cut into K stages over D devices, the streams' sequences decoding
+// through them at once (models/gpt2/pipeline_engine.h).
+Status GeneratePipelineAndReport(gpt2::Gpt2File file_read, Clock::time_point t0, const Gpt2Run& run, int stages,
+                                 int devices, const gpt2::Vocab& vocab, std::ostream& out) {
+  scheduler::ModelManager& mm = *scheduler::ModelManager::Get();
+  const std::string model_path = file_read.path;
+  const auto load_started = Clock::now();
+  NPUFLOW_ASSIGN_OR_RETURN(
+      std::unique_ptr<gpt2::Gpt2PipelineEngine> engine,
+      gpt2::Gpt2PipelineEngine::Create(std::move(file_read), {.stages = stages,
+                                                               .devices = devices,
+                                                               .sequences = static_cast<int>(run.prompts.size())}));
+  const double create_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  const gpt2::Gpt2HParams& hp = engine->file().hparams;
+  out << fmt::format("{}: GPT-2, {} layers, n_embd {}, {} heads, n_ctx {}, vocab {}, {}; {:.1f} MB of weights\n",
+                     model_path, hp.n_layer, hp.n_embd, hp.n_head, hp.n_ctx, hp.n_vocab,
+                     hp.weight_type() == graph::DataType::kFloat16 ? "f16" : "f32",
+                     static_cast<double>(engine->file().weight_bytes()) / 1e6);
+  scheduler::PipelineExecutor& p = engine->pipeline();
+  for (int s = 0; s < p.stages(); ++s) {
+    const graph::CompiledModel& m = p.stage_model(s);
+    std::size_t tasks = 0;
+    for (const auto& st : m.streams) tasks += st.tasks.size();
+    out << fmt::format("stage {}: device {}, {} tasks on {} stream{}, {} inputs, {} outputs\n", s, p.device_of(s), tasks,
+                       m.streams.size(), m.streams.size() == 1 ? "" : "s", m.inputs.size(), m.outputs.size());
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<Generation> gens, engine->Generate(run.prompts, run.n_predict, run.samplings));
+  NPUFLOW_RETURN_IF_ERROR(ReportGenerations(
+      gens, run, vocab, load_started,
+      fmt::format("the prompt fed token by token through {} stage{}", stages, stages == 1 ? "" : "s"),
+      fmt::format("load: read, build, partition, compile and load {} stage model{} on {} device{}: {:.1f} ms\n",
+                  stages * static_cast<int>(run.prompts.size()), stages * run.prompts.size() == 1 ? "" : "s", devices,
+                  devices == 1 ? "" : "s", create_ms),
+      out));
+  const scheduler::PipelineStats st = p.stats();
+  out << fmt::format("pipeline: {} steps, bubble fraction {:.2f} (virtual), stages busy", st.steps, st.bubble_fraction());
+  for (npu_sim::VTime b : st.stage_busy) out << fmt::format(" {:.2f} ms", static_cast<double>(b) / 1e6);
+  out << "\n";
+  if (const double peak = PeakRssMb(); peak > 0) out << fmt::format("peak RSS: {:.1f} MB\n", peak);
+  if (!run.trace.empty()) {
+    NPUFLOW_RETURN_IF_ERROR(mm.runtime().WriteTrace(run.trace).WithContext("--trace"));
+    out << "trace: " << run.trace << "\n";
+  }
+  return Status::Ok();
+}
+
 Status WithRuntime(const std::string& chip, int threads, int io_threads, bool trace,
-                   const std::function<Status()>& body) {
+                   const std::function<Status()>& body, int devices = 1) {
   if (threads < 0 || threads > 256) return Status::ParamInvalid("--threads {}: expected 0..256 (0: one per core)", threads);
   if (io_threads < 0 || io_threads > 64)
     return Status::ParamInvalid("--io-threads {}: expected 0..64 (0: read in the loader's handler)", io_threads);
   return scheduler::ModelManager::RunInitialized(
-      {.chips = {chip}, .workers = threads, .trace = trace, .io_threads = io_threads}, body, chip);
+      {.chips = std::vector<std::string>(static_cast<std::size_t>(devices), chip),
+       .workers = threads,
+       .trace = trace,
+       .io_threads = io_threads},
+      body, chip);
 }
 
 }  // namespace
@@ -370,6 +432,20 @@ Status RunGpt2(const Gpt2Args& args, std::ostream& out) {
   run.one_token_prompts = std::all_of(run.prompts.begin(), run.prompts.end(), [](const auto& p) { return p.size() == 1; });
   // Nothing to batch: the engine then loads no prefill model (its memory and compile time saved).
   if (run.one_token_prompts) run.prefill = gpt2::PrefillMode::kTokens;
+  if (args.pipeline != 0) {
+    if (args.pipeline < 1 || args.pipeline > file.hparams.n_layer + 2)
+      return Status::ParamInvalid("--pipeline {}: expected 1..{} stages for a model of {} layers (0: off)", args.pipeline,
+                                  file.hparams.n_layer + 2, file.hparams.n_layer);
+    if (args.devices < 1 || args.devices > args.pipeline)
+      return Status::ParamInvalid("--devices {}: expected 1..{} (at most one device per stage)", args.devices,
+                                  args.pipeline);
+    if (args.verbose) out << "note: -v's stage report covers the single-device engine only\n";
+    return WithRuntime(
+        args.device_chip, args.threads, args.io_threads, !args.trace.empty(),
+        [&] { return GeneratePipelineAndReport(std::move(file), t0, run, args.pipeline, args.devices, vocab, out); },
+        args.devices);
+  }
+  if (args.devices != 1) return Status::ParamInvalid("--devices {}: only with --pipeline", args.devices);
   return WithRuntime(args.device_chip, args.threads, args.io_threads, !args.trace.empty(),
                      [&] { return GenerateAndReport(std::move(file), t0, run, vocab, out, stages ? &*stages : nullptr); });
 }

@@ -11,6 +11,9 @@
 // i (cycling); when sampling, stream i uses seed S + i. The K generations are fibers on
 // --host-threads host threads (default 1: the main thread), not K OS threads; --host-mode threads
 // runs one OS thread each instead, for comparison.
+// With --pipeline K [--devices D] the decode step is cut into K stages over D devices and the
+// --streams sequences decode concurrently through them (prompts token by token); it prints the
+// stages' devices and the pipeline's bubble fraction too.
 // With -v it also prints a stage report: the process's memory (VmRSS, RssAnon, RssFile, VmHWM)
 // at each stage of the run, the loader's read/hash/decrypt and DMA copy times, and the kernel's
 // page-fault counters (/proc/vmstat) over the load.
@@ -48,6 +51,10 @@ struct Gpt2Args {
   // ge.tiling_schedule_optimize for the decode step: "1" tiles Attention on the device from the real
   // context length (where the chip supports task update); "0": the dynamic path.
   std::string tiling_schedule_optimize;
+  // Serve the model as a pipeline (models/gpt2/pipeline_engine.h): K stages over D devices, the
+  // --streams sequences decoding concurrently through them. 0: the single-device engine.
+  int pipeline = 0;
+  int devices = 1;
 };
 
 Status RunGpt2(const Gpt2Args& args, std::ostream& out);

@@ -198,6 +198,9 @@ Command AddGpt2Command(CLI::App& app) {
                    "1 (default): the decode step's Attention is tiled on the device (AICPU) from the real context "
                    "length, where the chip supports task update (910B; on 310P it is tiled once for n_ctx); 0: tiled "
                    "once for n_ctx");
+  gpt2->add_option("--pipeline", args->pipeline,
+                   "serve the model as a pipeline of K stages (contiguous blocks of layers); 0: off (default)");
+  gpt2->add_option("--devices", args->devices, "with --pipeline: spread the stages over D simulated devices (default 1)");
   gpt2->add_option("--trace", args->trace, "write a Chrome trace of the run to this file");
   gpt2->add_option("--device-chip", args->device_chip, "the simulated chip (default 910B)");
   gpt2->add_flag("-v,--verbose", args->verbose,
