@@ -6,6 +6,7 @@
 #include "benchmarks/model_actor_bench.h"
 #include "benchmarks/npu_bench.h"
 #include "benchmarks/ops_bench.h"
+#include "benchmarks/pipeline_bench.h"
 #include "benchmarks/tiling_bench.h"
 #include "benchmarks/v1_bench.h"
 #include "benchmarks/v2_bench.h"
@@ -45,6 +46,11 @@ const std::vector<Area>& Areas() {
                  "(RT2.0 reads valid_len back) vs tiled once for the worst case; GPT-2 117M f16 decode at 1 thread "
                  "with ge.tiling_schedule_optimize on vs off (tok/s, Attention's virtual time per token)",
        &RegisterTilingBenchmarks, &TilingFigures},
+      {"pipeline", "pipeline stages: wall time per step of 4 trivial stages vs a plain function-call chain of the same "
+                   "stage models (the hand-off cost), and with 8 steps in flight; GPT-2 117M f16, 8 greedy sequences "
+                   "through 1, 2, 4 stages on as many devices: aggregate tok/s (virtual and wall) vs 1 stage, bubble "
+                   "fraction",
+       &RegisterPipelineBenchmarks, &PipelineFigures},
   };
   return areas;
 }

@@ -67,6 +67,7 @@
 #include "base/files.h"
 #include "base/large_buffer.h"
 #include "models/gpt2/engine.h"
+#include "models/gpt2/pipeline_engine.h"
 #include "models/gpt2/sampling.h"
 #include "models/gpt2/ggml_file.h"
 #include "scheduler/model_manager.h"
@@ -559,7 +560,79 @@ int TilingModelIndex() {
   return 0;
 }
 
+// GPT-2 as a pipeline: kPipelineSequences greedy sequences through K stages on K devices.
+// Aggregate generated tokens per second, virtual (the devices' clocks: from the first submission
+// to the last sequence's end) and wall; the pipeline's bubble fraction.
+constexpr int kPipelineSequences = 8;
+
+void BM_Gpt2Pipeline(benchmark::State& state) {
+  const ModelSpec* model = ModelFor(state);
+  if (model == nullptr) return;
+  const int stages = static_cast<int>(state.range(1));
+  constexpr int kTokens = 24;
+  double virtual_tps = 0, wall_tps = 0, bubble = 0;
+  for (auto _ : state) {
+    Status s = scheduler::ModelManager::RunInitialized(
+        {.chips = std::vector<std::string>(static_cast<std::size_t>(stages), "910B"), .workers = 2}, [&]() -> Status {
+          NPUFLOW_ASSIGN_OR_RETURN(gpt2::Gpt2File file, gpt2::ReadGpt2File(model->path));
+          const int first = FirstToken(file);
+          NPUFLOW_ASSIGN_OR_RETURN(auto engine,
+                                   gpt2::Gpt2PipelineEngine::Create(
+                                       std::move(file), {.stages = stages, .devices = stages, .sequences = kPipelineSequences}));
+          std::vector<std::vector<int>> prompts;
+          for (int i = 0; i < kPipelineSequences; ++i) prompts.push_back({first - i});
+          npu_sim::Runtime& rt = scheduler::ModelManager::Get()->runtime();
+          const npu_sim::VTime v0 = rt.HostClock();
+          const auto t0 = Clock::now();
+          NPUFLOW_ASSIGN_OR_RETURN(auto gens, engine->Generate(prompts, kTokens, {gpt2::SamplingOptions{.greedy = true}}));
+          const double wall = Seconds(t0, Clock::now());
+          double tokens = 0;
+          std::int64_t v_end = 0;
+          for (const gpt2::Generation& g : gens) {
+            tokens += static_cast<double>(g.ids.size());
+            v_end = std::max(v_end, g.virtual_finished);
+          }
+          virtual_tps = v_end > v0 ? tokens / (static_cast<double>(v_end - v0) / 1e9) : 0;
+          wall_tps = wall > 0 ? tokens / wall : 0;
+          bubble = engine->pipeline().stats().bubble_fraction();
+          return Status::Ok();
+        });
+    if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+  }
+  state.counters["virtual_tokens_per_second"] = virtual_tps;
+  state.counters["wall_tokens_per_second"] = wall_tps;
+  state.counters["bubble_fraction"] = bubble;
+}
+
 }  // namespace
+
+void RegisterGpt2PipelineBenchmarks() {
+  for (int stages : {1, 2, 4})
+    benchmark::RegisterBenchmark(fmt::format("BM_Gpt2Pipeline/{}", stages).c_str(), BM_Gpt2Pipeline)
+        ->Args({TilingModelIndex(), stages})->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+std::vector<Figure> Gpt2PipelineFigures(const Results& r) {
+  std::vector<Figure> figures;
+  const double one_v = Counter(r, "BM_Gpt2Pipeline/1", "virtual_tokens_per_second");
+  const double one_w = Counter(r, "BM_Gpt2Pipeline/1", "wall_tokens_per_second");
+  for (int k : {2, 4}) {
+    const std::string b = fmt::format("BM_Gpt2Pipeline/{}", k);
+    figures.push_back({fmt::format("gpt2_pipeline_{}stages_virtual_tokens_per_second", k),
+                       Counter(r, b, "virtual_tokens_per_second"), "tok/s", one_v,
+                       fmt::format("1 stage on 1 device, the same {} greedy sequences of GPT-2 117M f16, same run",
+                                   kPipelineSequences),
+                       k == 2 ? "ratio >= 1.8" : "ratio >= 3.2"});
+    figures.push_back({fmt::format("gpt2_pipeline_{}stages_wall_tokens_per_second", k),
+                       Counter(r, b, "wall_tokens_per_second"), "tok/s", one_w,
+                       "1 stage on 1 device, same run (wall: every device shares this machine's 2 cores)", ""});
+  }
+  for (int k : {1, 2, 4})
+    figures.push_back({fmt::format("gpt2_pipeline_{}stages_bubble_fraction", k),
+                       Counter(r, fmt::format("BM_Gpt2Pipeline/{}", k), "bubble_fraction"), "", 0,
+                       "share of stage time idle between the first submission and the last step (virtual)", ""});
+  return figures;
+}
 
 void RegisterGpt2TilingBenchmarks() {
   benchmark::RegisterBenchmark("BM_Gpt2TilingSink", BM_Gpt2TilingSink)

@@ -13,4 +13,9 @@ std::vector<Figure> Gpt2Figures(const Results& results);
 void RegisterGpt2TilingBenchmarks();
 std::vector<Figure> Gpt2TilingFigures(const Results& results);
 
+// The pipeline area's GPT-2 part (BM_Gpt2Pipeline: 8 sequences through 1, 2, 4 stages on as many
+// devices).
+void RegisterGpt2PipelineBenchmarks();
+std::vector<Figure> Gpt2PipelineFigures(const Results& results);
+
 }  // namespace npuflow::bench

@@ -380,12 +380,19 @@ void PipelineExecutor::Impl::RunStage(StageState& st, Step* step, Gateway& gw, H
   const int m = step->slot;
   std::vector<std::uint64_t> io;
   io.reserve(st.inputs.size() + st.out_bytes.size());
-  Status s;
-  for (std::size_t i = 0; i < st.inputs.size() && s.ok(); ++i) {
+  // One host interaction for the root inputs' copies, one for the execution, one for the root
+  // outputs' copies: the host latency between two steps of a stage is on the pipeline's critical
+  // path.
+  std::vector<npu_sim::Task> copies;
+  for (std::size_t i = 0; i < st.inputs.size(); ++i) {
     const Source& src = st.inputs[i];
     if (src.stage < 0) {
-      if (st.in_bytes[i] > 0)
-        s = rt->MemcpyH2DAsync(st.stream, st.in_buf[m][i], step->inputs[src.index].data.data(), st.in_bytes[i]);
+      if (st.in_bytes[i] > 0) {
+        npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, st.in_bytes[i]);
+        c.dst_dev = st.in_buf[m][i];
+        c.src_host = step->inputs[src.index].data.data();
+        copies.push_back(std::move(c));
+      }
       io.push_back(st.in_buf[m][i].value);
     } else if (st.own_input[i]) {
       io.push_back(st.in_buf[m][i].value);  // the link hop filled it
@@ -394,12 +401,18 @@ void PipelineExecutor::Impl::RunStage(StageState& st, Step* step, Gateway& gw, H
     }
   }
   for (const DevicePtr& p : st.out_buf[m]) io.push_back(p.value);
+  Status s;
+  if (!copies.empty()) s = rt->Submit(st.stream, std::move(copies)).status();
   if (s.ok()) s = rt->ExecuteModelOnStream(st.replicas[step->replica].device_model, st.stream, std::move(io));
-  for (std::size_t r = 0; r < st.root_outputs.size() && s.ok(); ++r) {
-    auto [o, j] = st.root_outputs[r];
-    if (st.out_bytes[j] > 0)
-      s = rt->MemcpyD2HAsync(st.stream, step->outputs[o].data.data(), st.out_buf[m][j], st.out_bytes[j]);
+  copies.clear();
+  for (auto [o, j] : st.root_outputs) {
+    if (st.out_bytes[j] == 0) continue;
+    npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, st.out_bytes[j]);
+    c.src_dev = st.out_buf[m][j];
+    c.dst_host = step->outputs[o].data.data();
+    copies.push_back(std::move(c));
   }
+  if (s.ok() && !copies.empty()) s = rt->Submit(st.stream, std::move(copies)).status();
   hop.busy_step.store(step->index, std::memory_order_release);
   gw.reserve_wait();
   // What was issued runs to its end either way; a failed issue fails the step after it.
@@ -607,6 +620,9 @@ Status PipelineExecutor::Unload() {
 int PipelineExecutor::stages() const { return static_cast<int>(impl_->stages.size()); }
 int PipelineExecutor::device_of(int stage) const { return impl_->stages.at(stage)->device; }
 const graph::CompiledModel& PipelineExecutor::stage_model(int stage) const { return *impl_->stages.at(stage)->model; }
+std::shared_ptr<const graph::CompiledModel> PipelineExecutor::stage_model_shared(int stage) const {
+  return impl_->stages.at(stage)->model;
+}
 const std::vector<std::string>& PipelineExecutor::input_names() const { return impl_->in_names; }
 PipelineStats PipelineExecutor::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

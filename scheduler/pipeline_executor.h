@@ -112,6 +112,7 @@ class PipelineExecutor {
   int stages() const;
   int device_of(int stage) const;
   const graph::CompiledModel& stage_model(int stage) const;
+  std::shared_ptr<const graph::CompiledModel> stage_model_shared(int stage) const;
   const std::vector<std::string>& input_names() const;
   PipelineStats stats() const;
 
