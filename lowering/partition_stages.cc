@@ -41,12 +41,20 @@ double Bytes(const graph::TensorDesc& d) { return Elements(d) * static_cast<doub
 double EstimateNodeCostNs(const Node& node, const npu_sim::ChipSpec& chip) {
   if (IsSource(node) || node.type() == "NetOutput") return 0;
   double bytes = 0;
-  for (const Endpoint& e : node.inputs())
+  // Gather reads the rows it outputs, not its whole table; KvCacheWrite writes its rows into the
+  // cache in place, not the whole cache.
+  const bool rows_only = node.type() == "Gather" || node.type() == "KvCacheWrite";
+  for (std::size_t i = 0; i < node.inputs().size(); ++i) {
+    const Endpoint& e = node.inputs()[i];
+    if (rows_only && i == 0) continue;
     if (e.index < static_cast<int>(e.node->outputs().size())) bytes += Bytes(e.node->outputs()[e.index]);
+  }
+  if (node.type() == "Gather")
+    for (const graph::TensorDesc& d : node.outputs()) bytes += Bytes(d);  // the rows read
   double out_elements = 0;
   for (const graph::TensorDesc& d : node.outputs()) {
-    bytes += Bytes(d);
-    out_elements += Elements(d);
+    if (node.type() != "KvCacheWrite") bytes += Bytes(d);
+    out_elements += node.type() == "KvCacheWrite" ? 0 : Elements(d);
   }
   double flops = 8 * out_elements;
   if ((node.type() == "MatMul" || node.type() == "BatchMatMul") && !node.inputs().empty()) {
@@ -150,20 +158,37 @@ StatusOr<std::unique_ptr<ComputeGraph>> PartitionStages(ComputeGraph& graph, int
                                 stages);
   double total = 0;
   for (double c : cost) total += c;
+  // The smallest bottleneck B (the largest stage's cost) for which a greedy left-to-right packing
+  // of runs of cost <= B needs at most K stages; then the packing at B, each stage closed as late
+  // as B allows while enough nodes are left for the stages after it (so none is empty).
+  const auto stages_needed = [&](double bound) {
+    int n = 1;
+    double acc = 0;
+    for (double c : cost) {
+      if (acc > 0 && acc + c > bound) {
+        ++n;
+        acc = 0;
+      }
+      acc += c;
+    }
+    return n;
+  };
+  double lo = *std::max_element(cost.begin(), cost.end()), hi = std::max(total, lo);
+  for (int it = 0; it < 100 && hi - lo > 1e-9 * std::max(1.0, hi); ++it) {
+    const double mid = (lo + hi) / 2;
+    (stages_needed(mid) <= stages ? hi : lo) = mid;
+  }
   std::unordered_map<const Node*, int> stage_of;
   {
     int s = 0;
     double acc = 0;
     for (std::size_t i = 0; i < compute.size(); ++i) {
       const std::size_t left = compute.size() - i;  // nodes not yet placed, this one included
-      const int stages_left = stages - s;           // this one included
-      // Close stage s before node i when the running total is nearer its quantile with this node
-      // out than in, or when the later stages need every remaining node. Never leave s empty.
       const bool s_has_nodes = i > 0 && stage_of[compute[i - 1]] == s;
-      if (s < stages - 1 && s_has_nodes) {
-        const double target = total * (s + 1) / stages;
-        const bool nearer_without = std::abs(acc - target) <= std::abs(acc + cost[i] - target) && acc > 0;
-        if (nearer_without || left < static_cast<std::size_t>(stages_left)) ++s;
+      if (s < stages - 1 && s_has_nodes &&
+          (acc + cost[i] > hi || left <= static_cast<std::size_t>(stages - 1 - s))) {
+        ++s;
+        acc = 0;
       }
       stage_of[compute[i]] = s;
       acc += cost[i];

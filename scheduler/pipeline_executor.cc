@@ -374,6 +374,7 @@ void PipelineExecutor::Impl::RunStage(StageState& st, Step* step, Gateway& gw, H
     gw.try_put(step);
     return;
   }
+  if (options.observer) options.observer({st.index, false, step->index, false});
   npu_sim::ScopedHostClient scope(st.client);
   st.client.Merge(step->ready_at);
   const VTime issued = st.client.clock();
@@ -426,6 +427,7 @@ void PipelineExecutor::Impl::RunStage(StageState& st, Step* step, Gateway& gw, H
       step->ready_at = std::max(step->ready_at, *end);
     }
     if (!result.ok()) step->status = result.WithContext(StageName(st.index));
+    if (options.observer) options.observer({st.index, false, step->index, true});
     gw.try_put(step);
     gw.release_wait();
   });
@@ -438,6 +440,7 @@ void PipelineExecutor::Impl::RunLink(StageState& st, Step* step, Gateway& gw, Ho
     gw.try_put(step);
     return;
   }
+  if (options.observer) options.observer({st.index, true, step->index, false});
   npu_sim::ScopedHostClient scope(st.link_client);
   st.link_client.Merge(step->ready_at);
   const int m = step->slot;
@@ -472,6 +475,7 @@ void PipelineExecutor::Impl::RunLink(StageState& st, Step* step, Gateway& gw, Ho
       step->ready_at = std::max(step->ready_at, join->end);
       if (!join->status.ok())
         step->status = join->status.WithContext(fmt::format("{}: the link bringing its inputs", StageName(st.index)));
+      if (options.observer) options.observer({st.index, true, step->index, true});
       gw.try_put(step);
       gw.release_wait();
     });

@@ -42,6 +42,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +59,14 @@ namespace npuflow::scheduler {
 inline constexpr int kMaxPipelineInFlight = 64;
 inline constexpr int kMaxPipelineReplicas = 256;
 
+// A hop starting or ending a step's device work (PipelineOptions::observer).
+struct HopEvent {
+  int stage = 0;
+  bool link = false;  // the link hop bringing the stage's inputs from other devices
+  std::uint64_t step = 0;
+  bool end = false;   // false: the work is being issued; true: it has completed (ok or not)
+};
+
 struct PipelineOptions {
   int devices = 1;        // stage s of K runs on device s * devices / K; 1..K
   int max_in_flight = 4;  // steps in the pipeline at once, 1..kMaxPipelineInFlight
@@ -68,6 +77,10 @@ struct PipelineOptions {
   graph::CompileOptions compile;  // each stage's compile (the chip: the device's when empty)
   npu_sim::Timeout timeout;       // Execute's wait per step, and Unload's drain; nullopt: none
   std::string name = "pipeline";  // for messages and the trace
+  // Called as each hop issues a step's work and as that work completes, from the hop's body and
+  // from the completion (different hops concurrently): for tracing and for ordering tests. Must
+  // not block. Skipped steps (failed earlier) are not reported.
+  std::function<void(const HopEvent&)> observer;
 };
 
 // Virtual-time figures of the steps run so far (npu_sim's device clock, nanoseconds).
