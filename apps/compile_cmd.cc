@@ -21,6 +21,7 @@
 #include "graph/ops/op_registry.h"
 #include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
+#include "lowering/partition_stages.h"
 #include "lowering/graph_converter.h"
 #include "lowering/memory_plan.h"
 #include "lowering/model_text.h"
@@ -359,6 +360,42 @@ Status CompileV2AndWrite(const CompileArgs& args, const CompileSetup& setup, std
 
 }  // namespace
 
+// --pipeline-stages K: the graph cut into K stages, each compiled for the task sink, in one file.
+Status CompilePipelineAndWrite(const CompileArgs& args, const CompileSetup& setup,
+                               std::unique_ptr<graph::ComputeGraph> graph, std::size_t nodes,
+                               std::chrono::steady_clock::time_point start, std::ostream& out) {
+  if (args.pipeline_stages < 1 || args.pipeline_stages > lowering::kMaxPipelineStages)
+    return Status::ParamInvalid("--pipeline-stages {}: expected 1..{} (0: an ordinary model)", args.pipeline_stages,
+                                lowering::kMaxPipelineStages);
+  if (setup.runtime == CompileSetup::Runtime::kV2)
+    return Status::ParamInvalid("--pipeline-stages: pipeline stages compile for the v1 task sink; --runtime v2 cannot "
+                                "be combined with it");
+  if (!args.dump_after.empty())
+    return Status::ParamInvalid("--dump-after: not available with --pipeline-stages (each stage runs the passes)");
+  if (setup.writes_weights)
+    return Status::Unsupported("--external_weight {} with --pipeline-stages: weight files per stage are not written "
+                               "yet; keep the weights embedded (or as FileConstants) for a pipeline model",
+                               args.external_weight);
+  auto compiled = lowering::CompilePipeline(std::move(graph), args.pipeline_stages, setup.options);
+  if (!compiled.ok()) return compiled.status().WithContext(args.model);
+  if (args.verify)
+    for (std::size_t s = 0; s < compiled->stages.size(); ++s)
+      NPUFLOW_RETURN_IF_ERROR(
+          lowering::VerifyMemoryPlan(*compiled->stages[s]).WithContext(fmt::format("stage {}: memory plan check", s)));
+  if (const fs::path parent = fs::path(args.output).parent_path(); !parent.empty()) {
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    if (ec) return Status::Failed("--output '{}': cannot create its directory: {}", args.output, ec.message());
+  }
+  NPUFLOW_RETURN_IF_ERROR(graph::WriteModelFile(*compiled, args.output, setup.key ? &*setup.key : nullptr));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out << fmt::format("compiled {} -> {} in {:.1f} ms: {} nodes in {} pipeline stages{}{}\n", args.model, args.output, ms,
+                     nodes, compiled->stages.size(), args.verify ? "; memory plans verified" : "",
+                     setup.key ? "; encrypted (AES-256-GCM)" : "");
+  out << lowering::DescribePipeline(*compiled);
+  return Status::Ok();
+}
+
 Status RunCompile(const CompileArgs& args, std::ostream& out) {
   graph::RegisterBuiltinOps();
   CompileSetup setup;
@@ -370,6 +407,7 @@ Status RunCompile(const CompileArgs& args, std::ostream& out) {
   NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> graph,
                            ReadModelGraph(args.model, setup.options.model_name));
   const std::size_t nodes = graph->node_count();
+  if (args.pipeline_stages != 0) return CompilePipelineAndWrite(args, setup, std::move(graph), nodes, start, out);
   const bool v2 = setup.runtime == CompileSetup::Runtime::kV2 ||
                   (setup.runtime == CompileSetup::Runtime::kAuto && lowering::NeedsRuntimeV2(*graph));
   if (v2) {
@@ -406,6 +444,15 @@ Status RunInfo(const std::string& path, bool tasks, bool placements, std::ostrea
     return Status::ParamInvalid("{}: the model file is encrypted (AES-256-GCM): give its key with --key", path);
   NPUFLOW_ASSIGN_OR_RETURN(graph::CompiledModel model, graph::ReadModelFile(path, key ? &*key : nullptr));
   out << path << (is_encrypted ? " (encrypted, AES-256-GCM)" : "") << "\n";
+  if (!model.stages.empty()) {
+    out << lowering::DescribePipeline(model);
+    for (std::size_t s = 0; s < model.stages.size(); ++s) {
+      out << fmt::format("--- stage {}\n", s) << lowering::DescribeModel(*model.stages[s]);
+      if (placements) out << "\n" << lowering::PrintMemoryPlan(*model.stages[s]);
+      if (tasks) out << "\n" << lowering::PrintTasks(*model.stages[s]);
+    }
+    return Status::Ok();
+  }
   if (model.execute_graphs) {
     out << fmt::format("runtime: RT2.0{} (executor {})\n", model.streams.empty() ? "" : " and the v1 task sink",
                        model.executor.empty() ? "auto" : model.executor)

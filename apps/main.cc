@@ -108,6 +108,9 @@ Command AddCompileCommand(CLI::App& app) {
   compile->add_option("--tiling-sink-nops", args->tiling_sink_nops,
                       "developer: NOPs before a sunk kernel (default: the chip's prefetch_num; fewer lets the "
                       "task update race the prefetch)");
+  compile->add_option("--pipeline-stages", args->pipeline_stages,
+                      "cut the graph into K pipeline stages (cost-balanced, contiguous), each compiled for the task "
+                      "sink; npuflow run runs the file on the pipeline executor (default 0: an ordinary model)");
   compile->add_option("--encrypt-key", args->encrypt_key,
                       "encrypt the model file and its weight files (AES-256-GCM): 64 hex digits or @FILE");
   return {compile, [args] { return npuflow::apps::RunCompile(*args, std::cout); }};
@@ -152,6 +155,10 @@ Command AddRunCommand(CLI::App& app) {
   run->add_option("--device-chip", args->device_chip,
                   "the simulated device: 910B, 310P or a chip JSON path (default: the model's chip)");
   run->add_flag("-v,--verbose", args->verbose, "also print how the model was loaded");
+  run->add_option("--devices", args->devices,
+                  "pipeline models: spread the stages over D simulated devices (default 1); --streams is then the "
+                  "steps in flight")
+      ->capture_default_str();
   run->add_option("--input-shape", args->input_shapes,
                   "RT2.0 models: the shape of an input with unknown dims, NAME:D0,D1,... (repeat per input)");
   run->add_option("--executor", args->executor,

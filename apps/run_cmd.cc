@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <latch>
@@ -22,6 +23,7 @@
 #include "graph/ops/op_registry.h"
 #include "graph/ir/tensor_access.h"
 #include "scheduler/model_manager.h"
+#include "scheduler/pipeline_executor.h"
 #include "scheduler/session.h"
 #include "scheduler/v2/executors.h"
 
@@ -506,6 +508,118 @@ Status RunInitialized(const RunArgs& args, std::shared_ptr<const CompiledModel> 
 
 }  // namespace
 
+namespace {
+
+// A pipeline model: its stages over --devices devices, --requests steps with up to --streams in
+// flight; the summary as for any model, plus the pipeline's figures.
+Status RunPipelineModel(const RunArgs& args, const std::shared_ptr<const CompiledModel>& model, std::ostream& out) {
+  const int k = static_cast<int>(model->stages.size());
+  if (args.devices < 1 || args.devices > k)
+    return Status::ParamInvalid("--devices {}: expected 1..{} (the model's stages)", args.devices, k);
+  if (args.mode != "nnexecute")
+    return Status::ParamInvalid("--mode {}: a pipeline model runs on the pipeline executor (nnexecute)", args.mode);
+  if (!args.input_shapes.empty() || !args.executor.empty() || args.profile)
+    return Status::ParamInvalid("--input-shape, --executor and --profile are for RT2.0 models; {} is a pipeline model",
+                                args.om);
+  if (!args.weight_dir.empty() || args.verify_weights)
+    return Status::ParamInvalid("--weight-dir and --verify_weights: not available for pipeline models yet");
+  // The root's inputs in the pipeline's order, and its outputs, from the wiring and the stages.
+  std::vector<graph::IoDef> input_ios, output_ios;
+  const std::string chip = args.device_chip.empty() ? model->chip : args.device_chip;
+  std::vector<Tensor> inputs;
+  return scheduler::ModelManager::RunInitialized(
+      {.chips = std::vector<std::string>(static_cast<std::size_t>(args.devices), chip), .trace = !args.trace.empty()},
+      [&]() -> Status {
+        scheduler::ModelManager& mm = *scheduler::ModelManager::Get();
+        scheduler::PipelineOptions po;
+        po.devices = args.devices;
+        po.max_in_flight = args.streams;
+        if (args.timeout_ms > 0) po.timeout = std::chrono::milliseconds(args.timeout_ms);
+        po.name = model->graph->name();
+        NPUFLOW_ASSIGN_OR_RETURN(auto p, scheduler::PipelineExecutor::Create(model, po));
+        for (const std::string& name : p->input_names()) {
+          const graph::Node* d = model->graph->FindNode(name);
+          if (d == nullptr) return Status::DataCorrupted("{}: the pipeline has no input '{}'", args.om, name);
+          graph::IoDef io{name, {}, {}};
+          NPUFLOW_ASSIGN_OR_RETURN(io.desc.dtype, d->op().Attr<graph::DataType>("dtype"));
+          NPUFLOW_ASSIGN_OR_RETURN(io.desc.shape, d->op().Attr<graph::Shape>("shape"));
+          input_ios.push_back(std::move(io));
+        }
+        NPUFLOW_ASSIGN_OR_RETURN(inputs, args.random_inputs ? RandomInputs(input_ios, args.seed)
+                                                            : InputsFromFiles(input_ios, args.inputs));
+        out << fmt::format("{}: pipeline model {} compiled for {}, {} stages on {} device{} of {}, {} input{}; up to {} "
+                           "step{} in flight\n",
+                           args.om, model->graph->name(), model->chip, k, args.devices, args.devices == 1 ? "" : "s",
+                           chip, input_ios.size(), input_ios.size() == 1 ? "" : "s", args.streams,
+                           args.streams == 1 ? "" : "s");
+        for (int s = 0; s < k; ++s) out << fmt::format("stage {}: device {}\n", s, p->device_of(s));
+        npu_sim::Runtime& rt = mm.runtime();
+        std::uint64_t calls0 = 0;
+        for (int d = 0; d < args.devices; ++d) calls0 += HostInteractions(rt, d).value_or(0);
+        Measured m;
+        m.requests.resize(static_cast<std::size_t>(args.requests));
+        // A closed loop on one host client: a step is submitted when a window slot frees, at the
+        // virtual time the step that freed it ended.
+        npu_sim::HostClient client("npuflow run");
+        npu_sim::ScopedHostClient scope(client);
+        const auto t0 = std::chrono::steady_clock::now();
+        const npu_sim::VTime v0 = rt.HostClock();
+        // Up to --streams steps in flight: submit, and take the oldest result once the window is full.
+        struct Pending {
+          actors::Future<StatusOr<scheduler::StepOutput>> future;
+          std::chrono::steady_clock::time_point start;
+          npu_sim::VTime vstart;
+        };
+        std::deque<Pending> window;
+        std::size_t next = 0, done = 0;
+        npu_sim::VTime v_end = v0;
+        while (done < m.requests.size()) {
+          while (next < m.requests.size() && window.size() < static_cast<std::size_t>(args.streams)) {
+            const npu_sim::VTime vs = rt.HostClock();
+            window.push_back({p->SubmitStep(inputs, {.ready_at = vs}), std::chrono::steady_clock::now(), vs});
+            ++next;
+          }
+          Pending& head = window.front();
+          auto r = args.timeout_ms > 0 ? head.future.GetFor(std::chrono::milliseconds(args.timeout_ms)) : head.future.Get();
+          if (!r.ok()) {
+            (void)p->Unload();
+            return r.status().WithContext(fmt::format("{}: request {}", args.om, done));
+          }
+          RequestRecord& rec = m.requests[done];
+          rec.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - head.start).count();
+          rec.virtual_us = static_cast<double>(r->end - head.vstart) / 1e3;
+          rec.checksums = Checksums(r->outputs);
+          v_end = std::max(v_end, r->end);
+          client.Merge(r->end);
+          if (done == 0) m.outputs = std::move(r->outputs);
+          window.pop_front();
+          ++done;
+        }
+        m.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        m.virtual_s = static_cast<double>(v_end - v0) / 1e9;
+        std::uint64_t calls1 = 0;
+        for (int d = 0; d < args.devices; ++d) calls1 += HostInteractions(rt, d).value_or(0);
+        m.host_interactions = calls1 - calls0;
+        for (std::size_t o = 0; o < m.outputs.size(); ++o)
+          output_ios.push_back({p->output_names()[o], m.outputs[o].desc, {}});
+        out << fmt::format("ran {} request{}\n", args.requests, args.requests == 1 ? "" : "s");
+        PrintSummary(output_ios, m, args, out);
+        const scheduler::PipelineStats st = p->stats();
+        out << fmt::format("pipeline: bubble fraction {:.2f} (virtual); stages busy", st.bubble_fraction());
+        for (npu_sim::VTime b : st.stage_busy) out << fmt::format(" {:.1f} us", static_cast<double>(b) / 1e3);
+        out << "\n";
+        if (!args.outputs_dir.empty()) NPUFLOW_RETURN_IF_ERROR(WriteOutputs(output_ios, m.outputs, args.outputs_dir, out));
+        if (!args.trace.empty()) {
+          NPUFLOW_RETURN_IF_ERROR(rt.WriteTrace(args.trace).WithContext("--trace"));
+          out << "trace: " << args.trace << "\n";
+        }
+        return p->Unload();
+      },
+      fmt::format("--device-chip {}", chip));
+}
+
+}  // namespace
+
 std::uint64_t Fnv1a64(const std::uint8_t* bytes, std::size_t size) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (std::size_t i = 0; i < size; ++i) {
@@ -543,6 +657,10 @@ Status RunModel(const RunArgs& args, std::ostream& out) {
   }
   NPUFLOW_ASSIGN_OR_RETURN(CompiledModel read, graph::ReadModelFile(args.om, key ? &*key : nullptr));
   auto model = std::make_shared<const CompiledModel>(std::move(read));
+  if (!model->stages.empty()) return RunPipelineModel(args, model, out);
+  if (args.devices != 1)
+    return Status::ParamInvalid("--devices {}: for pipeline models (npuflow compile --pipeline-stages); {} is not one",
+                                args.devices, args.om);
   const bool v2 = model->execute_graphs && model->streams.empty();
   if (!v2 && (!args.input_shapes.empty() || !args.executor.empty() || args.profile))
     return Status::ParamInvalid("--input-shape, --executor and --profile are for RT2.0 models (npuflow compile --runtime "

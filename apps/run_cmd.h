@@ -61,6 +61,9 @@ struct RunArgs {
   std::vector<std::string> input_shapes;
   std::string executor;
   bool profile = false;
+  // Pipeline models (npuflow compile --pipeline-stages K): the devices the stages spread over
+  // (1..K); --streams is then the steps in flight.
+  int devices = 1;
 };
 
 // Every option in range; errors name the option and the accepted values.

@@ -15,6 +15,7 @@
 
 #include "graph/ops/control_flow.h"
 #include "graph/ops/op_registry.h"
+#include "lowering/compiler.h"
 
 namespace npuflow::lowering {
 
@@ -90,6 +91,75 @@ StatusOr<std::unique_ptr<ComputeGraph>> CopyFlatGraph(const ComputeGraph& graph)
     for (const Node* c : n->control_inputs()) NPUFLOW_RETURN_IF_ERROR(copy->AddControlInput(to.at(n), to.at(c)));
   }
   return copy;
+}
+
+StatusOr<std::unique_ptr<ComputeGraph>> PipelineWiring(const ComputeGraph& root) {
+  NPUFLOW_RETURN_IF_ERROR(PipelineStages(root).status());
+  auto out = std::make_unique<ComputeGraph>(root.name());
+  std::unordered_map<const Node*, Node*> to;
+  const std::vector<Node*> nodes = root.nodes();
+  for (const Node* n : nodes) {
+    NPUFLOW_ASSIGN_OR_RETURN(Node * c, out->AddNode(n->op()));
+    c->outputs() = n->outputs();
+    to[n] = c;
+    if (n->subgraph() == nullptr) continue;
+    NPUFLOW_ASSIGN_OR_RETURN(ComputeGraph * sub, out->AddSubgraph(n->subgraph()->name()));
+    for (const Node* d : n->subgraph()->nodes()) {
+      if (d->type() != "Data") continue;
+      NPUFLOW_ASSIGN_OR_RETURN(Node * dc, sub->AddNode(d->op()));
+      dc->outputs() = d->outputs();
+    }
+    NPUFLOW_RETURN_IF_ERROR(sub->AddNode(graph::OpDesc(fmt::format("{}_output", sub->name()), "NetOutput")).status());
+    NPUFLOW_RETURN_IF_ERROR(out->SetSubgraph(c, sub));
+  }
+  for (const Node* n : nodes)
+    for (const Endpoint& e : n->inputs()) NPUFLOW_RETURN_IF_ERROR(out->AddInput(to.at(n), Endpoint{to.at(e.node), e.index}));
+  return out;
+}
+
+StatusOr<graph::CompiledModel> CompilePipeline(std::unique_ptr<ComputeGraph> graph, int stages,
+                                               const graph::CompileOptions& options) {
+  NPUFLOW_RETURN_IF_ERROR(CheckCompileOptions(options));
+  NPUFLOW_ASSIGN_OR_RETURN(npu_sim::ChipSpec chip, npu_sim::LoadChipSpec(options.chip));
+  NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<ComputeGraph> root, PartitionStages(*graph, stages, chip));
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<StageCall> calls, PipelineStages(*root));
+  graph::CompiledModel model;
+  model.options = options;
+  model.chip = chip.name;
+  for (std::size_t s = 0; s < calls.size(); ++s) {
+    NPUFLOW_ASSIGN_OR_RETURN(auto copy, CopyFlatGraph(*calls[s].subgraph));
+    graph::CompileOptions co = options;
+    co.model_name = fmt::format("{}_stage{}", options.model_name.empty() ? root->name() : options.model_name, s);
+    auto compiled = CompileV1(std::move(copy), co);
+    if (!compiled.ok()) return compiled.status().WithContext(fmt::format("pipeline stage {}", s));
+    model.stages.push_back(std::make_shared<const graph::CompiledModel>(std::move(*compiled)));
+  }
+  NPUFLOW_ASSIGN_OR_RETURN(model.graph, PipelineWiring(*root));
+  return model;
+}
+
+std::string DescribePipeline(const graph::CompiledModel& model) {
+  std::string out = fmt::format("pipeline: {} stages\n", model.stages.size());
+  if (!model.graph) return out;
+  auto calls = PipelineStages(*model.graph);
+  if (!calls.ok()) return out + fmt::format("  (wiring: {})\n", calls.status().message());
+  for (std::size_t s = 0; s < calls->size() && s < model.stages.size(); ++s) {
+    const graph::CompiledModel& m = *model.stages[s];
+    std::vector<std::string> from;
+    for (const Endpoint& e : (*calls)[s].call->inputs()) {
+      if (e.node->type() == "Data") {
+        from.push_back(e.node->name());
+      } else {
+        from.push_back(fmt::format("stage {}:{}", e.node->op().AttrOr<std::int64_t>("_stage", -1).value_or(-1), e.index));
+      }
+    }
+    std::size_t tasks = 0;
+    for (const auto& st : m.streams) tasks += st.tasks.size();
+    out += fmt::format("  stage {}: inputs [{}], {} output{}, {} stream{}, {} tasks, weights {} bytes\n", s,
+                       fmt::join(from, ", "), m.outputs.size(), m.outputs.size() == 1 ? "" : "s", m.streams.size(),
+                       m.streams.size() == 1 ? "" : "s", tasks, m.memory.bytes(graph::Segment::kWeights));
+  }
+  return out;
 }
 
 bool HasPipelineStages(const ComputeGraph& graph) {

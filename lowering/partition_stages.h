@@ -25,6 +25,7 @@
 
 #include "base/status.h"
 #include "graph/ir/compute_graph.h"
+#include "graph/model_file/compiled_model.h"
 #include "npu_sim/chip_spec.h"
 
 namespace npuflow::lowering {
@@ -53,6 +54,22 @@ struct StageCall {
   const graph::ComputeGraph* subgraph = nullptr;
 };
 StatusOr<std::vector<StageCall>> PipelineStages(const graph::ComputeGraph& root);
+
+// A stage-partitioned root reduced to its wiring: the same root nodes and edges, each stage
+// subgraph holding only its Data nodes (in order, with their attributes) and an empty NetOutput.
+// What a pipeline model file keeps besides the stage models (their nodes are in those).
+StatusOr<std::unique_ptr<graph::ComputeGraph>> PipelineWiring(const graph::ComputeGraph& root);
+
+// `npuflow compile --pipeline-stages K`: PartitionStages, then each stage compiled for the v1 task
+// sink with `options` (a stage's combined weight file is named "<model>_stage<s>"). The result's
+// `stages` are the stage models and its `graph` the wiring; a stage that does not compile is an
+// error naming it.
+StatusOr<graph::CompiledModel> CompilePipeline(std::unique_ptr<graph::ComputeGraph> graph, int stages,
+                                               const graph::CompileOptions& options);
+
+// A pipeline model in a few lines: per stage, where its inputs come from (a root input, or an
+// earlier stage's output), its outputs, streams, tasks and weights.
+std::string DescribePipeline(const graph::CompiledModel& model);
 
 // A flat graph's copy as a root of its own (a stage subgraph, compiled alone): nodes in order
 // with their attributes, output descriptors, data and control inputs.

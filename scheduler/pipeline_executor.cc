@@ -141,7 +141,7 @@ struct PipelineExecutor::Impl {
   PipelineOptions options;
   npu_sim::Runtime* rt = nullptr;
   std::vector<std::unique_ptr<StageState>> stages;
-  std::vector<std::string> in_names;
+  std::vector<std::string> in_names, out_names;
   std::vector<graph::TensorDesc> in_desc, out_desc;
   std::vector<Source> outputs;  // the root's outputs
 
@@ -165,7 +165,9 @@ struct PipelineExecutor::Impl {
     return fmt::format("pipeline '{}' stage {} (device {})", options.name, s, stages[s]->device);
   }
 
-  Status Build(const graph::ComputeGraph& root);
+  // precompiled: the stage models, in stage order (null: compile each stage subgraph here).
+  Status Build(const graph::ComputeGraph& root, const std::vector<std::shared_ptr<const graph::CompiledModel>>* precompiled);
+  std::shared_ptr<const graph::CompiledModel> pipeline_model;  // when made from one
   void Wire();
   void RunStage(StageState& st, Step* step, Gateway& gw, Hop& hop);
   void RunLink(StageState& st, Step* step, Gateway& gw, Hop& hop);
@@ -177,8 +179,21 @@ struct PipelineExecutor::Impl {
 PipelineExecutor::PipelineExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PipelineExecutor::~PipelineExecutor() { (void)Unload(); }
 
+StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(std::shared_ptr<const graph::CompiledModel> model,
+                                                                     PipelineOptions options) {
+  if (!model || model->stages.empty() || !model->graph)
+    return Status::ParamInvalid("PipelineExecutor: the model is no pipeline model (it has no stages)");
+  return Create(*model->graph, std::move(options), model);
+}
+
 StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(const graph::ComputeGraph& root,
                                                                      PipelineOptions options) {
+  return Create(root, std::move(options), nullptr);
+}
+
+StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(const graph::ComputeGraph& root,
+                                                                     PipelineOptions options,
+                                                                     std::shared_ptr<const graph::CompiledModel> model) {
   ModelManager* mm = ModelManager::Get();
   if (mm == nullptr) return Status::ParamInvalid("PipelineExecutor: ModelManager is not initialized");
   if (options.replicas < 1 || options.replicas > kMaxPipelineReplicas)
@@ -189,7 +204,8 @@ StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(const graph
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   impl->rt = &mm->runtime();
-  Status s = impl->Build(root);
+  impl->pipeline_model = model;
+  Status s = impl->Build(root, model ? &model->stages : nullptr);
   if (!s.ok()) {
     (void)impl->Cleanup();
     return s;
@@ -198,11 +214,14 @@ StatusOr<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(const graph
   return std::unique_ptr<PipelineExecutor>(new PipelineExecutor(std::move(impl)));
 }
 
-Status PipelineExecutor::Impl::Build(const graph::ComputeGraph& root) {
+Status PipelineExecutor::Impl::Build(const graph::ComputeGraph& root,
+                                     const std::vector<std::shared_ptr<const graph::CompiledModel>>* precompiled) {
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<lowering::StageCall> calls, lowering::PipelineStages(root));
   if (calls.empty())
     return Status::ParamInvalid("graph '{}' has no pipeline stages (PartitionedCall nodes with '_stage')", root.name());
   const int k = static_cast<int>(calls.size());
+  if (precompiled != nullptr && precompiled->size() != calls.size())
+    return Status::ParamInvalid("pipeline '{}': {} stage models for {} stages", options.name, precompiled->size(), k);
   const int devices = options.devices;
   if (devices < 1 || devices > k)
     return Status::ParamInvalid("pipeline devices {} is out of range 1..{} (the stage count)", devices, k);
@@ -233,12 +252,18 @@ Status PipelineExecutor::Impl::Build(const graph::ComputeGraph& root) {
     st->device = s * devices / k;
     const graph::Node& call = *calls[s].call;
     const graph::ComputeGraph& sub = *calls[s].subgraph;
-    NPUFLOW_ASSIGN_OR_RETURN(auto copy, lowering::CopyFlatGraph(sub));
-    graph::CompileOptions co = options.compile;
-    co.online = true;
-    auto compiled = lowering::CompileV1(std::move(copy), co);
-    if (!compiled.ok()) return compiled.status().WithContext(fmt::format("pipeline '{}' stage {}", options.name, s));
-    st->model = std::make_shared<const graph::CompiledModel>(std::move(*compiled));
+    if (precompiled != nullptr) {
+      st->model = (*precompiled)[static_cast<std::size_t>(s)];
+      if (!st->model || st->model->streams.empty() || !st->model->stages.empty())
+        return Status::ParamInvalid("pipeline '{}' stage {}: not a task-sink model", options.name, s);
+    } else {
+      NPUFLOW_ASSIGN_OR_RETURN(auto copy, lowering::CopyFlatGraph(sub));
+      graph::CompileOptions co = options.compile;
+      co.online = true;
+      auto compiled = lowering::CompileV1(std::move(copy), co);
+      if (!compiled.ok()) return compiled.status().WithContext(fmt::format("pipeline '{}' stage {}", options.name, s));
+      st->model = std::make_shared<const graph::CompiledModel>(std::move(*compiled));
+    }
     const graph::CompiledModel& cm = *st->model;
 
     // Model inputs <- call inputs: the subgraph's Data nodes in their order are the call's inputs.
@@ -279,8 +304,10 @@ Status PipelineExecutor::Impl::Build(const graph::ComputeGraph& root) {
                                     src.index, src.stage, cm.outputs.size());
       stages[src.stage]->root_outputs.emplace_back(static_cast<int>(outputs.size()), src.index);
       out_desc.push_back(cm.outputs[src.index].desc);
+      out_names.push_back(cm.outputs[src.index].name);
     } else {
       out_desc.push_back(in_desc[src.index]);
+      out_names.push_back(in_names[src.index]);
     }
     outputs.push_back(src);
   }
@@ -628,6 +655,7 @@ std::shared_ptr<const graph::CompiledModel> PipelineExecutor::stage_model_shared
   return impl_->stages.at(stage)->model;
 }
 const std::vector<std::string>& PipelineExecutor::input_names() const { return impl_->in_names; }
+const std::vector<std::string>& PipelineExecutor::output_names() const { return impl_->out_names; }
 PipelineStats PipelineExecutor::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->stats;

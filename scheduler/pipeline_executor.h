@@ -109,6 +109,10 @@ struct StepOutput {
 class PipelineExecutor {
  public:
   static StatusOr<std::unique_ptr<PipelineExecutor>> Create(const graph::ComputeGraph& root, PipelineOptions options);
+  // From a pipeline model (lowering::CompilePipeline, or an .om holding stages): its stage models
+  // as compiled; options.compile is unused.
+  static StatusOr<std::unique_ptr<PipelineExecutor>> Create(std::shared_ptr<const graph::CompiledModel> model,
+                                                            PipelineOptions options);
   ~PipelineExecutor();  // Unload
 
   // Inputs by position (the root's Data nodes in `index` order, else graph order); each must have
@@ -127,11 +131,16 @@ class PipelineExecutor {
   const graph::CompiledModel& stage_model(int stage) const;
   std::shared_ptr<const graph::CompiledModel> stage_model_shared(int stage) const;
   const std::vector<std::string>& input_names() const;
+  // The outputs' names: "<producer>:<index>" as the stage models name them (or the root input a
+  // pass-through output repeats).
+  const std::vector<std::string>& output_names() const;
   PipelineStats stats() const;
 
   struct Impl;
 
  private:
+  static StatusOr<std::unique_ptr<PipelineExecutor>> Create(const graph::ComputeGraph& root, PipelineOptions options,
+                                                            std::shared_ptr<const graph::CompiledModel> model);
   explicit PipelineExecutor(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

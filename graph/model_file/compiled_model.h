@@ -156,6 +156,10 @@ struct CompiledModel {
   // mark-tiling-sink's decisions, in graph order (the compile log; not stored in the .om: the
   // marks are node attributes there).
   std::vector<TilingSinkDecision> tiling_sink;
+  // A pipeline model (lowering::CompilePipeline): each stage's compiled model, in stage order;
+  // `graph` is the stage-partitioned root reduced to its wiring (lowering::PipelineWiring). Empty
+  // for any other model.
+  std::vector<std::shared_ptr<const CompiledModel>> stages;
 };
 
 }  // namespace npuflow::graph

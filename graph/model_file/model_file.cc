@@ -399,6 +399,9 @@ StatusOr<proto::ModelDef> ToModelDef(const CompiledModel& m, std::string_view so
   def.set_variables(std::string(m.variables.begin(), m.variables.end()));
   def.set_tiling_data(std::string(m.tiling_data.begin(), m.tiling_data.end()));
   if (m.execute_graphs) ToProto(m, *def.mutable_execute_graphs());
+  for (std::size_t i = 0; i < m.stages.size(); ++i) {
+    NPUFLOW_ASSIGN_OR_RETURN(*def.add_stage(), ToModelDef(*m.stages[i], fmt::format("{}: stage {}", source, i)));
+  }
   return def;
 }
 
@@ -509,6 +512,10 @@ StatusOr<CompiledModel> FromModelDef(const proto::ModelDef& def, std::string_vie
   m.variables.assign(def.variables().begin(), def.variables().end());
   m.tiling_data.assign(def.tiling_data().begin(), def.tiling_data().end());
   if (def.has_execute_graphs()) NPUFLOW_RETURN_IF_ERROR(FromProto(def.execute_graphs(), m, source));
+  for (int i = 0; i < def.stage_size(); ++i) {
+    NPUFLOW_ASSIGN_OR_RETURN(CompiledModel stage, FromModelDef(def.stage(i), fmt::format("{}: stage {}", source, i)));
+    m.stages.push_back(std::make_shared<const CompiledModel>(std::move(stage)));
+  }
   return m;
 }
 
@@ -575,6 +582,11 @@ Status CheckModel(const CompiledModel& m, std::string_view source, MakeError err
     if (Status s = m.execute_graphs->Validate(); !s.ok())
       return error(fmt::format("{}: execute graphs: {}", source, s.message()));
   }
+  for (std::size_t i = 0; i < m.stages.size(); ++i) {
+    if (!m.stages[i]) return error(fmt::format("{}: stage {} has no model", source, i));
+    NPUFLOW_RETURN_IF_ERROR(CheckModel(*m.stages[i], fmt::format("{}: stage {}", source, i), error));
+  }
+  if (!m.stages.empty() && !m.graph) return error(fmt::format("{}: a pipeline model without its stage wiring graph", source));
   return Status::Ok();
 }
 
@@ -599,7 +611,9 @@ StatusOr<std::string> Serialize(const CompiledModel& model, std::string_view sou
   if (!serialized) return Status::Internal("{}: the model did not serialize", source);
 
   std::uint32_t flags = 0;
-  if (model.memory.bytes(Segment::kWeights) > 0) flags |= kModelFileFlagWeightsEmbedded;
+  bool weights = model.memory.bytes(Segment::kWeights) > 0;
+  for (const auto& stage : model.stages) weights = weights || stage->memory.bytes(Segment::kWeights) > 0;
+  if (weights) flags |= kModelFileFlagWeightsEmbedded;
   const Digest digest = Sha256(payload);
   std::string file;
   file.reserve(kModelFileHeaderBytes + payload.size());
@@ -656,6 +670,12 @@ StatusOr<CompiledModel> ParseModel(std::string_view bytes, std::string_view sour
       !def.ParseFromArray(payload.data(), static_cast<int>(payload.size())))
     return Status::DataCorrupted("{}: the payload ({} bytes) is not a valid ModelDef protobuf", source, payload.size());
   const bool embedded = (flags & kModelFileFlagWeightsEmbedded) != 0;
+  std::size_t stage_weights = 0;
+  for (const proto::ModelDef& stage : def.stage()) stage_weights += stage.weights().size();
+  if (!embedded && stage_weights > 0)
+    return Status::DataCorrupted("{}: the payload's pipeline stages hold {} bytes of weights, but the header's "
+                                 "weights-embedded flag is clear",
+                                 source, stage_weights);
   if (!embedded && !def.weights().empty())
     return Status::DataCorrupted("{}: the payload holds {} bytes of weights, but the header's weights-embedded flag "
                                  "is clear",

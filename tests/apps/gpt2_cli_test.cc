@@ -107,6 +107,32 @@ TEST_F(Gpt2CliTest, StreamsGiveWhatEachGivesAlone) {
   EXPECT_EQ(IdLines(s4.output)[1], IdLines(s5.output)[0]);
 }
 
+// --pipeline K --devices D: the same greedy ids as the single-device engine, for every stream;
+// the stages' devices and the bubble fraction are printed; the link appears in the trace.
+TEST_F(Gpt2CliTest, PipelineGivesTheSameIds) {
+  const std::string base = "gpt2 --model " + ShellQuote(model_) + " --prompt-ids '5 6 7' -n 10 --greedy --print-ids --streams 3";
+  CommandRun one = Npuflow(base + " --prefill tokens");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto want = IdLines(one.output);
+  ASSERT_EQ(want.size(), 3u) << one.output;
+  const std::string trace = Path("pipeline.json");
+  for (const char* pipe : {"--pipeline 2", "--pipeline 2 --devices 2", "--pipeline 3 --devices 3"}) {
+    const bool traced = std::string(pipe).find("--devices 2") != std::string::npos;
+    CommandRun r = Npuflow(base + " " + pipe + (traced ? " --trace " + ShellQuote(trace) : std::string()));
+    ASSERT_EQ(r.exit_code, 0) << pipe << "\n" << r.output;
+    EXPECT_EQ(IdLines(r.output), want) << pipe << "\n" << r.output;
+    for (const char* what : {"stage 0: device 0", "stage 1: device", "pipeline: ", "bubble fraction", "tokens/s virtual"})
+      EXPECT_NE(r.output.find(what), std::string::npos) << what << "\n" << r.output;
+  }
+  EXPECT_NE(cli_testing::ReadFile(trace).find("link -> device 1"), std::string::npos);
+  CommandRun bad = Npuflow(base + " --pipeline 2 --devices 3");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--devices 3: expected 1..2"), std::string::npos) << bad.output;
+  CommandRun lone = Npuflow(base + " --devices 2");
+  EXPECT_NE(lone.exit_code, 0);
+  EXPECT_NE(lone.output.find("--devices 2: only with --pipeline"), std::string::npos) << lone.output;
+}
+
 TEST_F(Gpt2CliTest, TraceIsWritten) {
   const std::string trace = Path("t.json");
   CommandRun r = Npuflow("gpt2 --model " + ShellQuote(model_) + " --prompt-ids 1 -n 2 --greedy --trace " + ShellQuote(trace));

@@ -139,6 +139,46 @@ TEST_F(RunCli, BadArgumentsNameTheOptionAndWhatIsAccepted) {
 
 // The v1 bench area: the task sink takes one host interaction per inference (zero copy, one execute
 // message) where host scheduling takes one per task; every figure has a same-run baseline.
+// A pipeline model: `npuflow compile --pipeline-stages K`, `npuflow info` lists its stages, and
+// `npuflow run` on 1 and K devices gives the checksum of the ordinary model.
+TEST_F(RunCli, PipelineModelRunsLikeTheOrdinaryOne) {
+  CommandRun plain = Npuflow("run --om " + om_ + " --random-inputs --seed 5 --requests 2");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const std::string want = Checksum(plain.output);
+  ASSERT_NE(want, "") << plain.output;
+  for (int k : {2, 3}) {
+    const std::string om = ::testing::TempDir() + "run_cli_mlp_pipeline" + std::to_string(k) + ".om";
+    CommandRun c = Npuflow("compile --model " + std::string(NPUFLOW_SOURCE_DIR) + "/examples/graphs/mlp.pbtxt --output " +
+                           om + " --pipeline-stages " + std::to_string(k) + " --verify");
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    EXPECT_NE(c.output.find("pipeline stages; memory plans verified"), std::string::npos) << c.output;
+    CommandRun info = Npuflow("info " + om);
+    ASSERT_EQ(info.exit_code, 0) << info.output;
+    EXPECT_NE(info.output.find("pipeline: " + std::to_string(k) + " stages"), std::string::npos) << info.output;
+    EXPECT_NE(info.output.find("stage 0:0"), std::string::npos) << info.output;
+    for (int devices : {1, k}) {
+      CommandRun r = Npuflow("run --om " + om + " --random-inputs --seed 5 --requests 20 --streams 4 --devices " +
+                             std::to_string(devices));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_EQ(Checksum(r.output), want) << r.output;
+      EXPECT_NE(r.output.find("(the same in all 20 requests)"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("pipeline: bubble fraction"), std::string::npos) << r.output;
+    }
+    CommandRun too_many = Npuflow("run --om " + om + " --random-inputs --devices " + std::to_string(k + 1));
+    EXPECT_NE(too_many.exit_code, 0);
+    EXPECT_NE(too_many.output.find("--devices " + std::to_string(k + 1) + ": expected 1.." + std::to_string(k)),
+              std::string::npos)
+        << too_many.output;
+  }
+  CommandRun bad = Npuflow("compile --model " + std::string(NPUFLOW_SOURCE_DIR) + "/examples/graphs/mlp.pbtxt --output " +
+                           ::testing::TempDir() + "bad.om --pipeline-stages 17");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--pipeline-stages 17: expected 1..16"), std::string::npos) << bad.output;
+  CommandRun devices = Npuflow("run --om " + om_ + " --random-inputs --devices 2");
+  EXPECT_NE(devices.exit_code, 0);
+  EXPECT_NE(devices.output.find("--devices 2: for pipeline models"), std::string::npos) << devices.output;
+}
+
 TEST(BenchV1, JsonHasEveryFigureWithItsBaseline) {
   CommandRun r = Npuflow("bench v1 --json --repetitions 1 --min-time 0.001");
   ASSERT_EQ(r.exit_code, 0) << r.output;
