@@ -9,6 +9,7 @@
 #include "graph/ops/control_flow.h"
 #include "lowering/compiler.h"
 #include "lowering/graph_converter.h"
+#include "lowering/partition_stages.h"
 #include "lowering/tiling_sink.h"
 #include "scheduler/session_actor.h"
 #include "weights/convert.h"
@@ -23,7 +24,7 @@ constexpr const char* kKnownOptions =
     "ge.exec.deviceId, ge.socVersion, ge.enableSingleStream, ge.streamMaxParallelNum, npuflow.executionStreams, "
     "npuflow.executeTimeoutMs, ge.externalWeight, ge.externalWeightDir, ge.exec.value_bins, npuflow.verifyWeights, "
     "npuflow.weightKey, npuflow.weightPath, npuflow.modelDir, npuflow.v2Executor, npuflow.v2Profile, "
-    "ge.tiling_schedule_optimize, npuflow.runtime";
+    "ge.tiling_schedule_optimize, npuflow.runtime, npuflow.pipelineDevices";
 
 StatusOr<std::int64_t> ParseInt(const std::string& name, const std::string& value, std::int64_t lo, std::int64_t hi) {
   std::int64_t v = 0;
@@ -89,6 +90,9 @@ StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOpti
       if (value != "auto" && value != "v1" && value != "v2")
         return Status::ParamInvalid("option {}='{}': expected auto, v1 (the task sink) or v2 (RT2.0)", name, value);
       o.runtime = value;
+    } else if (name == "npuflow.pipelineDevices") {
+      NPUFLOW_ASSIGN_OR_RETURN(std::int64_t v, ParseInt(name, value, 0, 64));
+      o.pipeline_devices = static_cast<int>(v);
     } else if (name == "npuflow.v2Profile") {
       if (value != "true" && value != "false")
         return Status::ParamInvalid("option {}='{}': expected true or false", name, value);
@@ -170,6 +174,7 @@ StatusOr<Session::RunTarget> Session::TargetForRun(std::uint32_t graph_id, npu_s
   NPUFLOW_ASSIGN_OR_RETURN(Used used, actor.Ask<Used>(session_msg::Use{graph_id, true}).Get());
   if (timeout != nullptr) *timeout = used.node->options.timeout;  // options never change once added
   if (used.v2) return RunTarget{nullptr, std::move(used.v2), used.node->v2_reason};
+  if (used.pipeline) return RunTarget{nullptr, nullptr, "it holds pipeline stages", std::move(used.pipeline)};
   const bool leased = used.model == nullptr;
   Held held(actor, std::move(used), leased);
   if (!leased) return RunTarget{held.model(), nullptr};
@@ -177,6 +182,10 @@ StatusOr<Session::RunTarget> Session::TargetForRun(std::uint32_t graph_id, npu_s
   if (held.node().v2_graphs) {
     NPUFLOW_ASSIGN_OR_RETURN(auto v2, EnsureLoadedV2(held.node()));
     return RunTarget{nullptr, std::move(v2), held.node().v2_reason};
+  }
+  if (held.node().pipeline_root) {
+    NPUFLOW_ASSIGN_OR_RETURN(auto pipeline, EnsureLoadedPipeline(held.node()));
+    return RunTarget{nullptr, nullptr, "it holds pipeline stages", std::move(pipeline)};
   }
   NPUFLOW_ASSIGN_OR_RETURN(auto model, EnsureLoaded(held.node()));
   return RunTarget{std::move(model), nullptr};
@@ -186,6 +195,9 @@ StatusOr<std::shared_ptr<DavinciModel>> Session::ModelForRun(std::uint32_t graph
   NPUFLOW_ASSIGN_OR_RETURN(RunTarget target, TargetForRun(graph_id, timeout));
   if (target.v2)
     return Status::Unsupported("session {} graph {} runs on RT2.0 ({}): use RunGraph", id_, graph_id, target.reason);
+  if (target.pipeline)
+    return Status::Unsupported("session {} graph {} runs on the pipeline executor ({}): use RunGraph", id_, graph_id,
+                               target.reason);
   return std::move(target.v1);
 }
 
@@ -225,7 +237,13 @@ Status Session::AddCompiledModel(std::uint32_t graph_id, std::shared_ptr<const C
 }
 
 Status Session::Build(GraphNode& node) {
-  if (node.compiled || node.v2_graphs) return Status::Ok();
+  if (node.compiled || node.v2_graphs || node.pipeline_root) return Status::Ok();
+  if (node.graph && lowering::HasPipelineStages(*node.graph)) {
+    // GE's RtV2ExecutorFactory: a root holding stage-partitioned calls gets the pipeline executor,
+    // which compiles each stage when it loads.
+    node.pipeline_root = std::shared_ptr<const graph::ComputeGraph>(std::move(node.graph));
+    return Status::Ok();
+  }
   ModelManager* mm = ModelManager::Get();
   if (mm == nullptr) return Status::Failed("session {}: ModelManager is finalized", id_);
   lowering::CompileOptions co;
@@ -334,6 +352,37 @@ StatusOr<std::shared_ptr<DavinciModel>> Session::EnsureLoaded(GraphNode& node) {
   return node.model;
 }
 
+StatusOr<std::shared_ptr<PipelineExecutor>> Session::EnsureLoadedPipeline(GraphNode& node) {
+  if (node.pipeline) return node.pipeline;
+  ModelManager* mm = ModelManager::Get();
+  if (mm == nullptr) return Status::Failed("session {}: ModelManager is finalized", id_);
+  NPUFLOW_ASSIGN_OR_RETURN(auto calls, lowering::PipelineStages(*node.pipeline_root));
+  const int k = static_cast<int>(calls.size());
+  if (node.options.device != 0)
+    return Status::Unsupported("session {} graph {}: a pipeline's stages start on device 0 (ge.exec.deviceId {})", id_,
+                               node.id, node.options.device);
+  PipelineOptions po;
+  po.devices = node.options.pipeline_devices > 0 ? node.options.pipeline_devices
+                                                 : std::max(1, std::min(k, mm->runtime().device_count()));
+  po.max_in_flight = node.options.execution_streams;
+  po.timeout = node.options.timeout;
+  po.name = fmt::format("session {} graph {}", id_, node.id);
+  if (!node.options.chip.empty()) {
+    po.compile.chip = node.options.chip;
+  } else {
+    NPUFLOW_ASSIGN_OR_RETURN(const npu_sim::ChipSpec* chip, mm->runtime().chip(0));
+    po.compile.chip = chip->name;
+  }
+  po.compile.stream_mode = node.options.single_stream ? graph::CompileOptions::StreamMode::kSingle
+                                                      : graph::CompileOptions::StreamMode::kMulti;
+  po.compile.max_parallel = node.options.max_parallel;
+  po.compile.tiling_schedule_optimize = node.options.tiling_schedule_optimize;
+  auto loaded = PipelineExecutor::Create(*node.pipeline_root, std::move(po));
+  if (!loaded.ok()) return loaded.status().WithContext(fmt::format("session {}: loading graph {}", id_, node.id));
+  node.pipeline = std::shared_ptr<PipelineExecutor>(std::move(*loaded));
+  return node.pipeline;
+}
+
 StatusOr<std::shared_ptr<v2::RtV2SimpleExecutor>> Session::EnsureLoadedV2(GraphNode& node) {
   if (node.v2) return node.v2;
   ModelManager* mm = ModelManager::Get();
@@ -353,6 +402,7 @@ Status Session::LoadGraph(std::uint32_t graph_id) {
   NPUFLOW_ASSIGN_OR_RETURN(Held held, Lease(graph_id));
   NPUFLOW_RETURN_IF_ERROR(Build(held.node()));
   if (held.node().v2_graphs) return EnsureLoadedV2(held.node()).status();
+  if (held.node().pipeline_root) return EnsureLoadedPipeline(held.node()).status();
   return EnsureLoaded(held.node()).status();
 }
 
@@ -364,6 +414,7 @@ StatusOr<std::vector<Tensor>> Session::RunGraph(std::uint32_t graph_id, const st
     if (!outputs.ok()) return outputs.status().WithContext(fmt::format("session {} graph {}", id_, graph_id));
     return outputs;
   }
+  if (target.pipeline) return target.pipeline->Execute(inputs);
   std::shared_ptr<DavinciModel> model = std::move(target.v1);
   const CompiledModel& m = model->compiled();
   if (inputs.size() != m.inputs.size())
@@ -388,6 +439,10 @@ Status Session::RunGraphAsync(std::uint32_t graph_id, std::vector<Tensor> inputs
     return Status::Unsupported("session {} graph {} runs on RT2.0 ({}): RunGraphAsync takes task-sink graphs (the "
                                "Run loop is v1's); use RunGraph",
                                id_, graph_id, node.v2_reason);
+  if (node.pipeline_root)
+    return Status::Unsupported("session {} graph {} holds pipeline stages: it runs on the pipeline executor; use "
+                               "RunGraph",
+                               id_, graph_id);
   NPUFLOW_ASSIGN_OR_RETURN(auto model, EnsureLoaded(node));
   if (!node.loop) {
     NPUFLOW_ASSIGN_OR_RETURN(node.loop, RunLoop::Start(model, node.options.timeout));
@@ -452,6 +507,11 @@ Status Release(Session::GraphNode& node) {
   }
   node.model.reset();
   node.v2.reset();  // its instances unload (DeInit frees the constants)
+  if (node.pipeline) {
+    Status s = node.pipeline->Unload();
+    if (first.ok() && !s.ok()) first = s;
+    node.pipeline.reset();
+  }
   return first;
 }
 }  // namespace

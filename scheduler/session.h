@@ -24,6 +24,8 @@
 //   npuflow.modelDir          the directory of the model file: its weight/ holds moved files
 //   ge.tiling_schedule_optimize "" / "0" / "1": the tiling sink (lowering/tiling_sink.h); the
 //                             device gate checks the session's device chip
+//   npuflow.pipelineDevices   0..64: the devices a stage-partitioned graph spreads its stages over
+//                             (default 0: one per stage, up to the devices there are)
 //   npuflow.runtime           auto (default) | v1 | v2: which runtime builds the graph. auto: RT2.0
 //                             for unknown dims, control flow, or a node whose tiling needs a
 //                             run-time value and is not sunk (a failed tiling-sink gate, GE's
@@ -37,6 +39,10 @@
 //                               dimension in a Data shape, GE's IsNeedHybridLoad) runs on a pool
 //                               of ModelV2Executors (up to execution_streams), any shape each call
 //   RunGraphAsync            -> the model's Run loop, outputs to the callback (task-sink graphs)
+//   A root graph holding pipeline stages (PartitionedCall nodes with "_stage",
+//   lowering/partition_stages.h) runs on the pipeline executor, chosen automatically: RunGraph
+//   submits a step and waits for it (callers' steps are in the pipeline together, up to
+//   npuflow.executionStreams); the other entry points are errors saying so.
 //   RunGraphWithStreamAsync  -> NnExecute async on the caller's stream, device buffers only
 //                               (task-sink graphs; an RT2.0 one is an error saying why it is there)
 //
@@ -62,6 +68,7 @@
 #include "graph/ir/compute_graph.h"
 #include "scheduler/run_loop.h"
 #include "scheduler/model_manager.h"
+#include "scheduler/pipeline_executor.h"
 #include "scheduler/v2/rt_v2_executor.h"
 #include "weights/convert.h"
 
@@ -94,6 +101,9 @@ struct GraphOptions {
   // (control flow, unknown dims) fails to build on v1; a not-sunk tiling-depend node is tiled
   // there once for the worst case (the value's bound).
   std::string runtime = "auto";
+  // npuflow.pipelineDevices: a graph of pipeline stages spreads them over this many devices,
+  // from ge.exec.deviceId on (0: as many as it has stages, up to the devices there are).
+  int pipeline_devices = 0;
 };
 // Parses `options` over `base`. Errors name the option and its accepted values.
 StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOptions& base = {});
@@ -170,10 +180,12 @@ class Session {
   struct RunTarget {
     std::shared_ptr<DavinciModel> v1;
     std::shared_ptr<v2::RtV2SimpleExecutor> v2;
-    std::string reason;  // why the graph is on RT2.0
+    std::string reason;  // why the graph is on RT2.0, or on the pipeline executor
+    std::shared_ptr<PipelineExecutor> pipeline;
   };
   StatusOr<RunTarget> TargetForRun(std::uint32_t graph_id, npu_sim::Timeout* timeout);
   StatusOr<std::shared_ptr<v2::RtV2SimpleExecutor>> EnsureLoadedV2(GraphNode& node);
+  StatusOr<std::shared_ptr<PipelineExecutor>> EnsureLoadedPipeline(GraphNode& node);
   Session(std::uint64_t id, GraphOptions options, std::string temporary_weight_dir)
       : id_(id), options_(std::move(options)), temporary_weight_dir_(std::move(temporary_weight_dir)) {}
   // The session's actor, while the ModelManager it was made under lives (else Failed).

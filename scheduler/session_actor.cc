@@ -41,6 +41,8 @@ class SessionActor {
     if (m.run && !node->leased && node->model != nullptr && !node->model->unloaded())
       return ctx.Reply(Used{node, node->model, nullptr});
     if (m.run && !node->leased && node->v2 != nullptr) return ctx.Reply(Used{node, nullptr, node->v2});
+    if (m.run && !node->leased && node->pipeline != nullptr)
+      return ctx.Reply(Used{node, nullptr, nullptr, node->pipeline});
     Grant(node, ctx, Used{node, nullptr});
   }
 

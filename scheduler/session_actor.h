@@ -43,6 +43,7 @@ struct Used {
   NodePtr node;
   std::shared_ptr<DavinciModel> model;  // set: loaded, not leased
   std::shared_ptr<v2::RtV2SimpleExecutor> v2;  // set: a loaded dynamic-shape graph, not leased
+  std::shared_ptr<PipelineExecutor> pipeline;  // set: a loaded pipeline-stage graph, not leased
 };
 struct Lease {  // Ask<Used>: the lease on a node already found (e.g. taken out of the table)
   static constexpr std::string_view kKind = "Lease";
@@ -81,6 +82,10 @@ struct Session::GraphNode {
   std::shared_ptr<const exe::ExecuteGraphSet> v2_graphs;
   std::string v2_reason;
   std::shared_ptr<v2::RtV2SimpleExecutor> v2;
+  // A root graph of pipeline stages: kept as given (the executor compiles each stage), and its
+  // executor once loaded.
+  std::shared_ptr<const graph::ComputeGraph> pipeline_root;
+  std::shared_ptr<PipelineExecutor> pipeline;
   std::unique_ptr<RunLoop> loop;
   npu_sim::DevicePtr const_base, feature_base;
   std::uint64_t const_size = 0, feature_size = 0;

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "npu_sim/chip_spec.h"
 #include "scheduler/model_manager.h"
 #include "scheduler/pipeline_executor.h"
+#include "scheduler/session.h"
 #include "scheduler_testing.h"
 #include "synthetic/graphs.h"
 
@@ -68,6 +71,7 @@ class PipelineTest : public ::testing::Test {
     }
   }
   bool initialized_ = false;
+  std::mutex interp_mu_;
 };
 
 TEST(PartitionStages, CutsARandomDagIntoBalancedContiguousStages) {
@@ -375,6 +379,65 @@ TEST_F(PipelineTest, APipelineModelRoundTripsThroughTheModelFile) {
   auto plain = PipelineExecutor::Create(model->stages[0], {});
   ASSERT_FALSE(plain.ok());
   EXPECT_NE(plain.status().message().find("no pipeline model"), std::string::npos) << plain.status();
+}
+
+// A Session given a root of pipeline stages runs it on the pipeline executor, chosen by itself:
+// RunGraph from several threads at once, each result the interpreter's; the other entry points
+// say why they cannot; RemoveGraph unloads it.
+TEST_F(PipelineTest, ASessionRunsAStagedGraphOnThePipelineExecutor) {
+  Init(2);
+  auto g = RandomDag(4);
+  auto reference = RandomDag(4);
+  auto interp = graph::Interpreter::Create(*reference).value();
+  auto root = lowering::PartitionStages(*g, 2, Chip910B());
+  ASSERT_TRUE(root.ok()) << root.status();
+  // The root's Data nodes in input order, as the session takes its inputs.
+  std::vector<std::string> names;
+  for (const graph::Node* n : (*root)->nodes())
+    if (n->type() == "Data") names.push_back(n->name());
+  auto session = Session::Create({{"npuflow.executionStreams", "4"}});
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->AddGraph(1, std::move(*root)).ok());
+  ASSERT_TRUE((*session)->LoadGraph(1).ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t));
+      for (int step = 0; step < 5; ++step) {
+        std::vector<graph::Tensor> in;
+        std::map<std::string, graph::Tensor> feeds;
+        for (const std::string& name : names) {
+          const graph::Node* d = reference->FindNode(name);
+          in.push_back(RandomFloats({d->op().Attr<graph::DataType>("dtype").value(), d->op().Attr<graph::Shape>("shape").value()},
+                                    rng, -1.f, 1.f));
+          feeds[name] = in.back();
+        }
+        auto got = (*session)->RunGraph(1, in);
+        if (!got.ok()) {
+          ADD_FAILURE() << got.status();
+          ++wrong;
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(interp_mu_);
+        auto want = interp->Run(feeds);
+        for (std::size_t i = 0; i < got->size(); ++i)
+          if (!Near((*got)[i], (*want)[i])) ++wrong;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  auto model = (*session)->GetLoadedModel(1);
+  EXPECT_FALSE(model.ok());
+  auto async = (*session)->RunGraphAsync(1, {}, [](Status, std::vector<graph::Tensor>) {});
+  ASSERT_FALSE(async.ok());
+  EXPECT_NE(async.message().find("pipeline executor"), std::string::npos) << async;
+  EXPECT_TRUE((*session)->RemoveGraph(1).ok());
+  EXPECT_TRUE((*session)->Finalize().ok());
+  auto bad = Session::Create({{"npuflow.pipelineDevices", "65"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("npuflow.pipelineDevices"), std::string::npos) << bad.status();
 }
 
 // Delays a random quarter of the actor system's deliveries by 1..10 us, from a seed: a perturbed
