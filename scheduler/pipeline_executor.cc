@@ -155,7 +155,7 @@ struct PipelineExecutor::Impl {
   std::vector<std::unique_ptr<Hop>> hops;
   std::uint64_t next_index = 0;  // admit's (serial)
 
-  std::atomic<bool> closed{false};
+  bool closed = false;  // under mu: Unload has begun (a Submit then fails; one before it is drained)
   std::mutex mu;  // stats, in_flight
   std::condition_variable drained;
   int in_flight = 0;
@@ -579,7 +579,6 @@ actors::Future<StatusOr<StepOutput>> PipelineExecutor::SubmitStep(std::vector<gr
   using R = StatusOr<StepOutput>;
   Impl& p = *impl_;
   const auto fail = [](Status s) { return actors::Future<R>::Ready(R(std::move(s))); };
-  if (p.closed.load(std::memory_order_acquire)) return fail(Status::Aborted("pipeline '{}' is unloaded", p.options.name));
   if (inputs.size() != p.in_desc.size())
     return fail(Status::ParamInvalid("pipeline '{}': {} inputs given, the graph takes {}", p.options.name, inputs.size(),
                                      p.in_desc.size()));
@@ -605,7 +604,12 @@ actors::Future<StatusOr<StepOutput>> PipelineExecutor::SubmitStep(std::vector<gr
   step->ready_at = step->admitted;
   auto future = step->promise.GetFuture();
   {
+    // Counted under the lock Unload closes with: a step either is refused or is drained.
     std::lock_guard<std::mutex> lock(p.mu);
+    if (p.closed) {
+      delete step;
+      return fail(Status::Aborted("pipeline '{}' is unloaded", p.options.name));
+    }
     ++p.in_flight;
   }
   p.entry->try_put(step);
@@ -635,9 +639,10 @@ StatusOr<std::vector<graph::Tensor>> PipelineExecutor::Execute(std::vector<graph
 
 Status PipelineExecutor::Unload() {
   Impl& p = *impl_;
-  if (p.closed.exchange(true)) return Status::Ok();
   {
     std::unique_lock<std::mutex> lock(p.mu);
+    if (p.closed) return Status::Ok();
+    p.closed = true;
     const auto deadline = std::chrono::steady_clock::now() + p.options.timeout.value_or(std::chrono::minutes(10));
     if (!p.drained.wait_until(lock, deadline, [&] { return p.in_flight == 0; })) {
       lock.unlock();
