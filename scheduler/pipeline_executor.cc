@@ -39,7 +39,10 @@ namespace {
 
 constexpr std::uint64_t kIdle = std::numeric_limits<std::uint64_t>::max();
 
+// Owned by `self` from Submit to Finish; a host copy in flight holds a reference too (its
+// keep_alive), so an aborted step's late copy never touches freed memory.
 struct Step {
+  std::shared_ptr<Step> self;
   std::uint64_t index = 0;
   int slot = 0;
   int replica = 0;
@@ -76,6 +79,7 @@ struct Hop {
   flow::async_node<Step*, Step*> work;
   flow::function_node<Step*, flow::continue_msg> done;
   std::atomic<std::uint64_t> busy_step{kIdle};  // the step whose device work is in flight
+  std::atomic<int> busy_replica{0};              // a stage hop's: the replica that step runs on
   int stage = 0;
   bool link = false;
 };
@@ -156,6 +160,10 @@ struct PipelineExecutor::Impl {
   std::uint64_t next_index = 0;  // admit's (serial)
 
   bool closed = false;  // under mu: Unload has begun (a Submit then fails; one before it is drained)
+  // Set once a hop was aborted (a timeout): work sent to the device before the abort may still
+  // land in its step's slot, so no step issues device work any more; each fails with this reason.
+  std::atomic<bool> poisoned{false};
+  std::string poison_reason;  // written under mu before `poisoned`
   std::mutex mu;  // stats, in_flight
   std::condition_variable drained;
   int in_flight = 0;
@@ -173,6 +181,16 @@ struct PipelineExecutor::Impl {
   void RunLink(StageState& st, Step* step, Gateway& gw, Hop& hop);
   void Finish(Step* step);
   void AbortHop(const Hop& hop);
+  // Poisons the pipeline (`why`) and aborts every hop with device work in flight.
+  void AbortAll(const std::string& why);
+  // A step that must not issue device work: failed already, or the pipeline is poisoned.
+  bool Skip(Step* step) {
+    if (!step->status.ok()) return true;
+    if (!poisoned.load(std::memory_order_acquire)) return false;
+    std::lock_guard<std::mutex> lock(mu);
+    step->status = Status::Aborted("pipeline '{}' was aborted ({}); reload it", options.name, poison_reason);
+    return true;
+  }
   Status Cleanup();
 };
 
@@ -397,7 +415,7 @@ void PipelineExecutor::Impl::Wire() {
 // the model's execution on this step's buffers, the root outputs it makes (device to host); the
 // stream's synchronize puts the step on the next hop.
 void PipelineExecutor::Impl::RunStage(StageState& st, Step* step, Gateway& gw, Hop& hop) {
-  if (!step->status.ok()) {
+  if (Skip(step)) {
     gw.try_put(step);
     return;
   }
@@ -419,6 +437,7 @@ void PipelineExecutor::Impl::RunStage(StageState& st, Step* step, Gateway& gw, H
         npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, st.in_bytes[i]);
         c.dst_dev = st.in_buf[m][i];
         c.src_host = step->inputs[src.index].data.data();
+        c.keep_alive = step->self;
         copies.push_back(std::move(c));
       }
       io.push_back(st.in_buf[m][i].value);
@@ -438,9 +457,11 @@ void PipelineExecutor::Impl::RunStage(StageState& st, Step* step, Gateway& gw, H
     npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, st.out_bytes[j]);
     c.src_dev = st.out_buf[m][j];
     c.dst_host = step->outputs[o].data.data();
+    c.keep_alive = step->self;
     copies.push_back(std::move(c));
   }
   if (s.ok() && !copies.empty()) s = rt->Submit(st.stream, std::move(copies)).status();
+  hop.busy_replica.store(step->replica, std::memory_order_relaxed);
   hop.busy_step.store(step->index, std::memory_order_release);
   gw.reserve_wait();
   // What was issued runs to its end either way; a failed issue fails the step after it.
@@ -463,7 +484,7 @@ void PipelineExecutor::Impl::RunStage(StageState& st, Step* step, Gateway& gw, H
 // Brings the outputs of earlier stages on other devices to stage `st`'s device for `step`: one
 // peer copy each on a stream of the source device, over the link; done when all of them are.
 void PipelineExecutor::Impl::RunLink(StageState& st, Step* step, Gateway& gw, Hop& hop) {
-  if (!step->status.ok()) {
+  if (Skip(step)) {
     gw.try_put(step);
     return;
   }
@@ -524,7 +545,7 @@ void PipelineExecutor::Impl::Finish(Step* step) {
   }
   if (step->status.ok()) step->promise.Set(StepOutput{std::move(step->outputs), step->ready_at});
   else step->promise.Fail(step->status);
-  delete step;
+  step->self.reset();  // the step goes with the last copy holding it
   std::lock_guard<std::mutex> lock(mu);
   if (--in_flight == 0) drained.notify_all();
 }
@@ -534,8 +555,23 @@ void PipelineExecutor::Impl::AbortHop(const Hop& hop) {
   if (hop.link) {
     for (auto& [device, stream] : st.link_streams) (void)rt->AbortStream(stream);
   } else {
+    // The model's run first (its streams stop, queued runs fail), then the stage's stream.
+    const int r = hop.busy_replica.load(std::memory_order_relaxed);
+    if (r >= 0 && r < static_cast<int>(st.replicas.size())) (void)rt->AbortModel(st.replicas[r].device_model);
     (void)rt->AbortStream(st.stream);
   }
+}
+
+void PipelineExecutor::Impl::AbortAll(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!poisoned.load(std::memory_order_relaxed)) {
+      poison_reason = why;
+      poisoned.store(true, std::memory_order_release);
+    }
+  }
+  for (const auto& hop : hops)
+    if (hop->busy_step.load(std::memory_order_acquire) != kIdle) AbortHop(*hop);
 }
 
 Status PipelineExecutor::Impl::Cleanup() {
@@ -544,16 +580,9 @@ Status PipelineExecutor::Impl::Cleanup() {
     if (first.ok() && !s.ok()) first = std::move(s);
   };
   ModelManager* mm = ModelManager::Get();
+  // Models and streams first (unloading a model aborts whatever of it still runs), then the
+  // buffers they used.
   for (auto& st : stages) {
-    for (auto& slot : st->in_buf)
-      for (DevicePtr& p : slot)
-        if (p) keep(rt->Free(st->device, std::exchange(p, DevicePtr{})));
-    for (auto& slot : st->out_buf)
-      for (DevicePtr& p : slot)
-        if (p) keep(rt->Free(st->device, std::exchange(p, DevicePtr{})));
-    for (auto& [device, stream] : st->link_streams) keep(rt->DestroyStream(stream));
-    st->link_streams.clear();
-    if (st->stream.device >= 0) keep(rt->DestroyStream(std::exchange(st->stream, Stream{-1, 0})));
     for (Replica& rep : st->replicas) {
       if (rep.dm) {
         rep.dm->AddBorrower(-1);
@@ -562,6 +591,17 @@ Status PipelineExecutor::Impl::Cleanup() {
       if (rep.loaded && mm != nullptr) keep(mm->Unload(rep.model_id));
       rep.loaded = false;
     }
+    for (auto& [device, stream] : st->link_streams) keep(rt->DestroyStream(stream));
+    st->link_streams.clear();
+    if (st->stream.device >= 0) keep(rt->DestroyStream(std::exchange(st->stream, Stream{-1, 0})));
+  }
+  for (auto& st : stages) {
+    for (auto& slot : st->in_buf)
+      for (DevicePtr& p : slot)
+        if (p) keep(rt->Free(st->device, std::exchange(p, DevicePtr{})));
+    for (auto& slot : st->out_buf)
+      for (DevicePtr& p : slot)
+        if (p) keep(rt->Free(st->device, std::exchange(p, DevicePtr{})));
   }
   return first;
 }
@@ -592,7 +632,9 @@ actors::Future<StatusOr<StepOutput>> PipelineExecutor::SubmitStep(std::vector<gr
   if (opts.replica < 0 || opts.replica >= p.options.replicas)
     return fail(Status::ParamInvalid("pipeline '{}': replica {} is out of range 0..{}", p.options.name, opts.replica,
                                      p.options.replicas - 1));
-  auto* step = new Step;
+  auto owned = std::make_shared<Step>();
+  Step* step = owned.get();
+  step->self = std::move(owned);
   step->replica = opts.replica;
   step->inputs = std::move(inputs);
   step->outputs.resize(p.out_desc.size());
@@ -607,7 +649,7 @@ actors::Future<StatusOr<StepOutput>> PipelineExecutor::SubmitStep(std::vector<gr
     // Counted under the lock Unload closes with: a step either is refused or is drained.
     std::lock_guard<std::mutex> lock(p.mu);
     if (p.closed) {
-      delete step;
+      step->self.reset();
       return fail(Status::Aborted("pipeline '{}' is unloaded", p.options.name));
     }
     ++p.in_flight;
@@ -619,21 +661,23 @@ actors::Future<StatusOr<StepOutput>> PipelineExecutor::SubmitStep(std::vector<gr
 StatusOr<std::vector<graph::Tensor>> PipelineExecutor::Execute(std::vector<graph::Tensor> inputs) {
   Impl& p = *impl_;
   auto future = Submit(std::move(inputs));
-  if (!p.options.timeout) return future.Get();
-  auto result = future.GetFor(*p.options.timeout);
-  if (result.ok() || result.status().code() != StatusCode::kTimeout || future.IsReady()) return result;
-  // Still running: abort the hop holding the pipeline up (the oldest step in device work).
+  if (!p.options.timeout || future.WaitFor(*p.options.timeout)) return future.Get();
+  // Still running: the hop holding the pipeline up (the oldest step in device work) is hung or too
+  // slow. Abort it and poison the pipeline (what it sent the device may still land in its slot).
   const Hop* oldest = nullptr;
+  std::uint64_t oldest_step = kIdle;
   for (const auto& hop : p.hops) {
     const std::uint64_t k = hop->busy_step.load(std::memory_order_acquire);
-    if (k != kIdle && (oldest == nullptr || k < oldest->busy_step.load())) oldest = hop.get();
+    if (k < oldest_step) {
+      oldest = hop.get();
+      oldest_step = k;
+    }
   }
-  std::string where = "queued";
-  if (oldest != nullptr) {
-    where = fmt::format("{}{}", p.StageName(oldest->stage), oldest->link ? " (its link)" : "");
-    p.AbortHop(*oldest);
-  }
-  return Status::Timeout("pipeline '{}': no result within {} ms; held up in {}, which was aborted", p.options.name,
+  const std::string where =
+      oldest == nullptr ? std::string("no hop (the step was queued)")
+                        : fmt::format("{}{}", p.StageName(oldest->stage), oldest->link ? " (its link)" : "");
+  p.AbortAll(fmt::format("no result within {} ms, held up in {}", p.options.timeout->count(), where));
+  return Status::Timeout("pipeline '{}': no result within {} ms; held up in {}; the pipeline was aborted", p.options.name,
                          p.options.timeout->count(), where);
 }
 
@@ -646,12 +690,17 @@ Status PipelineExecutor::Unload() {
     const auto deadline = std::chrono::steady_clock::now() + p.options.timeout.value_or(std::chrono::minutes(10));
     if (!p.drained.wait_until(lock, deadline, [&] { return p.in_flight == 0; })) {
       lock.unlock();
-      for (const auto& hop : p.hops) p.AbortHop(*hop);
+      p.AbortAll("unloaded while steps were still running");
+      lock.lock();
+      // Poisoned: what is queued fails at once, and what was in device work was aborted.
+      p.drained.wait(lock, [&] { return p.in_flight == 0; });
     }
   }
   if (p.graph) p.graph->wait_for_all();
   return p.Cleanup();
 }
+
+void PipelineExecutor::Abort(const std::string& why) { impl_->AbortAll(why); }
 
 int PipelineExecutor::stages() const { return static_cast<int>(impl_->stages.size()); }
 int PipelineExecutor::device_of(int stage) const { return impl_->stages.at(stage)->device; }

@@ -31,10 +31,12 @@
 //
 // Errors: a step that fails in stage s fails that step's future with the stage and its device
 // named; later hops pass it through and later steps run as usual. Execute waits at most
-// `timeout`: then the streams of the stage the step is in are aborted (a hung device task) and the
-// step fails naming that stage. Unload drains what is in flight (aborting after `timeout`),
-// unloads every stage's model and frees what the pipeline allocated; it always succeeds in
-// leaving nothing behind.
+// `timeout`: then the hop holding the pipeline up (a hung device task) has its model and streams
+// aborted, the call fails naming that stage, and the pipeline is poisoned: work the device had
+// already been sent may still land in that step's buffers, so from then on every step fails at
+// once ("reload it"). Abort does the same for callers with waits of their own. Unload drains what
+// is in flight (aborting after `timeout`), unloads every stage's model and frees what the pipeline
+// allocated; it always ends.
 //
 // Thread-safe: any number of threads may Submit and Execute. Requires ModelManager::Initialize
 // with at least `devices` devices.
@@ -125,6 +127,9 @@ class PipelineExecutor {
   StatusOr<std::vector<graph::Tensor>> Execute(std::vector<graph::Tensor> inputs);
   // Drains, unloads and frees. Later calls: Submit fails, Unload returns Ok.
   Status Unload();
+  // Aborts the device work in flight and fails every step from now on, naming `why` (for a caller
+  // whose own wait ran out: a hung device). Unload still succeeds afterwards.
+  void Abort(const std::string& why);
 
   int stages() const;
   int device_of(int stage) const;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <atomic>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <utility>
@@ -45,10 +47,14 @@ struct Run {
   std::mutex mu;
   int left = 0;
   Status first_error;
+  std::atomic<bool> failed{false};  // a sequence failed: the others stop at their next step
   actors::Promise<Status> done;
   void End(Status s) {
     std::lock_guard<std::mutex> lock(mu);
-    if (!s.ok() && first_error.ok()) first_error = std::move(s);
+    if (!s.ok() && first_error.ok()) {
+      first_error = std::move(s);
+      failed.store(true, std::memory_order_release);
+    }
     if (--left == 0) done.Set(first_error);
   }
 };
@@ -90,6 +96,7 @@ StatusOr<std::unique_ptr<Gpt2PipelineEngine>> Gpt2PipelineEngine::Create(Gpt2Fil
   auto pipeline = scheduler::PipelineExecutor::Create(*root, po);
   if (!pipeline.ok()) return pipeline.status().WithContext(e->file_.path);
   e->pipeline_ = std::move(*pipeline);
+  e->timeout_ = options.timeout;
   for (const char* name : {"token", "pos", "len"}) {
     const auto& names = e->pipeline_->input_names();
     auto it = std::find(names.begin(), names.end(), name);
@@ -103,6 +110,9 @@ StatusOr<std::vector<Generation>> Gpt2PipelineEngine::Generate(const std::vector
                                                                int n_predict,
                                                                const std::vector<SamplingOptions>& samplings) {
   const Gpt2HParams& hp = file_.hparams;
+  std::unique_lock<std::mutex> one_call(generate_mu_, std::try_to_lock);
+  if (!one_call.owns_lock())
+    return Status::Unsupported("Generate is already running on this engine (its sequences' KV caches are in use)");
   if (prompts.empty()) return Status::ParamInvalid("no prompts");
   if (static_cast<int>(prompts.size()) > sequences_)
     return Status::ParamInvalid("{} prompts; the pipeline was built for {} sequences", prompts.size(), sequences_);
@@ -129,8 +139,11 @@ StatusOr<std::vector<Generation>> Gpt2PipelineEngine::Generate(const std::vector
 
   // Submits the next step of `q` at virtual time `at`; its completion advances `q`.
   std::function<void(Sequence&, int, npu_sim::VTime)> submit;
+  std::function<void(Sequence&, StatusOr<scheduler::StepOutput>)> step_done;
   const auto advance = [&, run](Sequence& q, StatusOr<scheduler::StepOutput> out) {
     if (!out.ok()) return run->End(out.status().WithContext(fmt::format("sequence {} step {}", q.index, q.n_past)));
+    if (run->failed.load(std::memory_order_acquire))
+      return run->End(Status::Aborted("sequence {}: stopped, another sequence failed", q.index));
     ++q.n_past;
     ++q.gen.steps;
     int token = -1;
@@ -163,13 +176,21 @@ StatusOr<std::vector<Generation>> Gpt2PipelineEngine::Generate(const std::vector
     }
     submit(q, token, out->end);
   };
-  submit = [&, advance](Sequence& q, int token, npu_sim::VTime at) {
+  // A continuation that throws would never end its sequence: end it with the error instead.
+  step_done = [&, run, advance](Sequence& q, StatusOr<scheduler::StepOutput> out) {
+    try {
+      advance(q, std::move(out));
+    } catch (const std::exception& e) {
+      run->End(Status::Internal("sequence {}: {}", q.index, e.what()));
+    }
+  };
+  submit = [&](Sequence& q, int token, npu_sim::VTime at) {
     std::vector<graph::Tensor> in(3);
     in[static_cast<std::size_t>(input_slot_[0])] = I32(token);
     in[static_cast<std::size_t>(input_slot_[1])] = I32(q.n_past);
     in[static_cast<std::size_t>(input_slot_[2])] = I32(q.n_past + 1);
     pipeline_->SubmitStep(std::move(in), {.replica = q.index, .ready_at = at})
-        .OnComplete([&q, advance](StatusOr<scheduler::StepOutput> out) { advance(q, std::move(out)); });
+        .OnComplete([&q, &step_done](StatusOr<scheduler::StepOutput> out) { step_done(q, std::move(out)); });
   };
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     Sequence& q = seqs[i];
@@ -185,6 +206,13 @@ StatusOr<std::vector<Generation>> Gpt2PipelineEngine::Generate(const std::vector
   }
   // Every step's continuation may submit the next, so all are set up before the first goes in.
   for (Sequence& q : seqs) submit(q, q.prompt[0], v_start);
+  if (timeout_.count() > 0 && !all_done.WaitFor(timeout_)) {
+    // A hung device: abort, so every step in flight fails and each sequence ends.
+    pipeline_->Abort(fmt::format("GPT-2 Generate: no end within {} ms", timeout_.count()));
+    (void)all_done.Get();
+    return Status::Timeout("GPT-2 pipeline: the generations did not end within {} ms; the pipeline was aborted",
+                           timeout_.count());
+  }
   NPUFLOW_RETURN_IF_ERROR(all_done.Get());
   std::vector<Generation> gens;
   for (Sequence& q : seqs) gens.push_back(std::move(q.gen));

@@ -17,7 +17,9 @@
 // that sequence's previous step ended.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "base/status.h"
@@ -34,6 +36,8 @@ struct PipelineEngineOptions {
   int sequences = 1;  // concurrent generations, 1..scheduler::kMaxPipelineReplicas
   int max_in_flight = 0;  // steps in the pipeline at once; 0: one per sequence (capped at 64)
   std::string chip;       // compile target; empty: device 0's chip
+  // Generate's limit: past it the pipeline is aborted (a hung device) and Generate fails. 0: none.
+  std::chrono::milliseconds timeout{0};
 };
 
 class Gpt2PipelineEngine {
@@ -49,7 +53,8 @@ class Gpt2PipelineEngine {
   // One generation per prompt (at most `sequences`), all at once; samplings: one per prompt or one
   // for all. Each prompt is fed token by token, then up to n_predict tokens are generated (fewer
   // at the context's end). Blocks the calling thread (or fiber) until all have ended; the first
-  // error ends the call, naming the sequence.
+  // error stops every sequence and ends the call, naming the sequence. One call at a time per
+  // engine (the sequences' KV caches are its replicas): a second concurrent call is an error.
   StatusOr<std::vector<Generation>> Generate(const std::vector<std::vector<int>>& prompts, int n_predict,
                                              const std::vector<SamplingOptions>& samplings);
 
@@ -59,6 +64,8 @@ class Gpt2PipelineEngine {
   int sequences_ = 0;
   std::unique_ptr<scheduler::PipelineExecutor> pipeline_;
   std::vector<int> input_slot_;  // token, pos, len -> the pipeline's input position
+  std::chrono::milliseconds timeout_{0};
+  std::mutex generate_mu_;
 };
 
 }  // namespace npuflow::gpt2

@@ -55,7 +55,7 @@ TEST_P(Gpt2Pipeline, GreedyIdsEqualTheSingleDeviceEngine) {
     ASSERT_TRUE(gens.ok()) << gens.status();
     for (const Generation& g : *gens) want.push_back(g.ids);
   }
-  for (int stages : {1, 2, 4}) {
+  for (int stages : {1, 2, 3, 4}) {
     for (int devices : stages == 1 ? std::vector<int>{1} : std::vector<int>{1, stages}) {
       auto file = ReadGpt2File(path_);
       ASSERT_TRUE(file.ok()) << file.status();

@@ -213,8 +213,28 @@ TEST_F(PipelineTest, WrongInputsFailAtOnceNamingThem) {
 
 // A fault in stage 1 at one step fails that step naming the stage; the steps after it run, and
 // Unload succeeds.
+// What the two devices hold: memory, allocations, streams, events (nothing leaked = back to this).
+struct Held {
+  std::uint64_t memory = 0, allocations = 0;
+  std::size_t streams = 0, events = 0;
+  friend bool operator==(const Held&, const Held&) = default;
+};
+Held DevicesHold(int devices) {
+  Held h;
+  npu_sim::Runtime& rt = ModelManager::Get()->runtime();
+  for (int d = 0; d < devices; ++d) {
+    auto st = rt.Stats(d).value();
+    h.memory += st.memory.in_use;
+    h.allocations += st.memory.allocations;
+    h.streams += st.streams;
+    h.events += st.events;
+  }
+  return h;
+}
+
 TEST_F(PipelineTest, AFailingStageFailsItsStepOnly) {
   Init(2);
+  const Held before = DevicesHold(2);
   auto g = synthetic::MakeChainGraph(8, 64).value();
   auto reference = synthetic::MakeChainGraph(8, 64).value();
   auto interp = graph::Interpreter::Create(*reference).value();
@@ -254,9 +274,13 @@ TEST_F(PipelineTest, AFailingStageFailsItsStepOnly) {
   auto after = (*p)->Execute(InputsFor(**p, *reference, rng));
   EXPECT_TRUE(after.ok()) << after.status();
   EXPECT_TRUE((*p)->Unload().ok());
+  const Held left = DevicesHold(2);
+  EXPECT_TRUE(left == before) << "memory " << left.memory << " vs " << before.memory << ", allocations "
+                              << left.allocations << " vs " << before.allocations << ", streams " << left.streams
+                              << " vs " << before.streams << ", events " << left.events << " vs " << before.events;
 }
 
-// A hung stage ends in a timeout naming it; the pipeline still unloads.
+// A hung stage ends in a timeout naming it; the pipeline is then aborted, and still unloads.
 TEST_F(PipelineTest, AHungStageTimesOutNamingItAndUnloads) {
   Init(2);
   auto g = synthetic::MakeChainGraph(6, 16).value();
@@ -273,7 +297,14 @@ TEST_F(PipelineTest, AHungStageTimesOutNamingItAndUnloads) {
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kTimeout) << got.status();
   EXPECT_NE(got.status().message().find("stage 1 (device 1)"), std::string::npos) << got.status();
+  // Aborted: every later step fails at once, naming why, until the pipeline is reloaded.
+  auto next = (*p)->Execute(InputsFor(**p, *g, rng));
+  ASSERT_FALSE(next.ok());
+  EXPECT_NE(next.status().message().find("was aborted"), std::string::npos) << next.status();
   EXPECT_TRUE((*p)->Unload().ok());
+  auto later = (*p)->Execute(InputsFor(**p, *g, rng));
+  ASSERT_FALSE(later.ok());
+  EXPECT_NE(later.status().message().find("unloaded"), std::string::npos) << later.status();
 }
 
 // Each device holds little memory: the graph's weights do not fit on one, and do on two.
