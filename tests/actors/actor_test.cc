@@ -437,6 +437,11 @@ TEST(Actors, SpawnAndRetireUnderThreadsKeepsCellsBoundedAndAnswersRight) {
         }
       });
     for (auto& th : owners) th.join();
+    // On a loaded machine the stray thread may not have run while the owners did: every address it
+    // picks now is retired, so its next Ask is refused. Give it the time to see that (bounded).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (aborted.load() == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     stop.store(true);
     stray.join();
     system.WaitIdle();
