@@ -97,6 +97,7 @@ struct StageState {
   std::shared_ptr<const graph::CompiledModel> model;
   std::vector<Replica> replicas;
   Stream stream{-1, 0};
+  bool caller_stream = false;  // options.stream: not the pipeline's to destroy
   std::vector<Source> inputs;  // per model input (the compiled model's order)
   std::vector<std::uint64_t> in_bytes, out_bytes;
   std::vector<bool> own_input;  // a buffer of its own (root inputs, other devices' outputs)
@@ -348,7 +349,15 @@ Status PipelineExecutor::Impl::Build(const graph::ComputeGraph& root,
       NPUFLOW_RETURN_IF_ERROR(rep.dm->WaitForWeights().WithContext(StageName(st->index)));
       rep.device_model = rep.dm->device_model(0);
     }
-    NPUFLOW_ASSIGN_OR_RETURN(st->stream, rt->CreateStream(st->device));
+    if (st->index == 0 && options.stream.device >= 0) {
+      if (options.stream.device != st->device)
+        return Status::ParamInvalid("pipeline '{}': the caller's stream is on device {}; stage 0 runs on device {}",
+                                    options.name, options.stream.device, st->device);
+      st->stream = options.stream;
+      st->caller_stream = true;
+    } else {
+      NPUFLOW_ASSIGN_OR_RETURN(st->stream, rt->CreateStream(st->device));
+    }
     for (const Source& src : st->inputs)
       if (src.stage >= 0 && stages[src.stage]->device != st->device && !st->link_streams.count(stages[src.stage]->device)) {
         NPUFLOW_ASSIGN_OR_RETURN(Stream ls, rt->CreateStream(stages[src.stage]->device));
@@ -593,7 +602,7 @@ Status PipelineExecutor::Impl::Cleanup() {
     }
     for (auto& [device, stream] : st->link_streams) keep(rt->DestroyStream(stream));
     st->link_streams.clear();
-    if (st->stream.device >= 0) keep(rt->DestroyStream(std::exchange(st->stream, Stream{-1, 0})));
+    if (st->stream.device >= 0 && !st->caller_stream) keep(rt->DestroyStream(std::exchange(st->stream, Stream{-1, 0})));
   }
   for (auto& st : stages) {
     for (auto& slot : st->in_buf)

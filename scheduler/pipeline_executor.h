@@ -79,6 +79,10 @@ struct PipelineOptions {
   graph::CompileOptions compile;  // each stage's compile (the chip: the device's when empty)
   npu_sim::Timeout timeout;       // Execute's wait per step, and Unload's drain; nullopt: none
   std::string name = "pipeline";  // for messages and the trace
+  // The caller's stream (a host stream of device 0): stage 0 runs on it, as GE's pipeline runs its
+  // first stage on the caller's stream; the pipeline never destroys it. Device -1: a stream of its
+  // own. The caller must not use it while the pipeline is loaded.
+  npu_sim::Stream stream{-1, 0};
   // Called as each hop issues a step's work and as that work completes, from the hop's body and
   // from the completion (different hops concurrently): for tracing and for ordering tests. Must
   // not block. Skipped steps (failed earlier) are not reported.

@@ -197,6 +197,23 @@ TEST_F(PipelineTest, WrongInputsFailAtOnceNamingThem) {
   ASSERT_TRUE(root.ok()) << root.status();
   auto p = PipelineExecutor::Create(**root, {.devices = 1});
   ASSERT_TRUE(p.ok()) << p.status();
+  // Stage 0 on the caller's stream: the same results; a stream of another device is refused.
+  npu_sim::Runtime& rt = ModelManager::Get()->runtime();
+  auto caller = rt.CreateStream(0);
+  ASSERT_TRUE(caller.ok()) << caller.status();
+  {
+    auto on_caller = PipelineExecutor::Create(**root, {.devices = 1, .stream = *caller});
+    ASSERT_TRUE(on_caller.ok()) << on_caller.status();
+    std::mt19937 rng0(4);
+    auto in = InputsFor(**on_caller, *g, rng0);
+    auto a = (*on_caller)->Execute(in);
+    auto b = (*p)->Execute(in);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ((*a)[0].data, (*b)[0].data);
+    EXPECT_TRUE((*on_caller)->Unload().ok());
+  }
+  EXPECT_TRUE(rt.SynchronizeStream(*caller).ok()) << "the caller's stream outlives the pipeline";
+  EXPECT_TRUE(rt.DestroyStream(*caller).ok());
   auto none = (*p)->Execute({});
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("0 inputs given"), std::string::npos) << none.status();
