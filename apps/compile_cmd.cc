@@ -370,13 +370,11 @@ Status CompilePipelineAndWrite(const CompileArgs& args, const CompileSetup& setu
   if (setup.runtime == CompileSetup::Runtime::kV2)
     return Status::ParamInvalid("--pipeline-stages: pipeline stages compile for the v1 task sink; --runtime v2 cannot "
                                 "be combined with it");
-  if (!args.dump_after.empty())
-    return Status::ParamInvalid("--dump-after: not available with --pipeline-stages (each stage runs the passes)");
   if (setup.writes_weights)
     return Status::Unsupported("--external_weight {} with --pipeline-stages: weight files per stage are not written "
                                "yet; keep the weights embedded (or as FileConstants) for a pipeline model",
                                args.external_weight);
-  auto compiled = lowering::CompilePipeline(std::move(graph), args.pipeline_stages, setup.options);
+  auto compiled = lowering::CompilePipeline(std::move(graph), args.pipeline_stages, setup.options, setup.dump);
   if (!compiled.ok()) return compiled.status().WithContext(args.model);
   if (args.verify)
     for (std::size_t s = 0; s < compiled->stages.size(); ++s)
@@ -408,6 +406,8 @@ Status RunCompile(const CompileArgs& args, std::ostream& out) {
                            ReadModelGraph(args.model, setup.options.model_name));
   const std::size_t nodes = graph->node_count();
   if (args.pipeline_stages != 0) return CompilePipelineAndWrite(args, setup, std::move(graph), nodes, start, out);
+  if (args.dump_after == lowering::kPartitionStagesPass)
+    return Status::ParamInvalid("--dump-after {}: only with --pipeline-stages K", lowering::kPartitionStagesPass);
   const bool v2 = setup.runtime == CompileSetup::Runtime::kV2 ||
                   (setup.runtime == CompileSetup::Runtime::kAuto && lowering::NeedsRuntimeV2(*graph));
   if (v2) {

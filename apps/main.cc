@@ -17,6 +17,7 @@
 #include "apps/compile_cmd.h"
 #include "lowering/graph_converter.h"
 #include "apps/gpt2_cmd.h"
+#include "lowering/partition_stages.h"
 #include "apps/run_cmd.h"
 #include "base/logging.h"
 #include "lowering/pass.h"
@@ -85,8 +86,10 @@ Command AddCompileCommand(CLI::App& app) {
       ->capture_default_str();
   std::vector<std::string> dump_points = npuflow::lowering::V1Pipeline();
   dump_points.emplace_back(npuflow::lowering::kLoweringDumpName);  // RT2.0: the execute graphs
+  dump_points.emplace_back(npuflow::lowering::kPartitionStagesPass);  // --pipeline-stages: the cut
   compile->add_option("--dump-after", args->dump_after,
-                      "print the graph after this pass (RT2.0: 'lowering' prints the execute graphs)")
+                      "print the graph after this pass (RT2.0: 'lowering' prints the execute graphs; with "
+                      "--pipeline-stages, 'partition-stages' prints the stage-partitioned root)")
       ->check(CLI::IsMember(dump_points));
   compile->add_option("--dump-format", args->dump_format, "summary (one line per node) or pbtxt")
       ->check(CLI::IsMember({"summary", "pbtxt"}))

@@ -118,10 +118,12 @@ StatusOr<std::unique_ptr<ComputeGraph>> PipelineWiring(const ComputeGraph& root)
 }
 
 StatusOr<graph::CompiledModel> CompilePipeline(std::unique_ptr<ComputeGraph> graph, int stages,
-                                               const graph::CompileOptions& options) {
-  NPUFLOW_RETURN_IF_ERROR(CheckCompileOptions(options));
+                                               const graph::CompileOptions& options, const DumpRequest& dump) {
+  const bool dump_partition = dump.after == kPartitionStagesPass;
+  NPUFLOW_RETURN_IF_ERROR(CheckCompileOptions(options, dump_partition ? std::string_view() : std::string_view(dump.after)));
   NPUFLOW_ASSIGN_OR_RETURN(npu_sim::ChipSpec chip, npu_sim::LoadChipSpec(options.chip));
   NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<ComputeGraph> root, PartitionStages(*graph, stages, chip));
+  if (dump_partition && dump.sink) dump.sink(kPartitionStagesPass, PrintDump(*root, graph::CompiledModel{}, dump.format));
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<StageCall> calls, PipelineStages(*root));
   graph::CompiledModel model;
   model.options = options;
@@ -130,7 +132,14 @@ StatusOr<graph::CompiledModel> CompilePipeline(std::unique_ptr<ComputeGraph> gra
     NPUFLOW_ASSIGN_OR_RETURN(auto copy, CopyFlatGraph(*calls[s].subgraph));
     graph::CompileOptions co = options;
     co.model_name = fmt::format("{}_stage{}", options.model_name.empty() ? root->name() : options.model_name, s);
-    auto compiled = CompileV1(std::move(copy), co);
+    DumpRequest stage_dump;
+    if (!dump_partition && !dump.after.empty() && dump.sink) {
+      stage_dump = dump;
+      stage_dump.sink = [&dump, s](std::string_view pass, const std::string& text) {
+        dump.sink(fmt::format("{} (stage {})", pass, s), text);
+      };
+    }
+    auto compiled = CompileV1(std::move(copy), co, stage_dump);
     if (!compiled.ok()) return compiled.status().WithContext(fmt::format("pipeline stage {}", s));
     model.stages.push_back(std::make_shared<const graph::CompiledModel>(std::move(*compiled)));
   }

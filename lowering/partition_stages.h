@@ -26,6 +26,7 @@
 #include "base/status.h"
 #include "graph/ir/compute_graph.h"
 #include "graph/model_file/compiled_model.h"
+#include "lowering/pass.h"
 #include "npu_sim/chip_spec.h"
 
 namespace npuflow::lowering {
@@ -60,12 +61,15 @@ StatusOr<std::vector<StageCall>> PipelineStages(const graph::ComputeGraph& root)
 // What a pipeline model file keeps besides the stage models (their nodes are in those).
 StatusOr<std::unique_ptr<graph::ComputeGraph>> PipelineWiring(const graph::ComputeGraph& root);
 
+inline constexpr std::string_view kPartitionStagesPass = "partition-stages";
+
 // `npuflow compile --pipeline-stages K`: PartitionStages, then each stage compiled for the v1 task
-// sink with `options` (a stage's combined weight file is named "<model>_stage<s>"). The result's
-// `stages` are the stage models and its `graph` the wiring; a stage that does not compile is an
-// error naming it.
+// sink with `options`. The result's `stages` are the stage models and its `graph` the wiring; a
+// stage that does not compile is an error naming it. `dump`: after "partition-stages", the
+// partitioned root (its stage subgraphs included); after a v1 pass, each stage's graph after it,
+// headed "stage <s>".
 StatusOr<graph::CompiledModel> CompilePipeline(std::unique_ptr<graph::ComputeGraph> graph, int stages,
-                                               const graph::CompileOptions& options);
+                                               const graph::CompileOptions& options, const DumpRequest& dump = {});
 
 // A pipeline model in a few lines: per stage, where its inputs come from (a root input, or an
 // earlier stage's output), its outputs, streams, tasks and weights.

@@ -170,6 +170,11 @@ TEST_F(RunCli, PipelineModelRunsLikeTheOrdinaryOne) {
               std::string::npos)
         << too_many.output;
   }
+  CommandRun dump = Npuflow("compile --model " + std::string(NPUFLOW_SOURCE_DIR) + "/examples/graphs/mlp.pbtxt --output " +
+                            ::testing::TempDir() + "dump.om --pipeline-stages 2 --dump-after partition-stages");
+  ASSERT_EQ(dump.exit_code, 0) << dump.output;
+  for (const char* want : {"# after partition-stages", "PartitionedCall", "_stage=1", "graph \"stage_1\""})
+    EXPECT_NE(dump.output.find(want), std::string::npos) << want << "\n" << dump.output;
   CommandRun bad = Npuflow("compile --model " + std::string(NPUFLOW_SOURCE_DIR) + "/examples/graphs/mlp.pbtxt --output " +
                            ::testing::TempDir() + "bad.om --pipeline-stages 17");
   EXPECT_NE(bad.exit_code, 0);
