@@ -278,18 +278,23 @@ Status PlaceWeightFiles(const CompileArgs& args, const CompileSetup& setup, grap
 }
 
 // Compiles `graph`, checks the plan when asked, places the weight files and writes the model file.
+// The output's directory is made if it is not there (atc does the same).
+Status MakeOutputDirectory(const std::string& output) {
+  if (const fs::path parent = fs::path(output).parent_path(); !parent.empty()) {
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    if (ec) return Status::Failed("--output '{}': cannot create its directory: {}", output, ec.message());
+  }
+  return Status::Ok();
+}
+
 Status CompileAndWrite(const CompileArgs& args, const CompileSetup& setup, std::unique_ptr<graph::ComputeGraph> graph,
                        std::optional<graph::CompiledModel>& model, std::ostream& out) {
   auto compiled = lowering::CompileV1(std::move(graph), setup.options, setup.dump);
   if (!compiled.ok()) return compiled.status().WithContext(args.model);
   model = std::move(*compiled);
   if (args.verify) NPUFLOW_RETURN_IF_ERROR(lowering::VerifyMemoryPlan(*model).WithContext("memory plan check"));
-  // The output's directory is made if it is not there (atc does the same).
-  if (const fs::path parent = fs::path(args.output).parent_path(); !parent.empty()) {
-    std::error_code ec;
-    fs::create_directories(parent, ec);
-    if (ec) return Status::Failed("--output '{}': cannot create its directory: {}", args.output, ec.message());
-  }
+  NPUFLOW_RETURN_IF_ERROR(MakeOutputDirectory(args.output));
   NPUFLOW_RETURN_IF_ERROR(PlaceWeightFiles(args, setup, *model));
   if (setup.writes_weights && setup.temporary_dir)
     NPUFLOW_RETURN_IF_ERROR(CleanTemporaryWeightDir(setup.weight_dir, out));
@@ -342,11 +347,7 @@ Status CompileV2AndWrite(const CompileArgs& args, const CompileSetup& setup, std
   auto compiled = lowering::CompileV2Model(std::move(graph), setup.options, setup.dump);
   if (!compiled.ok()) return compiled.status().WithContext(args.model);
   compiled->executor = args.executor;
-  if (const fs::path parent = fs::path(args.output).parent_path(); !parent.empty()) {
-    std::error_code ec;
-    fs::create_directories(parent, ec);
-    if (ec) return Status::Failed("--output '{}': cannot create its directory: {}", args.output, ec.message());
-  }
+  NPUFLOW_RETURN_IF_ERROR(MakeOutputDirectory(args.output));
   NPUFLOW_RETURN_IF_ERROR(graph::WriteModelFile(*compiled, args.output, setup.key ? &*setup.key : nullptr));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const exe::ExecuteGraphSet& set = *compiled->execute_graphs;
@@ -380,11 +381,7 @@ Status CompilePipelineAndWrite(const CompileArgs& args, const CompileSetup& setu
     for (std::size_t s = 0; s < compiled->stages.size(); ++s)
       NPUFLOW_RETURN_IF_ERROR(
           lowering::VerifyMemoryPlan(*compiled->stages[s]).WithContext(fmt::format("stage {}: memory plan check", s)));
-  if (const fs::path parent = fs::path(args.output).parent_path(); !parent.empty()) {
-    std::error_code ec;
-    fs::create_directories(parent, ec);
-    if (ec) return Status::Failed("--output '{}': cannot create its directory: {}", args.output, ec.message());
-  }
+  NPUFLOW_RETURN_IF_ERROR(MakeOutputDirectory(args.output));
   NPUFLOW_RETURN_IF_ERROR(graph::WriteModelFile(*compiled, args.output, setup.key ? &*setup.key : nullptr));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   out << fmt::format("compiled {} -> {} in {:.1f} ms: {} nodes in {} pipeline stages{}{}\n", args.model, args.output, ms,
