@@ -5,6 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include <benchmark/benchmark.h>
+
 #include "base/status.h"
 #include "graph/ir/compute_graph.h"
 #include "graph/model_file/compiled_model.h"
@@ -25,6 +27,26 @@ struct LoadedModel {
     rt.reset();
   }
 };
+
+// Host interactions and the host clock over the measured loop (after one warm-up, which brings
+// the thread's clock to the device's time): the counters host_interactions_per_inference and
+// virtual_us_per_inference, on device 0.
+template <typename RunFn>
+void PerInference(benchmark::State& state, npu_sim::Runtime& rt, RunFn run) {
+  if (Status s = run(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
+  const auto stats0 = rt.Stats(0);
+  const npu_sim::VTime v0 = rt.HostClock();
+  for (auto _ : state) {
+    if (Status s = run(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
+  }
+  const auto stats1 = rt.Stats(0);
+  const npu_sim::VTime v1 = rt.HostClock();
+  if (!stats0.ok() || !stats1.ok()) return state.SkipWithError("device stats unavailable");
+  const auto n = static_cast<double>(state.iterations());
+  state.counters["host_interactions_per_inference"] =
+      static_cast<double>(stats1->host_interactions - stats0->host_interactions) / n;
+  state.counters["virtual_us_per_inference"] = static_cast<double>(v1 - v0) / 1e3 / n;
+}
 
 // Compiles `graph` for the v1 task sink, loads it with `config` on a 2-worker runtime, and gives
 // each of `clients` its own input and output buffers on device 0.

@@ -82,24 +82,6 @@ StatusOr<std::unique_ptr<graph::ComputeGraph>> AttentionGraph(bool device_len) {
 
 std::int32_t LenInput(bool device_len) { return device_len ? kValidLen - 1 : kValidLen; }
 
-// Host interactions and the host clock over the measured loop, after one warm-up.
-template <typename RunFn>
-void PerInference(benchmark::State& state, npu_sim::Runtime& rt, RunFn run) {
-  if (Status s = run(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
-  const auto stats0 = rt.Stats(0);
-  const npu_sim::VTime v0 = rt.HostClock();
-  for (auto _ : state) {
-    if (Status s = run(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
-  }
-  const auto stats1 = rt.Stats(0);
-  const npu_sim::VTime v1 = rt.HostClock();
-  if (!stats0.ok() || !stats1.ok()) return state.SkipWithError("device stats unavailable");
-  const auto n = static_cast<double>(state.iterations());
-  state.counters["host_interactions_per_inference"] =
-      static_cast<double>(stats1->host_interactions - stats0->host_interactions) / n;
-  state.counters["virtual_us_per_inference"] = static_cast<double>(v1 - v0) / 1e3 / n;
-}
-
 void RunTaskSink(benchmark::State& state, const std::string& option) {
   graph::CompileOptions co;
   co.tiling_schedule_optimize = option;

@@ -279,25 +279,6 @@ StatusOr<std::unique_ptr<graph::ComputeGraph>> Mlp(graph::Dim batch) {
   return g;
 }
 
-// Host interactions and the host clock over the measured loop (after one warm-up, which brings
-// the thread's clock to the device's time).
-template <typename RunFn>
-void PerInference(benchmark::State& state, npu_sim::Runtime& rt, RunFn run) {
-  if (Status s = run(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
-  const auto stats0 = rt.Stats(0);
-  const npu_sim::VTime v0 = rt.HostClock();
-  for (auto _ : state) {
-    if (Status s = run(); !s.ok()) return state.SkipWithError(s.ToString().c_str());
-  }
-  const auto stats1 = rt.Stats(0);
-  const npu_sim::VTime v1 = rt.HostClock();
-  if (!stats0.ok() || !stats1.ok()) return state.SkipWithError("device stats unavailable");
-  const auto n = static_cast<double>(state.iterations());
-  state.counters["host_interactions_per_inference"] =
-      static_cast<double>(stats1->host_interactions - stats0->host_interactions) / n;
-  state.counters["virtual_us_per_inference"] = static_cast<double>(v1 - v0) / 1e3 / n;
-}
-
 void BM_V1MlpTaskSink(benchmark::State& state) {
   auto loaded = LoadModelForBench(Mlp(graph::Dim::Static(kMlpBatch)), {}, scheduler::LoadConfig{}, 1);
   if (!loaded.ok()) return state.SkipWithError(loaded.status().ToString().c_str());

@@ -55,14 +55,6 @@ StatusOr<std::vector<graph::TilingSinkDecision>> DecideTilingSink(const graph::C
   return decisions;
 }
 
-StatusOr<bool> NeedsDynamicTiling(const graph::ComputeGraph& graph, const graph::CompileOptions& options,
-                                  const npu_sim::ChipSpec& chip) {
-  NPUFLOW_ASSIGN_OR_RETURN(auto decisions, DecideTilingSink(graph, options, chip));
-  for (const graph::TilingSinkDecision& d : decisions)
-    if (!d.marked) return true;
-  return false;
-}
-
 Status MarkTilingSinkPass(PassContext& ctx) {
   ctx.model.tiling_sink.clear();
   for (graph::Node* node : ctx.graph.nodes()) {

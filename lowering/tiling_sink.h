@@ -37,12 +37,6 @@ StatusOr<std::vector<graph::TilingSinkDecision>> DecideTilingSink(const graph::C
                                                                   const graph::CompileOptions& options,
                                                                   const npu_sim::ChipSpec& chip);
 
-// Whether a node of `graph` takes the dynamic path: its tiling depends on a run-time value and a
-// gate fails. Such a graph runs on RT2.0, which tiles on the host before each launch with the
-// value read back (GE: ATTR_NAME_FORCE_UNKNOWN_SHAPE). An unknown op type is an error.
-StatusOr<bool> NeedsDynamicTiling(const graph::ComputeGraph& graph, const graph::CompileOptions& options,
-                                  const npu_sim::ChipSpec& chip);
-
 Status MarkTilingSinkPass(PassContext& ctx);  // mark-tiling-sink
 
 }  // namespace npuflow::lowering
