@@ -156,6 +156,10 @@ struct PipelineExecutor::Impl {
   std::unique_ptr<flow::queue_node<Step*>> entry;
   std::unique_ptr<flow::limiter_node<Step*>> limiter;
   std::unique_ptr<flow::function_node<Step*, Step*>> admit;
+  // A serial function_node may hand its outputs on out of order (oneTBB starts the next body
+  // before it forwards this one's result): the sequencer puts the admitted steps back in index
+  // order, which the hops keep, so steps leave in order and a slot is free when its next step comes.
+  std::unique_ptr<flow::sequencer_node<Step*>> in_order;
   std::unique_ptr<flow::function_node<Step*, flow::continue_msg>> finish;
   std::vector<std::unique_ptr<Hop>> hops;
   std::uint64_t next_index = 0;  // admit's (serial)
@@ -398,10 +402,13 @@ void PipelineExecutor::Impl::Wire() {
     Finish(step);
     return flow::continue_msg();
   });
+  in_order = std::make_unique<flow::sequencer_node<Step*>>(
+      g, [](Step* const& step) -> std::size_t { return static_cast<std::size_t>(step->index); });
   flow::make_edge(*entry, *limiter);
   flow::make_edge(*limiter, *admit);
+  flow::make_edge(*admit, *in_order);
   flow::make_edge(*finish, limiter->decrementer());
-  flow::sender<Step*>* previous = admit.get();
+  flow::sender<Step*>* previous = in_order.get();
   for (auto& stp : stages) {
     StageState* st = stp.get();
     if (!st->link_streams.empty()) {

@@ -49,13 +49,22 @@ struct Run {
   Status first_error;
   std::atomic<bool> failed{false};  // a sequence failed: the others stop at their next step
   actors::Promise<Status> done;
+  // The last End completes `done` through a promise of its own, after the lock: the waiter may
+  // destroy this Run as soon as it sees the value.
   void End(Status s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!s.ok() && first_error.ok()) {
-      first_error = std::move(s);
-      failed.store(true, std::memory_order_release);
+    actors::Promise<Status> fire;
+    Status result;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!s.ok() && first_error.ok()) {
+        first_error = std::move(s);
+        failed.store(true, std::memory_order_release);
+      }
+      if (--left > 0) return;
+      fire = std::move(done);
+      result = first_error;
     }
-    if (--left == 0) done.Set(first_error);
+    fire.Set(std::move(result));
   }
 };
 
@@ -130,7 +139,16 @@ StatusOr<std::vector<Generation>> Gpt2PipelineEngine::Generate(const std::vector
     NPUFLOW_RETURN_IF_ERROR(samplings[samplings.size() == 1 ? 0 : i].Validate());
   }
   npu_sim::Runtime& rt = scheduler::ModelManager::Get()->runtime();
-  std::vector<Sequence> seqs(prompts.size());
+  // What the steps' continuations use lives on the heap, held by each of them: the last one may
+  // still be returning when Generate has seen every sequence end and returned.
+  struct Gen {
+    std::vector<Sequence> seqs;
+    std::function<void(Sequence&, int, npu_sim::VTime)> submit;  // the next step of a sequence
+    std::function<void(Sequence&, StatusOr<scheduler::StepOutput>)> step_done;
+  };
+  auto gen = std::make_shared<Gen>();
+  gen->seqs.resize(prompts.size());
+  std::vector<Sequence>& seqs = gen->seqs;
   auto run = std::make_shared<Run>();
   run->left = static_cast<int>(seqs.size());
   actors::Future<Status> all_done = run->done.GetFuture();
@@ -138,9 +156,8 @@ StatusOr<std::vector<Generation>> Gpt2PipelineEngine::Generate(const std::vector
   const auto t0 = Clock::now();
 
   // Submits the next step of `q` at virtual time `at`; its completion advances `q`.
-  std::function<void(Sequence&, int, npu_sim::VTime)> submit;
-  std::function<void(Sequence&, StatusOr<scheduler::StepOutput>)> step_done;
-  const auto advance = [&, run](Sequence& q, StatusOr<scheduler::StepOutput> out) {
+  Gen* g = gen.get();
+  const auto advance = [this, g, run, t0](Sequence& q, StatusOr<scheduler::StepOutput> out) {
     if (!out.ok()) return run->End(out.status().WithContext(fmt::format("sequence {} step {}", q.index, q.n_past)));
     if (run->failed.load(std::memory_order_acquire))
       return run->End(Status::Aborted("sequence {}: stopped, another sequence failed", q.index));
@@ -174,23 +191,25 @@ StatusOr<std::vector<Generation>> Gpt2PipelineEngine::Generate(const std::vector
       }
       return run->End(Status::Ok());
     }
-    submit(q, token, out->end);
+    g->submit(q, token, out->end);
   };
   // A continuation that throws would never end its sequence: end it with the error instead.
-  step_done = [&, run, advance](Sequence& q, StatusOr<scheduler::StepOutput> out) {
+  g->step_done = [run, advance](Sequence& q, StatusOr<scheduler::StepOutput> out) {
     try {
       advance(q, std::move(out));
     } catch (const std::exception& e) {
       run->End(Status::Internal("sequence {}: {}", q.index, e.what()));
     }
   };
-  submit = [&](Sequence& q, int token, npu_sim::VTime at) {
+  g->submit = [this, g, weak = std::weak_ptr<Gen>(gen)](Sequence& q, int token, npu_sim::VTime at) {
     std::vector<graph::Tensor> in(3);
     in[static_cast<std::size_t>(input_slot_[0])] = I32(token);
     in[static_cast<std::size_t>(input_slot_[1])] = I32(q.n_past);
     in[static_cast<std::size_t>(input_slot_[2])] = I32(q.n_past + 1);
     pipeline_->SubmitStep(std::move(in), {.replica = q.index, .ready_at = at})
-        .OnComplete([&q, &step_done](StatusOr<scheduler::StepOutput> out) { step_done(q, std::move(out)); });
+        .OnComplete([&q, keep = weak.lock()](StatusOr<scheduler::StepOutput> out) {
+          keep->step_done(q, std::move(out));
+        });
   };
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     Sequence& q = seqs[i];
@@ -205,7 +224,7 @@ StatusOr<std::vector<Generation>> Gpt2PipelineEngine::Generate(const std::vector
     q.v0 = v_start;
   }
   // Every step's continuation may submit the next, so all are set up before the first goes in.
-  for (Sequence& q : seqs) submit(q, q.prompt[0], v_start);
+  for (Sequence& q : seqs) g->submit(q, q.prompt[0], v_start);
   if (timeout_.count() > 0 && !all_done.WaitFor(timeout_)) {
     // A hung device: abort, so every step in flight fails and each sequence ends.
     pipeline_->Abort(fmt::format("GPT-2 Generate: no end within {} ms", timeout_.count()));
