@@ -563,8 +563,12 @@ TEST_F(PipelineTest, StagesRunInOrderPerStepUnderPerturbedSchedules) {
     for (std::uint64_t k = 0; k < steps; ++k) {
       ASSERT_GE(start[h][k], 0) << "hop " << h << " never ran step " << k;
       ASSERT_GT(end[h][k], start[h][k]);
-      if (h > 0) EXPECT_GT(start[h][k], end[h - 1][k]) << "hop " << h << " started step " << k << " before hop " << h - 1 << " ended it";
-      if (k > 0) EXPECT_GT(start[h][k], end[h][k - 1]) << "hop " << h << " started step " << k << " before it ended step " << k - 1;
+      if (h > 0) {
+        EXPECT_GT(start[h][k], end[h - 1][k]) << "hop " << h << " started step " << k << " before hop " << h - 1 << " ended it";
+      }
+      if (k > 0) {
+        EXPECT_GT(start[h][k], end[h][k - 1]) << "hop " << h << " started step " << k << " before it ended step " << k - 1;
+      }
     }
   }
   EXPECT_EQ((*p)->stats().steps, steps);
