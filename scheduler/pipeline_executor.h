@@ -17,8 +17,8 @@
 //
 // The pipeline is a oneTBB flow graph, and its ordering is the graph's:
 //
-//   submit -> queue -> limiter(max_in_flight) -> admit -> [link s] -> stage s -> ... -> finish
-//                          ^------------------------------------------------------------'
+//   submit -> queue -> limiter(max_in_flight) -> admit -> sequencer -> [link s] -> stage s -> ... -> finish
+//                          ^------------------------------------------------------------------------'
 //
 // Every hop (a stage, or the link bringing a stage's inputs from other devices) is a queue, a
 // limiter of 1 and an async_node: the node's body issues the hop's device work on its stream and
