@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "graph/ops/op_registry.h"
 #include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
+#include "lowering/drop_event.h"
 #include "lowering/partition_stages.h"
 #include "lowering/graph_converter.h"
 #include "lowering/memory_plan.h"
@@ -294,6 +296,15 @@ Status CompileAndWrite(const CompileArgs& args, const CompileSetup& setup, std::
   if (!compiled.ok()) return compiled.status().WithContext(args.model);
   model = std::move(*compiled);
   if (args.verify) NPUFLOW_RETURN_IF_ERROR(lowering::VerifyMemoryPlan(*model).WithContext("memory plan check"));
+  if (args.debug_drop_event >= 0) {
+    const auto event = static_cast<std::uint32_t>(args.debug_drop_event);
+    const std::vector<std::uint32_t> needed = lowering::DroppableEvents(*model);
+    NPUFLOW_RETURN_IF_ERROR(lowering::DropEventPair(*model, event));
+    const bool alone = std::find(needed.begin(), needed.end(), event) != needed.end();
+    out << fmt::format("debug: event {} dropped (its record and wait are NOPs now); {}\n", event,
+                       alone ? "nothing else orders its record before its wait: run with --race-detect to see the race"
+                             : "other events still order its record before its wait");
+  }
   NPUFLOW_RETURN_IF_ERROR(MakeOutputDirectory(args.output));
   NPUFLOW_RETURN_IF_ERROR(PlaceWeightFiles(args, setup, *model));
   if (setup.writes_weights && setup.temporary_dir)
@@ -402,11 +413,18 @@ Status RunCompile(const CompileArgs& args, std::ostream& out) {
   NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> graph,
                            ReadModelGraph(args.model, setup.options.model_name));
   const std::size_t nodes = graph->node_count();
+  if (args.debug_drop_event < -1 || args.debug_drop_event > 0xFFFFFFFFll)
+    return Status::ParamInvalid("--debug-drop-event {}: expected an event number (0 or more)", args.debug_drop_event);
+  if (args.debug_drop_event >= 0 && args.pipeline_stages != 0)
+    return Status::ParamInvalid("--debug-drop-event: not with --pipeline-stages (drop the event from one stage's model)");
   if (args.pipeline_stages != 0) return CompilePipelineAndWrite(args, setup, std::move(graph), nodes, start, out);
   if (args.dump_after == lowering::kPartitionStagesPass)
     return Status::ParamInvalid("--dump-after {}: only with --pipeline-stages K", lowering::kPartitionStagesPass);
   const bool v2 = setup.runtime == CompileSetup::Runtime::kV2 ||
                   (setup.runtime == CompileSetup::Runtime::kAuto && lowering::NeedsRuntimeV2(*graph));
+  if (v2 && args.debug_drop_event >= 0)
+    return Status::ParamInvalid("--debug-drop-event: RT2.0 models have no compiled events (this model compiles for "
+                                "RT2.0; use --runtime v1)");
   if (v2) {
     if (setup.writes_weights && setup.temporary_dir && weights::IsTemporaryWeightDir(setup.weight_dir))
       (void)weights::RemoveTemporaryWeightDir(setup.weight_dir);

@@ -48,6 +48,9 @@ struct CompileArgs {
   // A pipeline model: the graph cut into K stages (lowering::CompilePipeline), each compiled for
   // the task sink; `npuflow run` runs it on the pipeline executor. 0: an ordinary model.
   int pipeline_stages = 0;
+  // Developer: event N's record and wait become NOPs in the written model (lowering/drop_event.h),
+  // to see what `--race-detect` says without it. -1: none.
+  std::int64_t debug_drop_event = -1;
 };
 
 Status RunCompile(const CompileArgs& args, std::ostream& out);

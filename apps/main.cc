@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "apps/compile_cmd.h"
 #include "lowering/graph_converter.h"
@@ -21,6 +22,7 @@
 #include "apps/run_cmd.h"
 #include "base/logging.h"
 #include "lowering/pass.h"
+#include "npu_sim/race_detector.h"
 
 namespace {
 
@@ -114,6 +116,9 @@ Command AddCompileCommand(CLI::App& app) {
   compile->add_option("--pipeline-stages", args->pipeline_stages,
                       "cut the graph into K pipeline stages (cost-balanced, contiguous), each compiled for the task "
                       "sink; npuflow run runs the file on the pipeline executor (default 0: an ordinary model)");
+  compile->add_option("--debug-drop-event", args->debug_drop_event,
+                      "developer: remove event N's record and wait from the written model, to check with "
+                      "--race-detect that the race it prevented is found");
   compile->add_option("--encrypt-key", args->encrypt_key,
                       "encrypt the model file and its weight files (AES-256-GCM): 64 hex digits or @FILE");
   return {compile, [args] { return npuflow::apps::RunCompile(*args, std::cout); }};
@@ -268,6 +273,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_spec;
   app.add_option("--log", log_spec, "log levels, as NPUFLOW_LOG: e.g. debug or warn,actors=trace");
+  bool race_detect = false;
+  app.add_flag("--race-detect", race_detect,
+               "detect data races on device memory (happens-before, every runtime of the command); any race found "
+               "is reported with both tasks and makes the command exit with 3");
+  app.fallthrough();  // --log and --race-detect after the subcommand too
   const std::vector<Command> commands = {AddBenchCommand(app, argv[0]), AddCompileCommand(app), AddInfoCommand(app),
                                          AddRunCommand(app),   AddGpt2Command(app),    AddMakeGpt2Command(app),
                                          AddDemoCommand(app)};
@@ -282,10 +292,24 @@ int main(int argc, char** argv) {
     if (Status s = npuflow::log::Configure(log_spec); !s.ok()) return Fail(s);
     ::setenv("NPUFLOW_LOG", log_spec.c_str(), 1);  // for programs it runs (npuflow bench)
   }
+  if (race_detect) {
+    npuflow::npu_sim::RaceDetector::SetProcessDefault(true);
+    ::setenv("NPUFLOW_RACE_DETECT", "1", 1);  // for programs it runs (npuflow bench)
+  }
   for (const Command& command : commands) {
     if (!command.app->parsed()) continue;
     Status s = command.run();
-    return s.ok() ? 0 : Fail(s);
+    if (!s.ok()) return Fail(s);
+    if (npuflow::npu_sim::RaceDetector::ProcessDefault()) {
+      const std::uint64_t races = npuflow::npu_sim::RaceDetector::ProcessRaceCount();
+      if (races > 0) {
+        std::cerr << fmt::format("race detector: {} data race(s) on device memory (reported above)\n", races);
+        return 3;
+      }
+      std::cerr << fmt::format("race detector: no data race in {} device memory accesses\n",
+                               npuflow::npu_sim::RaceDetector::ProcessAccessesChecked());
+    }
+    return 0;
   }
   return 0;
 }

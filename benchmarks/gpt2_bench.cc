@@ -552,6 +552,44 @@ void BM_Gpt2TilingSink(benchmark::State& state) {
   state.counters["off_attention_virtual_us_per_token"] = MedianOf(att_off);
 }
 
+// GPT-2 decode with the race detector on and off, alternating: 1 thread, 64 greedy tokens after a
+// 4-token prompt (tokens one by one, so every step is a task-sink run with its copies), the same
+// model and options. Every kernel's accesses are checked against the model's shadow memory.
+void BM_Gpt2RaceDetect(benchmark::State& state) {
+  const ModelSpec* model = ModelFor(state);
+  if (model == nullptr) return;
+  std::vector<double> rate_on, rate_off;
+  double races = 0, checked = 0;
+  for (auto _ : state) {
+    for (int round = 0; round < 4; ++round) {
+      for (bool on : round % 2 == 0 ? std::vector{false, true} : std::vector{true, false}) {
+        npu_sim::RuntimeOptions ro{.chips = {"910B"}, .workers = 1, .race_detect = on};
+        Status s = scheduler::ModelManager::RunInitialized(ro, [&]() -> Status {
+          gpt2::EngineOptions eo{.prefill = gpt2::PrefillMode::kTokens};
+          NPUFLOW_ASSIGN_OR_RETURN(auto engine, gpt2::Gpt2Engine::Create(model->path, eo));
+          NPUFLOW_RETURN_IF_ERROR(engine->WaitForWeights());
+          const int first = FirstToken(engine->file());
+          const std::vector<int> prompt = {first, first / 2, first / 3, first / 4};
+          NPUFLOW_ASSIGN_OR_RETURN(gpt2::Generation g, engine->Generate(0, prompt, kTilingTokens,
+                                                                          gpt2::SamplingOptions{.greedy = true}));
+          if (g.ids.size() > 1 && g.decode_wall_ms > 0)
+            (on ? rate_on : rate_off).push_back(static_cast<double>(g.ids.size() - 1) / g.decode_wall_ms * 1e3);
+          if (const npu_sim::RaceDetector* d = scheduler::ModelManager::Get()->runtime().race_detector()) {
+            races += static_cast<double>(d->race_count());
+            checked += static_cast<double>(d->accesses_checked());
+          }
+          return Status::Ok();
+        });
+        if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+      }
+    }
+  }
+  state.counters["on_tokens_per_second"] = MedianOf(rate_on);
+  state.counters["off_tokens_per_second"] = MedianOf(rate_off);
+  state.counters["races"] = races;
+  state.counters["accesses_checked"] = checked;
+}
+
 // The f16 model where there is one (the default pair), else the model given.
 int TilingModelIndex() {
   const Models& models = GetModels();
@@ -632,6 +670,25 @@ std::vector<Figure> Gpt2PipelineFigures(const Results& r) {
                        Counter(r, fmt::format("BM_Gpt2Pipeline/{}", k), "bubble_fraction"), "", 0,
                        "share of stage time idle between the first submission and the last step (virtual)", ""});
   return figures;
+}
+
+void RegisterGpt2RaceBenchmarks() {
+  benchmark::RegisterBenchmark("BM_Gpt2RaceDetect", BM_Gpt2RaceDetect)
+      ->Arg(TilingModelIndex())->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+std::vector<Figure> Gpt2RaceFigures(const Results& r) {
+  const double on = Counter(r, "BM_Gpt2RaceDetect", "on_tokens_per_second");
+  const double off = Counter(r, "BM_Gpt2RaceDetect", "off_tokens_per_second");
+  return {
+      {"gpt2_decode_race_detect_tokens_per_second", on, "tok/s", off,
+       "the same decode with the race detector off, 1 thread, same run (alternating)", "ratio >= 0.5"},
+      {"gpt2_decode_race_detect_slowdown", on > 0 ? off / on : 0, "x", 2.0,
+       "the goal: at most 2x slower with the detector on", "ratio <= 1"},
+      {"gpt2_decode_race_detect_races", Counter(r, "BM_Gpt2RaceDetect", "races"), "races", 0,
+       "none expected (accesses checked: " + fmt::format("{:.0f}", Counter(r, "BM_Gpt2RaceDetect", "accesses_checked")) +
+           ")", ""},
+  };
 }
 
 void RegisterGpt2TilingBenchmarks() {

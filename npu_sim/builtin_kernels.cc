@@ -76,17 +76,39 @@ VTime TilingWriteCost(const KernelContext&, const ChipSpec& chip) {
   return static_cast<VTime>(2000.0 / chip.aicpu_gflops);  // a small host-like tiling function
 }
 
+Status NoAccesses(const KernelContext&, std::vector<MemAccess>&) { return Status::Ok(); }
+Status VectorAddAccesses(const KernelContext& ctx, std::vector<MemAccess>& out) {
+  const std::uint64_t bytes = ctx.scalar(3) * sizeof(float);
+  out.push_back({ctx.ptr(0), bytes, false});
+  out.push_back({ctx.ptr(1), bytes, false});
+  out.push_back({ctx.ptr(2), bytes, true});
+  return Status::Ok();
+}
+Status FillAccesses(const KernelContext& ctx, std::vector<MemAccess>& out) {
+  out.push_back({ctx.ptr(0), ctx.scalar(1) * sizeof(float), true});
+  return Status::Ok();
+}
+Status RecordLaunchAccesses(const KernelContext& ctx, std::vector<MemAccess>& out) {
+  out.push_back({ctx.ptr(0), 2 * sizeof(std::uint64_t), true});
+  return Status::Ok();
+}
+Status TilingWriteAccesses(const KernelContext& ctx, std::vector<MemAccess>& out) {
+  out.push_back({ctx.ptr(0), sizeof(std::uint32_t), true});
+  out.push_back({ctx.ptr(1), sizeof(std::uint64_t), true});
+  return Status::Ok();
+}
+
 }  // namespace
 
 void RegisterBuiltinKernels() {
   static std::once_flag once;
   std::call_once(once, [] {
     auto& r = KernelRegistry::Global();
-    r.Register({"noop", Engine::kAICore, &NoopRun, &NoopCost});
-    r.Register({"vector_add_f32", Engine::kAICore, &VectorAddRun, &VectorAddCost});
-    r.Register({"fill_f32", Engine::kAICore, &FillRun, &FillCost});
-    r.Register({"record_launch", Engine::kAICore, &RecordLaunchRun, &NoopCost});
-    r.Register({"tiling_write", Engine::kAICpu, &TilingWriteRun, &TilingWriteCost});
+    r.Register({"noop", Engine::kAICore, &NoopRun, &NoopCost, &NoAccesses});
+    r.Register({"vector_add_f32", Engine::kAICore, &VectorAddRun, &VectorAddCost, &VectorAddAccesses});
+    r.Register({"fill_f32", Engine::kAICore, &FillRun, &FillCost, &FillAccesses});
+    r.Register({"record_launch", Engine::kAICore, &RecordLaunchRun, &NoopCost, &RecordLaunchAccesses});
+    r.Register({"tiling_write", Engine::kAICpu, &TilingWriteRun, &TilingWriteCost, &TilingWriteAccesses});
   });
 }
 

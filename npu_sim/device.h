@@ -13,6 +13,7 @@
 #include "npu_sim/chip_spec.h"
 #include "npu_sim/device_memory.h"
 #include "npu_sim/messages.h"
+#include "npu_sim/race_detector.h"
 #include "npu_sim/trace.h"
 
 namespace npuflow::npu_sim {
@@ -49,6 +50,7 @@ class Device {
   actors::Address<ClusterMsg> aicpu;
   actors::Address<DmaMsg> dma;
   actors::Address<EventMsg> events;
+  RaceDetector* race = nullptr;  // the runtime's race detector; null when it is off
 
   // Streams by id. Written by the host API under mu_, read by stream actors (task updates).
   StatusOr<StreamAddr> stream(StreamId id) const {

@@ -129,6 +129,12 @@ StatusOr<DeviceMemory::Mapping> DeviceMemory::Map(DevicePtr ptr, std::uint64_t b
   return m;
 }
 
+std::string DeviceMemory::TagOf(std::uint32_t allocation) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  if (allocation >= table_.size() || !table_[allocation]) return "freed";
+  return table_[allocation]->tag;
+}
+
 MemoryStats DeviceMemory::Stats() const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   return stats_;

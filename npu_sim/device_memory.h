@@ -86,6 +86,8 @@ class DeviceMemory {
   StatusOr<std::uint64_t> ResidentBytes(DevicePtr ptr, std::uint64_t bytes) const;
 
   MemoryStats Stats() const;
+  // The tag a live allocation was made with ("freed" if it is not live), for messages.
+  std::string TagOf(std::uint32_t allocation) const;
   int device() const { return device_; }
   std::uint64_t capacity() const { return capacity_; }
   std::uint64_t free_bytes() const;

@@ -28,11 +28,13 @@ void DeviceModelActor::On(BindModelStream& m, Ctx& ctx) {
 
 void DeviceModelActor::On(ExecuteModel& m, Ctx& ctx) {
   if (streams_.empty()) {
+    if (device_->race) device_->race->DropTicket(m.race_ticket);
     m.on_end();
     ctx.ReplyError(Status::ParamInvalid("device {} model {}: no stream is bound", device_->id(), id_));
     return;
   }
-  queue_.push_back(Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io), m.on_end});
+  queue_.push_back(
+      Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io), m.on_end, m.race_ticket, m.race_requester});
   if (!running_) StartNext(ctx);
 }
 
@@ -46,10 +48,19 @@ void DeviceModelActor::On(ModelDone& m, Ctx& ctx) {
     for (const auto& [sid, addr] : streams_)
       if (sid != m.stream) addr.Send(AbortStream{status_});
   }
+  if (RaceDetector* race = device_->race) {
+    // The stream's run ends here: the model's next run, and this run's requester, come after it.
+    race->Release(race->StreamAgent(device_->id(), m.stream), RaceDetector::ModelKey(device_->id(), id_));
+  }
   if (--streams_left_ > 0) return;
   running_ = false;
   Execution done = std::move(queue_.front());
   queue_.pop_front();
+  if (RaceDetector* race = device_->race) {
+    race->DropTicket(done.race_ticket);
+    if (done.race_requester != kNoRaceAgent)
+      race->Acquire(done.race_requester, RaceDetector::ModelKey(device_->id(), id_));
+  }
   done.on_end();
   if (status_.ok()) done.reply.Reply(end_); else done.reply.Fail(status_);
   if (!queue_.empty()) StartNext(ctx);
@@ -63,6 +74,7 @@ void DeviceModelActor::On(AbortModel& m, Ctx& ctx) {
     running_ = false;
   }
   for (auto& e : queue_) {
+    if (device_->race) device_->race->DropTicket(e.race_ticket);
     e.on_end();
     e.reply.Fail(why);
   }
@@ -76,6 +88,14 @@ void DeviceModelActor::StartNext(actors::Context<Message>& ctx) {
   streams_left_ = streams_.size();
   end_ = queue_.front().at;
   status_ = Status::Ok();
+  if (RaceDetector* race = device_->race) {
+    // Every stream's run starts after the request and after the model's previous run.
+    for (const auto& [sid, addr] : streams_) {
+      const RaceAgent agent = race->StreamAgent(device_->id(), sid);
+      race->AcquireTicket(agent, queue_.front().race_ticket);
+      race->Acquire(agent, RaceDetector::ModelKey(device_->id(), id_));
+    }
+  }
   for (const auto& [sid, addr] : streams_) addr.Send(StartModel{run_, queue_.front().at, self_, queue_.front().io});
 }
 

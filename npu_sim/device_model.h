@@ -30,6 +30,8 @@ class DeviceModelActor {
     actors::Replier<VTime> reply;
     std::shared_ptr<const std::vector<std::uint64_t>> io;
     RunEndHook on_end;
+    std::uint32_t race_ticket = 0;
+    std::uint32_t race_requester = 0xFFFFFFFFu;
   };
   void StartNext(actors::Context<Message>& ctx);
 

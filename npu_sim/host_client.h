@@ -34,6 +34,7 @@ struct HostSide {
   VTime clock = 0;
   std::vector<TraceTrack*> tracks;  // per device, created on first traced call
   std::string name;                 // the trace track's name; empty: numbered by the runtime
+  std::uint32_t race_agent = 0xFFFFFFFFu;  // the race detector's agent for this client (none yet)
 };
 
 class HostClient {

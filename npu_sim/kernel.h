@@ -51,6 +51,15 @@ class KernelContext {
 };
 
 using KernelFn = Status (*)(KernelContext& ctx);
+// The device memory a kernel task reads and writes, for the race detector (race_detector.h): given
+// the launch's arguments (the context of block 0), append every range the whole task touches.
+// Over-approximating is allowed (a whole tensor for a row written), missing a range is not.
+struct MemAccess {
+  DevicePtr ptr;
+  std::uint64_t bytes = 0;
+  bool write = false;
+};
+using AccessFn = Status (*)(const KernelContext& ctx, std::vector<MemAccess>& out);
 // Virtual nanoseconds one block takes on one unit of `chip`.
 using CostFn = VTime (*)(const KernelContext& ctx, const ChipSpec& chip);
 
@@ -59,6 +68,7 @@ struct KernelDef {
   Engine engine = Engine::kAICore;
   KernelFn run = nullptr;
   CostFn cost = nullptr;
+  AccessFn accesses = nullptr;  // null: not declared, so the race detector cannot check the kernel
 };
 
 // Process-wide registry of device kernels, by name. Registration is for start-up; lookups are

@@ -72,6 +72,10 @@ struct ExecuteModel {  // Ask<VTime>: one run of every bound stream's task list;
   VTime at = 0;
   std::shared_ptr<const std::vector<std::uint64_t>> io;  // the run's I/O addresses; null: as loaded
   RunEndHook on_end;
+  // Race detector: the requester's clock at the request, and the requester, who learns the run's
+  // work when it ends (0 / none: off).
+  std::uint32_t race_ticket = 0;
+  std::uint32_t race_requester = 0xFFFFFFFFu;
 };
 struct AbortModel {  // Ask<void>: stops every bound stream; the running and queued executions fail
   static constexpr std::string_view kKind = "AbortModel";
@@ -88,9 +92,11 @@ struct Submit {  // host stream: append tasks, submitted at host virtual time `a
   static constexpr std::string_view kKind = "Submit";
   std::vector<Task> tasks;
   VTime at = 0;
+  std::uint32_t race_ticket = 0;  // the submitter's clock for the race detector (0: off)
 };
 struct Synchronize {  // Ask<VTime>: completes when every submission sent before it has finished
   static constexpr std::string_view kKind = "Synchronize";
+  std::uint32_t race_agent = 0xFFFFFFFFu;  // the race detector's requester (learns the stream's work)
 };
 struct LoadProgram {  // model stream: the task list executed on every model run
   static constexpr std::string_view kKind = "LoadProgram";

@@ -72,8 +72,16 @@ HostSide& Runtime::CurrentHost() const {
     side->runtime = uid_;
     side->clock = 0;
     side->tracks.clear();
+    side->race_agent = kNoRaceAgent;
   }
   return *side;
+}
+
+RaceAgent Runtime::HostRaceAgent() {
+  HostSide& host = CurrentHost();
+  if (host.race_agent == kNoRaceAgent)
+    host.race_agent = race_->NewAgent(host.name.empty() ? std::string("host thread") : host.name);
+  return host.race_agent;
 }
 
 Runtime::Runtime(RuntimeOptions options)
@@ -103,6 +111,7 @@ Status Runtime::Init() {
     chips.push_back(std::move(spec));
   }
   trace_ = std::make_unique<TraceRecorder>(options_.trace, /*wall_times=*/!options_.deterministic);
+  if (options_.race_detect || RaceDetector::ProcessDefault()) race_ = std::make_unique<RaceDetector>();
   system_ = std::make_unique<actors::System>(
       actors::SystemOptions{
           .workers = options_.workers, .deterministic = options_.deterministic, .io_threads = options_.io_threads});
@@ -111,6 +120,7 @@ Status Runtime::Init() {
     auto entry = std::make_unique<DeviceEntry>();
     entry->device = std::make_unique<Device>(id, std::move(chips[i]), trace_.get(), options_.deterministic);
     Device* dev = entry->device.get();
+    dev->race = race_.get();
     const ChipSpec& chip = dev->chip();
     auto wire = [&](Engine engine, int count) -> StatusOr<actors::Address<ClusterMsg>> {
       auto cluster = system_->Spawn<ClusterActor>(
@@ -202,7 +212,9 @@ StatusOr<DevicePtr> Runtime::Malloc(int device, std::uint64_t bytes, Placement p
 Status Runtime::Free(int device, DevicePtr ptr) {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   HostCall(*dev, "free");
-  return dev->device->memory().Free(ptr);
+  NPUFLOW_RETURN_IF_ERROR(dev->device->memory().Free(ptr));
+  if (race_) race_->ForgetAllocation(device, ptr.allocation());
+  return Status::Ok();
 }
 
 namespace {
@@ -316,7 +328,7 @@ Status Runtime::SynchronizeStream(Stream stream, Timeout timeout) {
   NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
   HostCall(*dev, "synchronize stream");
-  auto done = hs->addr.AskInOrder<VTime>(Synchronize{});
+  auto done = hs->addr.AskInOrder<VTime>(Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent});
   auto end = Wait(done, timeout, fmt::format("device {} stream {} synchronize", stream.device, stream.id));
   if (!end.ok()) return end.status();
   CurrentHost().clock = std::max(HostClock(), *end);
@@ -328,7 +340,7 @@ actors::Future<StatusOr<VTime>> Runtime::SynchronizeStreamAsync(Stream stream) {
   if (!hs.ok()) return actors::Future<StatusOr<VTime>>::Ready(hs.status());
   auto dev = Dev(stream.device);
   HostCall(**dev, "synchronize stream");
-  return (*hs)->addr.AskInOrder<VTime>(Synchronize{});
+  return (*hs)->addr.AskInOrder<VTime>(Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent});
 }
 
 Status Runtime::AbortStream(Stream stream) {
@@ -355,8 +367,13 @@ StatusOr<std::uint32_t> Runtime::SubmitTasks(Stream stream, std::vector<Task> ta
                                 stream.device, stream.id, hs->model);
   const auto first = static_cast<std::uint32_t>(hs->next_task);
   hs->next_task += tasks.size();
+  RaceTicket ticket = kNoRaceTicket;
+  if (race_) {
+    race_->Critical(HostRaceAgent(), RaceDetector::HostStreamKey(stream.device, stream.id));
+    ticket = race_->Snapshot(HostRaceAgent());
+  }
   // Under the stream's lock, so the stream's order of submissions is the order of their ids.
-  hs->addr.SendInOrder(npu_sim::Submit{std::move(tasks), at});
+  hs->addr.SendInOrder(npu_sim::Submit{std::move(tasks), at, ticket});
   return first;
 }
 
@@ -378,7 +395,9 @@ StatusOr<Event> Runtime::CreateEvent(int device, EventKind kind) {
 Status Runtime::DestroyEvent(Event event) {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(event.device));
   HostCall(*dev, "destroy event");
-  return dev->device->events.Ask(npu_sim::DestroyEvent{event.id}).Get();
+  NPUFLOW_RETURN_IF_ERROR(dev->device->events.Ask(npu_sim::DestroyEvent{event.id}).Get());
+  if (race_) race_->ForgetSync(RaceDetector::EventKey(event.device, event.id));
+  return Status::Ok();
 }
 Status Runtime::RecordEvent(Event event, Stream stream) {
   if (event.device != stream.device)
@@ -403,6 +422,7 @@ Status Runtime::SynchronizeEvent(Event event, Timeout timeout) {
   auto f = dev->device->events.Ask<VTime>(HostWaitEvent{event.id});
   auto at = Wait(f, timeout, fmt::format("device {} event {} synchronize", event.device, event.id));
   if (!at.ok()) return at.status();
+  if (race_) race_->Acquire(HostRaceAgent(), RaceDetector::EventKey(event.device, event.id));
   CurrentHost().clock = std::max(HostClock(), *at);
   return Status::Ok();
 }
@@ -482,6 +502,7 @@ Status Runtime::BindStream(Model model, Stream stream) {
   }
   std::lock_guard<std::mutex> lock(dev->mu);
   m->streams.push_back(stream.id);
+  if (race_) race_->Critical(HostRaceAgent(), RaceDetector::HostModelKey(model.device, model.id));
   return Status::Ok();
 }
 
@@ -508,6 +529,7 @@ Status Runtime::LoadTasks(Model model, Stream stream, std::vector<Task> tasks, s
   NPUFLOW_RETURN_IF_ERROR(hs->addr.AskInOrder(LoadProgram{std::move(tasks), std::move(patches)}).Get());
   std::lock_guard<std::mutex> lock(dev->mu);
   m->io_slots = std::max(m->io_slots, slots);
+  if (race_) race_->Critical(HostRaceAgent(), RaceDetector::HostModelKey(model.device, model.id));
   return Status::Ok();
 }
 
@@ -516,6 +538,7 @@ Status Runtime::ElideWaits(Model model, Stream stream, std::vector<std::uint32_t
   NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, BoundStreamOf(model, stream));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
   HostCall(*dev, "elide waits");
+  if (race_) race_->Critical(HostRaceAgent(), RaceDetector::HostModelKey(model.device, model.id));
   return hs->addr.AskInOrder(npu_sim::ElideWaits{std::move(tasks)}).Get();
 }
 
@@ -526,6 +549,7 @@ actors::Future<Status> Runtime::ElideWaitsAsync(Model model, Stream stream, std:
   auto dev = Dev(stream.device);
   if (!dev.ok()) return actors::Future<Status>::Ready(dev.status());
   HostCall(**dev, "elide waits");
+  if (race_) race_->Critical(HostRaceAgent(), RaceDetector::HostModelKey(model.device, model.id));
   return (*hs)->addr.AskInOrder(npu_sim::ElideWaits{std::move(tasks)});
 }
 
@@ -552,7 +576,13 @@ actors::Future<StatusOr<VTime>> Runtime::ExecuteModelAsync(Model model, std::vec
   auto run = CheckRun(model, std::move(io));
   if (!run.ok()) return actors::Future<StatusOr<VTime>>::Ready(run.status());
   const VTime at = HostCall(*run->dev, "execute model");
-  return run->model->addr.Ask<VTime>(npu_sim::ExecuteModel{at, std::move(run->io)});
+  npu_sim::ExecuteModel request{at, std::move(run->io)};
+  if (race_) {
+    request.race_requester = HostRaceAgent();
+    race_->Critical(request.race_requester, RaceDetector::HostModelKey(model.device, model.id));
+    request.race_ticket = race_->Snapshot(request.race_requester);
+  }
+  return run->model->addr.Ask<VTime>(std::move(request));
 }
 
 void Runtime::ExecuteModelReplyTo(Model model, std::vector<std::uint64_t> io, actors::Replier<VTime> reply,
@@ -563,7 +593,13 @@ void Runtime::ExecuteModelReplyTo(Model model, std::vector<std::uint64_t> io, ac
     return reply.Fail(run.status());
   }
   const VTime at = HostCall(*run->dev, "execute model");
-  run->model->addr.Forward(npu_sim::ExecuteModel{at, std::move(run->io), on_end}, std::move(reply));
+  npu_sim::ExecuteModel request{at, std::move(run->io), on_end};
+  if (race_) {
+    request.race_requester = HostRaceAgent();
+    race_->Critical(request.race_requester, RaceDetector::HostModelKey(model.device, model.id));
+    request.race_ticket = race_->Snapshot(request.race_requester);
+  }
+  run->model->addr.Forward(std::move(request), std::move(reply));
 }
 
 Status Runtime::ExecuteModelOnStream(Model model, Stream stream, std::vector<std::uint64_t> io) {
@@ -571,6 +607,7 @@ Status Runtime::ExecuteModelOnStream(Model model, Stream stream, std::vector<std
     return Status::ParamInvalid("npu_sim: model of device {} executed on a stream of device {}", model.device,
                                 stream.device);
   NPUFLOW_ASSIGN_OR_RETURN(CheckedRun run, CheckRun(model, std::move(io)));
+  if (race_) race_->Critical(HostRaceAgent(), RaceDetector::HostModelKey(model.device, model.id));
   return SubmitTasks(stream, {Task::ModelExecute(model.id, std::move(run.io))}, "execute model").status();
 }
 
@@ -578,6 +615,7 @@ Status Runtime::DestroyModel(Model model) {
   NPUFLOW_ASSIGN_OR_RETURN(ModelEntry * m, ModelOf(model));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
   HostCall(*dev, "destroy model");
+  if (race_) race_->Critical(HostRaceAgent(), RaceDetector::HostModelKey(model.device, model.id));
   NPUFLOW_RETURN_IF_ERROR(
       m->addr.Ask(npu_sim::AbortModel{Status::Aborted("device {} model {}: destroyed", model.device, model.id)}).Get());
   std::vector<StreamId> streams;

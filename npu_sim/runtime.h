@@ -46,6 +46,9 @@ struct RuntimeOptions {
   // the workers: actors::SystemOptions::io_threads. 0: inline in the loader's handler; always 0
   // in deterministic mode.
   int io_threads = 2;
+  // Happens-before race detection on device memory (race_detector.h). Also on when the process
+  // default is (RaceDetector::SetProcessDefault, `--race-detect`, NPUFLOW_RACE_DETECT=1).
+  bool race_detect = false;
 };
 
 struct Stream {
@@ -182,6 +185,8 @@ class Runtime {
   // this stays 0; the first one is logged as an error naming the actor.
   std::uint64_t unattributed_host_calls() const { return unattributed_.load(std::memory_order_relaxed); }
   actors::System& system() { return *system_; }
+  // The race detector, or null when race detection is off.
+  const RaceDetector* race_detector() const { return race_.get(); }
 
  private:
   struct HostStream {
@@ -223,6 +228,8 @@ class Runtime {
   // Host side of a call that reaches the device: advances the current client's host clock.
   VTime HostCall(DeviceEntry& dev, std::string_view what);
   HostSide& CurrentHost() const;
+  // The current host client's race-detector agent (race detection on).
+  RaceAgent HostRaceAgent();
   StatusOr<std::uint32_t> SubmitTasks(Stream stream, std::vector<Task> tasks, std::string_view what);
   template <typename R>
   static StatusOr<R> Wait(actors::Future<StatusOr<R>>& future, Timeout timeout, std::string_view what);
@@ -230,6 +237,7 @@ class Runtime {
 
   RuntimeOptions options_;
   std::unique_ptr<TraceRecorder> trace_;
+  std::unique_ptr<RaceDetector> race_;
   std::unique_ptr<actors::System> system_;
   std::vector<std::unique_ptr<DeviceEntry>> devices_;
   const std::uint64_t uid_;  // tells this runtime's host clocks from another's

@@ -10,6 +10,65 @@ namespace npuflow::npu_sim {
 StreamActor::StreamActor(Device* device, StreamId id) : device_(device), id_(id) {
   name_ = fmt::format("stream {}", id);
   if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), name_);
+  if (device->race != nullptr) race_agent_ = device->race->StreamAgent(device->id(), id);
+}
+
+// Before task `t` (at exec_) starts: it comes after the host submission that made it, and an
+// elided wait after the records of its event. A record orders what follows its event's waits.
+void StreamActor::RaceBeforeTask(const Task& t) {
+  RaceDetector& race = *device_->race;
+  const std::uint64_t id = base_ + exec_;
+  while (!race_tickets_.empty() && race_tickets_.front().first <= id) {
+    race.AcquireTicket(race_agent_, race_tickets_.front().second);
+    race.DropTicket(race_tickets_.front().second);
+    race_tickets_.pop_front();
+  }
+  if (t.kind == TaskKind::kNop && t.elided_wait) race.Acquire(race_agent_, RaceDetector::EventKey(device_->id(), t.event));
+  if (t.kind == TaskKind::kEventRecord) race.Release(race_agent_, RaceDetector::EventKey(device_->id(), t.event));
+}
+
+// The memory a kernel, copy or task update is about to touch.
+void StreamActor::RaceAccesses(const Task& t, std::uint32_t task_id) {
+  RaceDetector& race = *device_->race;
+  const int dev = device_->id();
+  const DeviceMemory* mem = &device_->memory();
+  auto access = [&](int d, const DeviceMemory* m, DevicePtr p, std::uint64_t bytes, bool write) {
+    race.OnAccess(d, m, race_agent_, task_id, t.display_name(), {p, bytes, write});
+  };
+  switch (t.kind) {
+    case TaskKind::kKernel:
+    case TaskKind::kAicpuKernel: {
+      if (t.kernel->accesses == nullptr) {
+        race.CountUndeclared();
+        return;
+      }
+      race_scratch_.clear();
+      const std::uint32_t block_dim = t.kind == TaskKind::kAicpuKernel ? 1 : snap_[exec_].block_dim;
+      const KernelContext ctx(mem, t.args, 0, block_dim, snap_[exec_].tiling_key);
+      if (!t.kernel->accesses(ctx, race_scratch_).ok()) return;  // the kernel itself fails on the same arguments
+      for (const MemAccess& a : race_scratch_) access(dev, mem, a.ptr, a.bytes, a.write);
+      return;
+    }
+    case TaskKind::kMemcpy:
+      switch (t.copy) {
+        case CopyKind::kHostToDevice: access(dev, mem, t.dst_dev, t.bytes, true); return;
+        case CopyKind::kDeviceToHost: access(dev, mem, t.src_dev, t.bytes, false); return;
+        case CopyKind::kDeviceToDevice:
+          access(dev, mem, t.src_dev, t.bytes, false);
+          access(dev, mem, t.dst_dev, t.bytes, true);
+          return;
+        case CopyKind::kPeerToPeer:
+          access(dev, mem, t.src_dev, t.bytes, false);
+          access(t.peer_device, t.peer_memory, t.dst_dev, t.bytes, true);
+          return;
+      }
+      return;
+    case TaskKind::kTaskUpdate:
+      access(dev, mem, t.block_dim_addr, sizeof(std::uint32_t), false);
+      access(dev, mem, t.tiling_key_addr, sizeof(std::uint64_t), false);
+      return;
+    default: return;
+  }
 }
 
 void StreamActor::Trace(std::string_view name, VTime start, VTime duration, std::uint32_t task) {
@@ -19,6 +78,7 @@ void StreamActor::Trace(std::string_view name, VTime start, VTime duration, std:
 
 void StreamActor::ApplyElisions() {
   for (std::uint32_t i : elide_) {
+    if (tasks_[i].kind == TaskKind::kEventWait) tasks_[i].elided_wait = true;
     tasks_[i].kind = TaskKind::kNop;
     tasks_[i].name.clear();
   }
@@ -45,7 +105,7 @@ Status StreamActor::On(Submit& m, Ctx&) {
 
 Status StreamActor::On(Synchronize& m, Ctx& ctx) {
   // Sent in order with the submissions, so every submission before it has arrived.
-  syncs_.push_back(PendingSync{base_ + tasks_.size(), ctx.template TakeReply<VTime>()});
+  syncs_.push_back(PendingSync{base_ + tasks_.size(), ctx.template TakeReply<VTime>(), m.race_agent});
   AnswerSyncs();
   return Status::Ok();
 }
@@ -116,6 +176,7 @@ Status StreamActor::On(UnitDone& m, Ctx&) {
 
 Status StreamActor::On(EventFired& m, Ctx&) {
   if (m.epoch != epoch_ || state_ != State::kWaiting || m.task != TaskId(exec_)) return Status::Ok();  // stale
+  if (device_->race) device_->race->Acquire(race_agent_, RaceDetector::EventKey(device_->id(), tasks_[exec_].event));
   CompleteWaitingTask(std::max(clock_, m.at));
   Advance();
   return Status::Ok();
@@ -212,6 +273,9 @@ Status StreamActor::On(ResetStream&, Ctx& ctx) {
   held_patches_.clear();
   run_ = 0;
   model_ = {};
+  if (device_->race)
+    for (const auto& [first, ticket] : race_tickets_) device_->race->DropTicket(ticket);
+  race_tickets_.clear();
   ctx.Reply();
   return Status::Ok();
 }
@@ -224,6 +288,7 @@ Status StreamActor::On(SetStreamFault& m, Ctx& ctx) {
 }
 
 void StreamActor::AcceptSubmit(Submit& submit) {
+  if (submit.race_ticket != kNoRaceTicket) race_tickets_.emplace_back(base_ + tasks_.size(), submit.race_ticket);
   for (Task& t : submit.tasks) {
     live_.push_back({t.block_dim, t.tiling_key});
     snap_.push_back({});
@@ -240,6 +305,7 @@ void StreamActor::AnswerSyncs() {
   for (auto it = syncs_.begin(); it != syncs_.end();) {
     const bool reached = mode_ == Mode::kModel ? state_ == State::kIdle : it->target <= done;
     if (reached) {
+      if (device_->race && it->race_agent != kNoRaceAgent) device_->race->Join(it->race_agent, race_agent_);
       if (!sticky_error_.ok()) {
         it->reply.Fail(std::move(sticky_error_));
         sticky_error_ = Status::Ok();
@@ -289,6 +355,7 @@ void StreamActor::Advance() {
     if (mode_ == Mode::kHost) clock_ = std::max(clock_, ready_at_[exec_]);
     if (fault_ && InjectFault()) break;
     Task& t = tasks_[exec_];
+    if (device_->race) RaceBeforeTask(t);
     switch (t.kind) {
       case TaskKind::kNop:
         if (track_) Trace("nop", clock_, chip.nop_latency_ns, TaskId(exec_));
@@ -319,9 +386,15 @@ void StreamActor::StartTask(Task& t, std::uint32_t index) {
   switch (t.kind) {
     case TaskKind::kEventWait: return StartEventWait(t, task_id);
     case TaskKind::kKernel:
-    case TaskKind::kAicpuKernel: return StartKernel(t, index, task_id);
-    case TaskKind::kMemcpy: return StartMemcpy(t, task_id);
-    case TaskKind::kTaskUpdate: return StartTaskUpdate(t, task_id);
+    case TaskKind::kAicpuKernel:
+      if (device_->race && t.kernel != nullptr) RaceAccesses(t, task_id);
+      return StartKernel(t, index, task_id);
+    case TaskKind::kMemcpy:
+      if (device_->race) RaceAccesses(t, task_id);
+      return StartMemcpy(t, task_id);
+    case TaskKind::kTaskUpdate:
+      if (device_->race) RaceAccesses(t, task_id);
+      return StartTaskUpdate(t, task_id);
     case TaskKind::kModelExecute: return StartModelExecute(t, task_id);
     default:
       Fail(Status::Internal("device {} {} task {}: unknown task kind", device_->id(), name_, task_id));
@@ -435,7 +508,12 @@ void StreamActor::StartModelExecute(const Task& t, std::uint32_t task_id) {
     return;
   }
   state_ = State::kWaiting;
-  model->Ask<VTime>(ExecuteModel{clock_, t.io}).OnComplete([self = self_, epoch = epoch_, task_id](StatusOr<VTime> r) {
+  ExecuteModel request{clock_, t.io};
+  if (RaceDetector* race = device_->race) {
+    request.race_requester = race_agent_;
+    request.race_ticket = race->Snapshot(race_agent_);
+  }
+  model->Ask<VTime>(std::move(request)).OnComplete([self = self_, epoch = epoch_, task_id](StatusOr<VTime> r) {
     if (r.ok()) self.Send(UnitDone{epoch, task_id, *r, Status::Ok()});
     else self.Send(UnitDone{epoch, task_id, 0, r.status()});
   });

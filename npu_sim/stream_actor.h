@@ -55,6 +55,7 @@ class StreamActor {
   struct PendingSync {
     std::uint64_t target;  // host: absolute task id to reach (every task submitted before the sync)
     actors::Replier<VTime> reply;
+    std::uint32_t race_agent = 0xFFFFFFFFu;  // the requester, for the race detector
   };
   void Advance();
   void StartTask(Task& t, std::uint32_t index);
@@ -78,6 +79,9 @@ class StreamActor {
   void AnswerSyncs();
   std::uint32_t TaskId(std::size_t index) const { return static_cast<std::uint32_t>(base_ + index); }
   void Trace(std::string_view name, VTime start, VTime duration, std::uint32_t task);
+  // Race detection (device_->race set): the order a task starts in, and what it touches.
+  void RaceBeforeTask(const Task& t);
+  void RaceAccesses(const Task& t, std::uint32_t task_id);
 
   Device* device_;
   const StreamId id_;
@@ -116,6 +120,11 @@ class StreamActor {
   };
   std::vector<HeldPatch> held_patches_;  // task updates from a run not started here yet
   actors::Address<ModelMsg> model_;
+
+  // Race detection: this stream's agent, and the submissions' clocks by their first task id.
+  RaceAgent race_agent_ = kNoRaceAgent;
+  std::deque<std::pair<std::uint64_t, std::uint32_t>> race_tickets_;
+  std::vector<MemAccess> race_scratch_;
 
   std::optional<Fault> fault_;
   std::uint64_t fault_count_ = 0;

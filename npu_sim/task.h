@@ -67,6 +67,9 @@ struct Task {
 
   // kEventRecord, kEventWait
   EventId event = 0;
+  // A NOP that was an event wait (Runtime::ElideWaits): the race detector still orders it after
+  // the event's records, which is what made eliding it safe.
+  bool elided_wait = false;
 
   // kTaskUpdate: the target task, and the device words holding its new values (a u32
   // block_dim, a u64 tiling_key)

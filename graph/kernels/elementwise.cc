@@ -389,13 +389,13 @@ VTime UnaryCost(const KernelContext& ctx, const ChipSpec& chip) {
 
 void RegisterElementwiseKernels() {
   auto& r = npu_sim::KernelRegistry::Global();
-  r.Register({DeviceKernelName("Add"), npu_sim::Engine::kAICore, &BinaryRun<AddOp>, &BinaryCost});
-  r.Register({DeviceKernelName("Sub"), npu_sim::Engine::kAICore, &BinaryRun<SubOp>, &BinaryCost});
-  r.Register({DeviceKernelName("Mul"), npu_sim::Engine::kAICore, &BinaryRun<MulOp>, &BinaryCost});
-  r.Register({DeviceKernelName("Div"), npu_sim::Engine::kAICore, &BinaryRun<DivOp>, &BinaryCost});
-  r.Register({DeviceKernelName("Relu"), npu_sim::Engine::kAICore, &UnaryRun<ReluOp>, &UnaryCost<ReluOp>});
-  r.Register({DeviceKernelName("Tanh"), npu_sim::Engine::kAICore, &UnaryRun<TanhOp>, &UnaryCost<TanhOp>});
-  r.Register({DeviceKernelName("Gelu"), npu_sim::Engine::kAICore, &UnaryRun<GeluOp>, &UnaryCost<GeluOp>});
+  r.Register({DeviceKernelName("Add"), npu_sim::Engine::kAICore, &BinaryRun<AddOp>, &BinaryCost, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Sub"), npu_sim::Engine::kAICore, &BinaryRun<SubOp>, &BinaryCost, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Mul"), npu_sim::Engine::kAICore, &BinaryRun<MulOp>, &BinaryCost, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Div"), npu_sim::Engine::kAICore, &BinaryRun<DivOp>, &BinaryCost, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Relu"), npu_sim::Engine::kAICore, &UnaryRun<ReluOp>, &UnaryCost<ReluOp>, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Tanh"), npu_sim::Engine::kAICore, &UnaryRun<TanhOp>, &UnaryCost<TanhOp>, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Gelu"), npu_sim::Engine::kAICore, &UnaryRun<GeluOp>, &UnaryCost<GeluOp>, &OpKernelAccesses});
 }
 
 }  // namespace npuflow::graph

@@ -41,6 +41,17 @@ npu_sim::VTime BlockCost(const npu_sim::ChipSpec& chip, double bytes, double flo
   return 20 + static_cast<npu_sim::VTime>(std::max(by_bw, by_flops));
 }
 
+Status OpKernelAccesses(const npu_sim::KernelContext& ctx, std::vector<npu_sim::MemAccess>& out) {
+  NPUFLOW_ASSIGN_OR_RETURN(OpKernelView v, OpKernelView::Open(ctx));
+  const KernelParams& p = v.params();
+  for (std::uint32_t i = 0; i < p.num_inputs; ++i)
+    out.push_back({npu_sim::DevicePtr{v.input_addr(i)}, p.input(i).bytes(), false});
+  for (std::uint32_t i = 0; i < p.num_outputs; ++i)
+    out.push_back({npu_sim::DevicePtr{v.output_addr(i)}, p.output(i).bytes(), true});
+  out.push_back({ctx.ptr(ctx.arg_count() - 1), KernelParamsBytes(p), false});
+  return Status::Ok();
+}
+
 std::string DeviceKernelName(std::string_view op_type) { return "op." + std::string(op_type); }
 
 }  // namespace npuflow::graph

@@ -124,6 +124,12 @@ class OpKernelView {
 // (roofline: the slower of the two, plus a fixed start cost).
 npu_sim::VTime BlockCost(const npu_sim::ChipSpec& chip, double bytes, double flops);
 
+// The memory an op kernel task touches (npu_sim::KernelDef::accesses, for the race detector): its
+// inputs read whole, its outputs written whole, its params read. Every "op.<Type>" kernel
+// declares this; a kernel that touches less (KvCacheWrite writes one row of its output) is
+// over-approximated, which never hides a race.
+Status OpKernelAccesses(const npu_sim::KernelContext& ctx, std::vector<npu_sim::MemAccess>& out);
+
 // The device kernel name of an op type: "op.<Type>".
 std::string DeviceKernelName(std::string_view op_type);
 

@@ -651,7 +651,7 @@ void RegisterNnKernels() {
            {"Gather", &GatherKernel, &GatherCost},
            {"Attention", &AttentionKernel, &AttentionCost},
            {"KvCacheWrite", &KvCacheWriteKernel, &KvCacheWriteCost}}) {
-    r.Register({.name = DeviceKernelName(type), .engine = npu_sim::Engine::kAICore, .run = run, .cost = cost});
+    r.Register({.name = DeviceKernelName(type), .engine = npu_sim::Engine::kAICore, .run = run, .cost = cost, .accesses = &OpKernelAccesses});
   }
 }
 

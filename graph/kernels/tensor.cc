@@ -434,13 +434,13 @@ Status CastRun(KernelContext& ctx) {
 
 void RegisterTensorKernels() {
   auto& r = npu_sim::KernelRegistry::Global();
-  r.Register({DeviceKernelName("Reshape"), npu_sim::Engine::kAICore, &ReshapeRun, &ReshapeCostFn});
-  r.Register({DeviceKernelName("Transpose"), npu_sim::Engine::kAICore, &TransposeRun, &CopyCostFn});
-  r.Register({DeviceKernelName("Concat"), npu_sim::Engine::kAICore, &ConcatRun, &CopyCostFn});
-  r.Register({DeviceKernelName("Split"), npu_sim::Engine::kAICore, &SplitRun, &CopyCostFn});
-  r.Register({DeviceKernelName("Slice"), npu_sim::Engine::kAICore, &SliceRun, &CopyCostFn});
-  r.Register({DeviceKernelName("Cast"), npu_sim::Engine::kAICore, &CastRun, &CopyCostFn});
-  r.Register({DeviceKernelName("HcomAllReduce"), npu_sim::Engine::kAICore, &AllReduceRun, &CopyCostFn});
+  r.Register({DeviceKernelName("Reshape"), npu_sim::Engine::kAICore, &ReshapeRun, &ReshapeCostFn, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Transpose"), npu_sim::Engine::kAICore, &TransposeRun, &CopyCostFn, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Concat"), npu_sim::Engine::kAICore, &ConcatRun, &CopyCostFn, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Split"), npu_sim::Engine::kAICore, &SplitRun, &CopyCostFn, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Slice"), npu_sim::Engine::kAICore, &SliceRun, &CopyCostFn, &OpKernelAccesses});
+  r.Register({DeviceKernelName("Cast"), npu_sim::Engine::kAICore, &CastRun, &CopyCostFn, &OpKernelAccesses});
+  r.Register({DeviceKernelName("HcomAllReduce"), npu_sim::Engine::kAICore, &AllReduceRun, &CopyCostFn, &OpKernelAccesses});
 }
 
 }  // namespace npuflow::graph

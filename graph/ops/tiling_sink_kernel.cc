@@ -102,6 +102,30 @@ Status TilingSinkRun(npu_sim::KernelContext& ctx) {
   return Status::Ok();
 }
 
+// For the race detector: the context is read whole and its header written; each tiling-depend
+// input is read.
+Status TilingSinkAccesses(const npu_sim::KernelContext& ctx, std::vector<npu_sim::MemAccess>& out) {
+  npu_sim::DeviceMemory::Mapping head_map;
+  NPUFLOW_ASSIGN_OR_RETURN(auto head, ctx.Buffer<const std::uint8_t>(0, sizeof(TilingContextHeader), head_map));
+  TilingContextHeader h;
+  std::memcpy(&h, head.data(), sizeof(h));
+  if (h.magic != kTilingContextMagic)
+    return Status::DataCorrupted("{}: argument 0 is not a tiling context (magic 0x{:08x})", kAicpuTilingKernel,
+                                 h.magic);
+  out.push_back({ctx.ptr(0), sizeof(h) + h.info_bytes, false});
+  out.push_back({ctx.ptr(0), sizeof(h), true});
+  npu_sim::DeviceMemory::Mapping map;
+  NPUFLOW_ASSIGN_OR_RETURN(auto context, ctx.Buffer<const std::uint8_t>(0, sizeof(h) + h.info_bytes, map));
+  NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<const TilingContextInfo> info, Contexts().Get(context));
+  NPUFLOW_ASSIGN_OR_RETURN(const OpDef* def, OpRegistry::Global().Find(info->op.type()));
+  for (std::size_t j = 0; j < def->tiling_depend_inputs.size() && 1 + j < ctx.arg_count(); ++j) {
+    const auto k = static_cast<std::size_t>(def->tiling_depend_inputs[j]);
+    if (k >= info->inputs.size()) continue;
+    if (const std::optional<std::uint64_t> bytes = info->inputs[k].bytes()) out.push_back({ctx.ptr(1 + j), *bytes, false});
+  }
+  return Status::Ok();
+}
+
 // A small host-like function on one AICPU unit, as npu_sim's tiling_write.
 npu_sim::VTime TilingSinkCost(const npu_sim::KernelContext&, const npu_sim::ChipSpec& chip) {
   return static_cast<npu_sim::VTime>(2000.0 / chip.aicpu_gflops);
@@ -111,7 +135,7 @@ npu_sim::VTime TilingSinkCost(const npu_sim::KernelContext&, const npu_sim::Chip
 
 void RegisterTilingSinkKernel() {
   npu_sim::KernelRegistry::Global().Register(
-      {kAicpuTilingKernel, npu_sim::Engine::kAICpu, &TilingSinkRun, &TilingSinkCost});
+      {kAicpuTilingKernel, npu_sim::Engine::kAICpu, &TilingSinkRun, &TilingSinkCost, &TilingSinkAccesses});
 }
 
 }  // namespace npuflow::graph
