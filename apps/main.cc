@@ -277,10 +277,11 @@ int main(int argc, char** argv) {
   app.add_flag("--race-detect", race_detect,
                "detect data races on device memory (happens-before, every runtime of the command); any race found "
                "is reported with both tasks and makes the command exit with 3");
-  app.fallthrough();  // --log and --race-detect after the subcommand too
   const std::vector<Command> commands = {AddBenchCommand(app, argv[0]), AddCompileCommand(app), AddInfoCommand(app),
                                          AddRunCommand(app),   AddGpt2Command(app),    AddMakeGpt2Command(app),
                                          AddDemoCommand(app)};
+  for (const Command& command : commands)  // after the subcommand too: npuflow run ... --race-detect
+    command.app->add_flag("--race-detect", race_detect, "detect data races on device memory (see npuflow --help)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

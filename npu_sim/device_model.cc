@@ -34,7 +34,8 @@ void DeviceModelActor::On(ExecuteModel& m, Ctx& ctx) {
     return;
   }
   queue_.push_back(
-      Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io), m.on_end, m.race_ticket, m.race_requester});
+      Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io), m.on_end, m.race_ticket, m.race_requester,
+                m.race_host});
   if (!running_) StartNext(ctx);
 }
 
@@ -58,8 +59,10 @@ void DeviceModelActor::On(ModelDone& m, Ctx& ctx) {
   queue_.pop_front();
   if (RaceDetector* race = device_->race) {
     race->DropTicket(done.race_ticket);
-    if (done.race_requester != kNoRaceAgent)
+    if (done.race_requester != kNoRaceAgent) {
       race->Acquire(done.race_requester, RaceDetector::ModelKey(device_->id(), id_));
+      if (done.race_host) race->Release(done.race_requester, RaceDetector::kHostWorld);
+    }
   }
   done.on_end();
   if (status_.ok()) done.reply.Reply(end_); else done.reply.Fail(status_);
@@ -70,6 +73,15 @@ void DeviceModelActor::On(AbortModel& m, Ctx& ctx) {
   Status why = m.why.ok() ? Status::Aborted("device {} model {}: aborted", device_->id(), id_) : m.why;
   if (running_) {
     for (const auto& [sid, addr] : streams_) addr.Send(AbortStream{why});
+    if (RaceDetector* race = device_->race) {
+      // Whoever hears of the abort knows the run is stopped: its accesses come before the
+      // model's next run and every later host submission.
+      for (const auto& [sid, addr] : streams_) {
+        const RaceAgent agent = race->StreamAgent(device_->id(), sid);
+        race->Release(agent, RaceDetector::ModelKey(device_->id(), id_));
+        race->Release(agent, RaceDetector::kHostWorld);
+      }
+    }
     ++run_;  // reports of the aborted run are stale from now on
     running_ = false;
   }

@@ -32,6 +32,7 @@ class DeviceModelActor {
     RunEndHook on_end;
     std::uint32_t race_ticket = 0;
     std::uint32_t race_requester = 0xFFFFFFFFu;
+    bool race_host = false;
   };
   void StartNext(actors::Context<Message>& ctx);
 

@@ -76,6 +76,7 @@ struct ExecuteModel {  // Ask<VTime>: one run of every bound stream's task list;
   // work when it ends (0 / none: off).
   std::uint32_t race_ticket = 0;
   std::uint32_t race_requester = 0xFFFFFFFFu;
+  bool race_host = false;  // the requester is a host client (its wait for the end is a host sync)
 };
 struct AbortModel {  // Ask<void>: stops every bound stream; the running and queued executions fail
   static constexpr std::string_view kKind = "AbortModel";

@@ -132,6 +132,15 @@ RaceTicket RaceDetector::Snapshot(RaceAgent agent) {
   return t;
 }
 
+RaceTicket RaceDetector::HostSnapshot(RaceAgent agent) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (agent >= agents_.size()) return kNoRaceTicket;
+    if (auto it = syncs_.find(kHostWorld); it != syncs_.end()) JoinInto(agents_[agent].clock, it->second);
+  }
+  return Snapshot(agent);
+}
+
 void RaceDetector::AcquireTicket(RaceAgent agent, RaceTicket ticket) {
   if (ticket == kNoRaceTicket) return;
   std::lock_guard<std::mutex> lock(mu_);
@@ -149,6 +158,7 @@ void RaceDetector::Join(RaceAgent to, RaceAgent from) {
   std::lock_guard<std::mutex> lock(mu_);
   if (to >= agents_.size() || from >= agents_.size() || to == from) return;
   JoinInto(agents_[to].clock, agents_[from].clock);
+  JoinInto(syncs_[kHostWorld], agents_[from].clock);
   Tick(agents_[from].clock, from);
 }
 

@@ -96,10 +96,21 @@ class RaceDetector {
   // A one-shot release: the agent's clock now, for whoever receives the ticket (a submission, a
   // model run request). AcquireTicket joins it; the last holder drops it.
   RaceTicket Snapshot(RaceAgent agent);
+  // The same for a host client submitting work, which first learns every completion any host
+  // client has waited for (see HostWorld).
+  RaceTicket HostSnapshot(RaceAgent agent);
   void AcquireTicket(RaceAgent agent, RaceTicket ticket);
   void DropTicket(RaceTicket ticket);
-  // `to` learns everything `from` has done (a Synchronize answered); `from` moves on.
+  // `to` learns everything `from` has done (a Synchronize answered); `from` moves on. The host
+  // world learns it too.
   void Join(RaceAgent to, RaceAgent from);
+  // Host clients talk to each other in ways the detector does not see (futures, actor messages,
+  // condition variables): a loader synchronizes its copies and then answers the thread that runs
+  // the model. So a completion any host client has waited for (a Synchronize, a model run's end,
+  // a SynchronizeEvent) goes into the host world, and every host submission starts from it. What
+  // this gives up: a host thread that uses a buffer another thread synchronized, with no signal
+  // between the two, is not reported. Device-side order (events, streams, model runs) is exact.
+  static constexpr std::uint64_t kHostWorld = ~std::uint64_t{0};
 
   // One access of `bytes` at `ptr` on `device` by `agent`, for its task `task` named `node`.
   // Checked against earlier accesses; a race is recorded (and logged) once per pair of tasks.

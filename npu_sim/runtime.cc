@@ -370,7 +370,10 @@ StatusOr<std::uint32_t> Runtime::SubmitTasks(Stream stream, std::vector<Task> ta
   RaceTicket ticket = kNoRaceTicket;
   if (race_) {
     race_->Critical(HostRaceAgent(), RaceDetector::HostStreamKey(stream.device, stream.id));
-    ticket = race_->Snapshot(HostRaceAgent());
+    for (const Task& t : tasks)  // rtModelExecute names the model: its load happened before
+      if (t.kind == TaskKind::kModelExecute)
+        race_->Critical(HostRaceAgent(), RaceDetector::HostModelKey(stream.device, t.model));
+    ticket = race_->HostSnapshot(HostRaceAgent());
   }
   // Under the stream's lock, so the stream's order of submissions is the order of their ids.
   hs->addr.SendInOrder(npu_sim::Submit{std::move(tasks), at, ticket});
@@ -422,7 +425,10 @@ Status Runtime::SynchronizeEvent(Event event, Timeout timeout) {
   auto f = dev->device->events.Ask<VTime>(HostWaitEvent{event.id});
   auto at = Wait(f, timeout, fmt::format("device {} event {} synchronize", event.device, event.id));
   if (!at.ok()) return at.status();
-  if (race_) race_->Acquire(HostRaceAgent(), RaceDetector::EventKey(event.device, event.id));
+  if (race_) {
+    race_->Acquire(HostRaceAgent(), RaceDetector::EventKey(event.device, event.id));
+    race_->Release(HostRaceAgent(), RaceDetector::kHostWorld);
+  }
   CurrentHost().clock = std::max(HostClock(), *at);
   return Status::Ok();
 }
@@ -579,8 +585,9 @@ actors::Future<StatusOr<VTime>> Runtime::ExecuteModelAsync(Model model, std::vec
   npu_sim::ExecuteModel request{at, std::move(run->io)};
   if (race_) {
     request.race_requester = HostRaceAgent();
+    request.race_host = true;
     race_->Critical(request.race_requester, RaceDetector::HostModelKey(model.device, model.id));
-    request.race_ticket = race_->Snapshot(request.race_requester);
+    request.race_ticket = race_->HostSnapshot(request.race_requester);
   }
   return run->model->addr.Ask<VTime>(std::move(request));
 }
@@ -596,8 +603,9 @@ void Runtime::ExecuteModelReplyTo(Model model, std::vector<std::uint64_t> io, ac
   npu_sim::ExecuteModel request{at, std::move(run->io), on_end};
   if (race_) {
     request.race_requester = HostRaceAgent();
+    request.race_host = true;
     race_->Critical(request.race_requester, RaceDetector::HostModelKey(model.device, model.id));
-    request.race_ticket = race_->Snapshot(request.race_requester);
+    request.race_ticket = race_->HostSnapshot(request.race_requester);
   }
   run->model->addr.Forward(std::move(request), std::move(reply));
 }

@@ -250,6 +250,8 @@ Status StreamActor::On(ElideWaits& m, Ctx& ctx) {
 }
 
 Status StreamActor::On(AbortStream& m, Ctx&) {
+  // An aborted stream's work is over for whoever hears of the abort (race detector).
+  if (device_->race && state_ != State::kIdle) device_->race->Release(race_agent_, RaceDetector::kHostWorld);
   if (state_ != State::kIdle) Fail(std::move(m.why));
   return Status::Ok();
 }
