@@ -234,7 +234,21 @@ Status ModelV2Executor::ExecuteSync(Tensor* const* inputs, std::size_t input_num
   arg.stream = default_stream_;
   NPUFLOW_RETURN_IF_ERROR(ExecuteLocked(arg, inputs, input_num, outputs, output_num));
   Status s = runtime_->SynchronizeStream(default_stream_, option_.sync_timeout);
+  if (!s.ok()) RecoverLocked(s.code() == StatusCode::kTimeout);
   return s.WithContext("ModelV2Executor::ExecuteSync: synchronizing the default stream");
+}
+
+void ModelV2Executor::RecoverLocked(bool timed_out) {
+  std::vector<npu_sim::Stream> streams = {default_stream_};
+  for (std::size_t k = 1; k < stream_table_.size(); ++k) streams.push_back(stream_table_[k]);
+  // A task that never ends (a hung kernel) holds its stream and everything queued behind it: the
+  // abort fails them, and the stream serves the next run.
+  if (timed_out)
+    for (const npu_sim::Stream& stream : streams) (void)runtime_->AbortStream(stream);
+  // Each stream's failure is reported once, here, so the next run's synchronize sees only its own.
+  for (const npu_sim::Stream& stream : streams) (void)runtime_->SynchronizeStream(stream, option_.sync_timeout);
+  // A record whose wait never came would let the next run's wait pass before its producer ran.
+  for (const npu_sim::Event& event : event_table_) (void)runtime_->ResetEvent(event);
 }
 
 Status ModelV2Executor::UnLoad() {

@@ -10,6 +10,8 @@
 #include "graph/ir/tensor_access.h"
 #include "graph/ir/text_format.h"
 #include "graph/ops/interpreter.h"
+#include "npu_sim/runtime.h"
+#include "scheduler/model_manager.h"
 #include "scheduler/session.h"
 #include "scheduler_testing.h"
 
@@ -85,6 +87,37 @@ TEST_F(V2Session, ADynamicGraphRunsWithADifferentShapeEachCallFromManyThreads) {
   Status async = s.RunGraphAsync(1, {FilledF32({2, 8}, [](std::size_t) { return 1.0f; })}, [](Status, std::vector<graph::Tensor>) {});
   EXPECT_EQ(async.code(), StatusCode::kUnsupported) << async;
   EXPECT_TRUE(s.RemoveGraph(1).ok());
+  EXPECT_TRUE(s.Finalize().ok());
+}
+
+// A hung RT2.0 run ends with the session's npuflow.executeTimeoutMs (it waited RT2.0's own 60 s),
+// and the graph runs again afterwards (the hung kernel stayed on the stream, and every later run
+// timed out behind it). npuflow stress --scenario faults found both.
+TEST_F(V2Session, AHungRunTimesOutWithTheSessionsTimeoutAndTheGraphRunsAgain) {
+  auto session = Session::Create({{"npuflow.executeTimeoutMs", "150"}});
+  ASSERT_TRUE(session.ok()) << session.status();
+  Session& s = **session;
+  ASSERT_TRUE(s.AddGraph(1, Parse(kDynamic)).ok());
+  const graph::Tensor x = FilledF32({3, 8}, [](std::size_t i) { return 0.25f * static_cast<float>(i % 9) - 1.f; });
+  auto want = s.RunGraph(1, {x});
+  ASSERT_TRUE(want.ok()) << want.status();
+  npu_sim::Runtime& rt = ModelManager::Get()->runtime();
+  const int cores = (*rt.chip(0))->aicore_count;
+  // Every AICore unit's next kernel hangs: the run's first kernel never ends.
+  for (int u = 0; u < cores; ++u)
+    ASSERT_TRUE(rt.InjectFault(0, npu_sim::FaultTarget::kAICore, u, {npu_sim::FaultKind::kHang, 1}).ok());
+  auto hung = s.RunGraph(1, {x});
+  ASSERT_FALSE(hung.ok());
+  EXPECT_EQ(hung.status().code(), StatusCode::kTimeout) << hung.status();
+  EXPECT_NE(hung.status().message().find("within 150 ms"), std::string_view::npos) << hung.status();
+  // The faults not fired yet are replaced by harmless ones; the graph must run again, correctly.
+  for (int u = 0; u < cores; ++u)
+    ASSERT_TRUE(rt.InjectFault(0, npu_sim::FaultTarget::kAICore, u, {npu_sim::FaultKind::kDelay, 1, 0}).ok());
+  for (int run = 0; run < 3; ++run) {
+    auto again = s.RunGraph(1, {x});
+    ASSERT_TRUE(again.ok()) << "run " << run << " after the timeout: " << again.status();
+    EXPECT_EQ(*again, *want);
+  }
   EXPECT_TRUE(s.Finalize().ok());
 }
 
