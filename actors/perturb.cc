@@ -43,6 +43,7 @@ constexpr std::uint64_t kPriorityKey = 0x5052494F52495459ull;  // "PRIORITY"
 constexpr std::uint64_t kChangeKey = 0x4348414E4745ull;        // "CHANGE"
 constexpr std::uint64_t kDelayKey = 0x44454C4159ull;           // "DELAY"
 constexpr std::uint64_t kAmountKey = 0x414D4F554E54ull;        // "AMOUNT"
+constexpr std::uint64_t kHoldKey = 0x484F4C44ull;              // "HOLD"
 
 }  // namespace
 
@@ -50,6 +51,9 @@ Status CheckPerturbOptions(const PerturbOptions& o) {
   if (o.pct_depth < 0 || o.pct_depth > 64)
     return Status::ParamInvalid("perturbation: pct depth {}: expected 0..64 (priority change points)", o.pct_depth);
   if (o.pct_window < 1) return Status::ParamInvalid("perturbation: pct window 0: expected >= 1 deliveries");
+  if (o.pct_span < 1) return Status::ParamInvalid("perturbation: pct span 0: expected >= 1 deliveries");
+  if (!(o.pct_hold >= 0 && o.pct_hold <= 1))
+    return Status::ParamInvalid("perturbation: pct hold {}: expected 0..1", o.pct_hold);
   if (!(o.low_priority_share >= 0 && o.low_priority_share <= 1))
     return Status::ParamInvalid("perturbation: low-priority share {}: expected 0..1", o.low_priority_share);
   if (!(o.delay_probability >= 0 && o.delay_probability <= 1))
@@ -83,6 +87,7 @@ PerturbTap::PerturbTap(const PerturbOptions& options) : options_(options) {
       change_points_.push_back(Mix(options_.seed ^ kChangeKey, static_cast<std::uint64_t>(i)) % options_.pct_window);
     std::sort(change_points_.begin(), change_points_.end());
     low_threshold_ = Threshold(options_.low_priority_share);
+    hold_threshold_ = Threshold(options_.pct_hold);
   }
   delay_threshold_ = Threshold(options_.delay_probability);
   if (options_.digest) log_.digest = 0;
@@ -91,7 +96,7 @@ PerturbTap::PerturbTap(const PerturbOptions& options) : options_(options) {
 std::chrono::nanoseconds PerturbTap::Decide(std::uint64_t index, ActorId receiver) {
   std::chrono::nanoseconds delay{0};
   if (options_.strategy == PerturbStrategy::kPct) {
-    // A change point demotes this delivery's receiver below every receiver not demoted yet.
+    // A change point demotes this delivery's receiver below every other, for pct_span deliveries.
     const auto cp = std::lower_bound(change_points_.begin(), change_points_.end(), index);
     if (cp != change_points_.end() && *cp == index) {
       const auto slot = static_cast<std::size_t>(cp - change_points_.begin());
@@ -100,10 +105,12 @@ std::chrono::nanoseconds PerturbTap::Decide(std::uint64_t index, ActorId receive
     }
     bool demoted = false;
     for (std::size_t i = 0; i < change_points_.size() && !demoted; ++i)
-      demoted = demoted_[i].load(std::memory_order_acquire) == std::uint64_t{receiver} + 1;
+      demoted = index >= change_points_[i] && index - change_points_[i] < options_.pct_span &&
+                demoted_[i].load(std::memory_order_acquire) == std::uint64_t{receiver} + 1;
     if (demoted) {
       delay += 2 * options_.pct_delay;
-    } else if (Mix(options_.seed ^ kPriorityKey, receiver) < low_threshold_) {
+    } else if (Mix(options_.seed ^ kPriorityKey, receiver) < low_threshold_ &&
+               Mix(options_.seed ^ kHoldKey, index) < hold_threshold_) {
       delay += options_.pct_delay;
     }
   }

@@ -3,8 +3,8 @@
 // PerturbTap delays deliveries by a seeded strategy, to shake out orderings a quiet machine never
 // produces: PCT-style priorities (each receiver a random priority; at `pct_depth` change points,
 // drawn among the first `pct_window` deliveries, the receiver of that delivery drops below every
-// other; deliveries to low-priority receivers are held back) plus random small delays with a
-// probability. It can do only what a tap may: postpone a delivery. Per-sender FIFO and one
+// other for the next `pct_span` deliveries; deliveries to low-priority receivers are held back
+// now and then) plus random small delays with a probability. It can do only what a tap may: postpone a delivery. Per-sender FIFO and one
 // handler at a time still hold (the tap's contract), so every schedule it makes is one the
 // runtime may make by itself.
 //
@@ -62,16 +62,20 @@ enum class PerturbStrategy : std::uint8_t { kRandom, kPct };
 struct PerturbOptions {
   std::uint64_t seed = 1;
   PerturbStrategy strategy = PerturbStrategy::kPct;
-  // PCT: priority change points, drawn among the first `pct_window` deliveries.
+  // PCT: priority change points, drawn among the first `pct_window` deliveries; the receiver of
+  // the delivery at a change point is demoted for the next `pct_span` deliveries: every delivery
+  // to it then waits 2 x pct_delay.
   int pct_depth = 3;
   std::uint64_t pct_window = 100'000;
-  // PCT: the share of receivers, by their initial priority, whose deliveries are held back; a
-  // receiver demoted at a change point is held back twice as long.
-  double low_priority_share = 0.25;
-  std::chrono::nanoseconds pct_delay = std::chrono::microseconds(50);
+  std::uint64_t pct_span = 1000;
+  // PCT: the share of receivers, by their initial priority, that are low priority; a delivery to
+  // one of them waits pct_delay with probability pct_hold.
+  double low_priority_share = 0.1;
+  double pct_hold = 0.1;
+  std::chrono::nanoseconds pct_delay = std::chrono::microseconds(20);
   // Both strategies: each delivery is also delayed with this probability, by 1 ns .. max_delay.
-  double delay_probability = 0.02;
-  std::chrono::nanoseconds max_delay = std::chrono::microseconds(100);
+  double delay_probability = 0.01;
+  std::chrono::nanoseconds max_delay = std::chrono::microseconds(50);
   // Decisions kept in the log; later ones are still made, and the log says it is truncated.
   std::size_t max_log = 1u << 20;
   // Keep ScheduleLog::digest. Only meaningful where deliveries have one order (deterministic
@@ -107,6 +111,7 @@ class PerturbTap final : public DeliveryTap {
   // Receivers demoted at change point i (ActorId + 1; 0: not reached yet).
   std::atomic<std::uint64_t> demoted_[kMaxDepth] = {};
   std::uint64_t low_threshold_ = 0;  // a receiver's priority hash below this is low priority
+  std::uint64_t hold_threshold_ = 0;  // ... and a delivery's draw below this holds it back
   std::uint64_t delay_threshold_ = 0;  // a delivery's random draw below this is delayed
   std::atomic<std::uint64_t> next_index_{0};
   std::atomic<std::uint64_t> delayed_{0};

@@ -158,12 +158,13 @@ TEST(Perturb, AReplayOfAnotherProgramReportsWhereItDiverged) {
 
 TEST(Perturb, PctHoldsBackOnlyDemotedAndLowPriorityReceivers) {
   // No random delays and no low-priority share: only the receivers demoted at the change points
-  // are held back, and only from their change point on.
+  // are held back, and only from their change point on, for pct_span deliveries.
   PerturbOptions o = Pct(3);
   o.delay_probability = 0;
   o.low_priority_share = 0;
   o.pct_depth = 2;
   o.pct_window = 100;
+  o.pct_span = 200;
   PerturbTap tap(o);
   (void)RunGossip(&tap);
   const ScheduleLog log = tap.Log();
@@ -175,6 +176,7 @@ TEST(Perturb, PctHoldsBackOnlyDemotedAndLowPriorityReceivers) {
   }
   EXPECT_LE(receivers.size(), 2u);
   EXPECT_LT(log.decisions.front().index, o.pct_window);
+  EXPECT_LT(log.decisions.back().index, o.pct_window + o.pct_span);
 
   // With neither change points nor random delays nothing is delayed.
   o.pct_depth = 0;
@@ -220,7 +222,7 @@ class Sink {
 TEST(Perturb, UnderThreadsEverySenderKeepsItsOrder) {
   System system({.workers = 2});
   PerturbTap tap({.seed = 9, .strategy = PerturbStrategy::kPct, .pct_window = 2000, .low_priority_share = 0.5,
-                  .pct_delay = 5us, .delay_probability = 0.05, .max_delay = 20us});
+                  .pct_hold = 0.5, .pct_delay = 5us, .delay_probability = 0.05, .max_delay = 20us});
   ASSERT_TRUE(system.SetTap(&tap).ok());
   auto sink = system.Spawn<Sink>("sink");
   constexpr long kPerThread = 4000;
@@ -248,6 +250,7 @@ TEST(Perturb, BadOptionsNameTheOption) {
   EXPECT_NE(CheckPerturbOptions({.delay_probability = 1.5}).message().find("delay probability"),
             std::string_view::npos);
   EXPECT_NE(CheckPerturbOptions({.max_delay = 0ns}).message().find("max delay"), std::string_view::npos);
+  EXPECT_NE(CheckPerturbOptions({.pct_hold = 2}).message().find("pct hold"), std::string_view::npos);
   EXPECT_EQ(PerturbTap::Create({.low_priority_share = -0.1}).status().code(), StatusCode::kParamInvalid);
   EXPECT_EQ(ParsePerturbStrategy("chaos").status().code(), StatusCode::kParamInvalid);
   EXPECT_EQ(ParsePerturbStrategy("pct").value(), PerturbStrategy::kPct);
