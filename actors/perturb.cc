@@ -123,7 +123,9 @@ std::chrono::nanoseconds PerturbTap::Decide(std::uint64_t index, ActorId receive
 
 std::chrono::nanoseconds PerturbTap::OnDelivery(const Delivery& delivery) {
   const std::uint64_t index = next_index_.fetch_add(1, std::memory_order_relaxed);
-  const std::chrono::nanoseconds delay = Decide(index, delivery.receiver);
+  const std::chrono::nanoseconds delay = options_.internal_only && delivery.sender == kExternal
+                                             ? std::chrono::nanoseconds(0)
+                                             : Decide(index, delivery.receiver);
   if (delay.count() > 0) delayed_.fetch_add(1, std::memory_order_relaxed);
   if (delay.count() > 0 || options_.digest) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -81,6 +81,11 @@ struct PerturbOptions {
   // Keep ScheduleLog::digest. Only meaningful where deliveries have one order (deterministic
   // mode); costs a lock and a string hash per delivery.
   bool digest = false;
+  // Never delay a delivery from outside the system (a host thread or fiber). Set it in
+  // deterministic mode: there a postponed outside delivery is queued again behind the outside
+  // inputs that arrived meanwhile, so its place would depend on the host's timing, and the run
+  // would not replay (docs/actors.md).
+  bool internal_only = false;
 };
 
 // Every option in range; errors name the option and the accepted values.
