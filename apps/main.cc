@@ -281,8 +281,9 @@ Command AddStressCommand(CLI::App& app) {
                          "weights of the actions: rungraph=4,async=2,nnexecute=2,stream=1 (RunGraph, RunGraphAsync "
                          "into the Run loop, NnExecute zero copy, a model execute on a user stream)"),
       stress->add_option("--timeout-ms", o.timeout_ms, "per execution in the runtime, 0: none (faults: 100)"),
-      stress->add_option("--hang-ms", o.hang_ms, "a request not finished after this long is a hang")
-          ->capture_default_str(),
+      stress->add_option("--hang-ms", o.hang_ms,
+                         "a request not finished after this long is a hang (default 20000, faults 10000, plus 5 per "
+                         "client: the queue of C clients)"),
       stress->add_option("--perturb", o.perturb, "schedule perturbation through the delivery tap: none, random, pct")
           ->capture_default_str(),
       stress->add_option("--pct-depth", o.perturbation.pct_depth, "PCT priority change points, 0..64")

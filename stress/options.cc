@@ -70,10 +70,14 @@ Status ApplyScenario(StressOptions& o, const GivenFlags& given) {
     set("device-memory", o.device_memory, std::string("auto"));
   }
   if (s == "weights") set("weight-streaming", o.weight_streaming, true);
+  // A request waits behind the others on a few execution instances (and Run loops): with C
+  // clients, "in time" includes that queue.
+  const std::int64_t queueing = 5 * static_cast<std::int64_t>(o.clients);
+  set("hang-ms", o.hang_ms, std::int64_t{20'000} + queueing);
   if (s == "faults") {
     set("faults", o.faults, 1000);
     set("timeout-ms", o.timeout_ms, std::int64_t{100});
-    set("hang-ms", o.hang_ms, std::int64_t{10'000});
+    set("hang-ms", o.hang_ms, std::int64_t{10'000} + queueing);
     set("requests", o.requests, std::int64_t{3000});
   }
   if (s == "tiling") set("tiling-nops", o.tiling_nops, std::vector<int>{0, 4, 7, -1, 12});

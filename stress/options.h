@@ -45,7 +45,7 @@ struct StressOptions {
   int workers = 0;                   // the runtime's worker threads (0: one per core)
   std::map<Action, int> mix;         // weight of each action; actions a model cannot take are skipped
   std::int64_t timeout_ms = 0;       // per execution in the runtime (npuflow.executeTimeoutMs); 0: none
-  std::int64_t hang_ms = 20'000;     // a request not finished after this long is a hang
+  std::int64_t hang_ms = 20'000;     // a request not finished after this long is a hang (scenarios: + 5 ms a client)
   // Schedule perturbation through the delivery tap: none | random | pct.
   std::string perturb = "pct";
   actors::PerturbOptions perturbation;  // seed: the run's seed

@@ -93,6 +93,7 @@ nlohmann::json ToJson(const StressReport& r) {
   if (r.slowest) j["slowest"] = FailureJson(*r.slowest);
   j["schedule"] = {{"deliveries", r.deliveries}, {"delayed", r.delayed}};
   j["device_memory"] = {{"capacity", r.memory_capacity}, {"peak", r.memory_peak}};
+  j["references"] = r.references;
   return j;
 }
 

@@ -67,6 +67,7 @@ struct StressReport {
   std::optional<Failure> slowest;  // kind "slowest": the slowest request (detail: its time)
   std::uint64_t deliveries = 0, delayed = 0;  // the schedule, as the tap saw it
   std::uint64_t memory_capacity = 0, memory_peak = 0;  // the device's, bytes (peak: over the run)
+  std::map<std::string, std::string> references;  // per model: "interpreter" or "solo run"
 
   static constexpr std::size_t kMaxListed = 20;
 

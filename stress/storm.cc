@@ -755,6 +755,7 @@ StatusOr<StressResult> Storm::Run() {
   r.seed = o_.seed;
   r.deterministic = o_.deterministic;
   r.perturb = replay_ != nullptr ? "replay" : o_.perturb;
+  for (const StressModel& m : models_) r.references[m.name] = m.reference;
   if (abandoned_) {
     // Clients are stuck where nothing can reach them: leave them (and the runtime) to the
     // process's exit, which the caller must make.
