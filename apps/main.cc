@@ -20,6 +20,7 @@
 #include "apps/gpt2_cmd.h"
 #include "lowering/partition_stages.h"
 #include "apps/run_cmd.h"
+#include "apps/stress_cmd.h"
 #include "base/logging.h"
 #include "lowering/pass.h"
 #include "npu_sim/race_detector.h"
@@ -32,6 +33,7 @@ using npuflow::Status;
 struct Command {
   CLI::App* app = nullptr;
   std::function<Status()> run;
+  std::shared_ptr<int> exit_code;  // set by commands with exit codes of their own (stress)
 };
 
 int Fail(const Status& status) {
@@ -252,6 +254,99 @@ Command AddDemoCommand(CLI::App& app) {
   return {demo, [args] { return npuflow::apps::RunDemo(*args, std::cout); }};
 }
 
+Command AddStressCommand(CLI::App& app) {
+  auto args = std::make_shared<npuflow::apps::StressArgs>();
+  npuflow::stress::StressOptions& o = args->options;
+  auto* stress = app.add_subcommand(
+      "stress", "stress and race runs: C clients x M models x K streams, churn, faults, the tiling sink or your "
+                "model, outputs checked, schedule perturbed; a JSON report, a replay file on failure (docs/stress.md)");
+  std::string scenarios;
+  for (const auto& s : npuflow::stress::Scenarios()) scenarios += "\n  " + s.name + ": " + s.summary;
+  std::vector<CLI::Option*> options = {
+      stress->add_option("--scenario", o.scenario, "what to run (each a set of defaults for the flags below):" + scenarios)
+          ->capture_default_str(),
+      stress->add_option("--clients", o.clients, "client fibers (or threads), 1..10000")->capture_default_str(),
+      stress->add_option("--models", o.models,
+                         "a count (the scenario's models, cycled) or names: mlp, mlp_single, chain, dag, mlp_dynamic, "
+                         "attention_sink, weights_a, weights_b, om; a variant with other weights: mlp#2"),
+      stress->add_option("--streams", o.streams, "execution instances per model, 1..64")->capture_default_str(),
+      stress->add_option("--requests", o.requests, "stop after this many requests (0: no bound)")->capture_default_str(),
+      stress->add_option("--duration", o.duration_s, "stop after this many seconds (0: no bound)"),
+      stress->add_option("--input-sets", o.input_sets, "input sets per model, each with its expected outputs, 1..64")
+          ->capture_default_str(),
+      stress->add_option("--seed", o.seed, "every random choice of the run comes from it")->capture_default_str(),
+      stress->add_flag("--deterministic", o.deterministic,
+                       "one runtime worker, FIFO delivery, clients take turns in a seeded order: a run that replays "
+                       "exactly"),
+      stress->add_option("--host-mode", o.host_mode, "clients as fibers (default) or as OS threads (1..256 clients)"),
+      stress->add_option("--host-threads", o.host_threads, "OS threads running the client fibers, 1..64")
+          ->capture_default_str(),
+      stress->add_option("--workers", o.workers, "runtime worker threads (0: one per core)"),
+      stress->add_option("--mix", args->mix,
+                         "weights of the actions: rungraph=4,async=2,nnexecute=2,stream=1 (RunGraph, RunGraphAsync "
+                         "into the Run loop, NnExecute zero copy, a model execute on a user stream)"),
+      stress->add_option("--timeout-ms", o.timeout_ms, "per execution in the runtime, 0: none (faults: 100)"),
+      stress->add_option("--hang-ms", o.hang_ms,
+                         "a request not finished after this long is a hang (default 20000, faults 10000, plus 5 per "
+                         "client: the queue of C clients)"),
+      stress->add_option("--perturb", o.perturb, "schedule perturbation through the delivery tap: none, random, pct")
+          ->capture_default_str(),
+      stress->add_option("--pct-depth", o.perturbation.pct_depth, "PCT priority change points, 0..64")
+          ->capture_default_str(),
+      stress->add_option("--pct-window", o.perturbation.pct_window, "PCT change points fall in the first N deliveries")
+          ->capture_default_str(),
+      stress->add_option("--pct-span", o.perturbation.pct_span,
+                         "PCT: deliveries after a change point during which its actor is held back")
+          ->capture_default_str(),
+      stress->add_option("--low-priority-share", o.perturbation.low_priority_share,
+                         "PCT: the share of actors that are low priority, 0..1")
+          ->capture_default_str(),
+      stress->add_option("--pct-hold", o.perturbation.pct_hold,
+                         "PCT: the probability a delivery to a low-priority actor is held back, 0..1")
+          ->capture_default_str(),
+      stress->add_option("--pct-delay-us", args->pct_delay_us, "PCT: how long a held-back delivery waits (a demoted actor's: twice)")
+          ->capture_default_str(),
+      stress->add_option("--delay-probability", o.perturbation.delay_probability,
+                         "each delivery is also delayed with this probability, 0..1")
+          ->capture_default_str(),
+      stress->add_option("--max-delay-us", args->max_delay_us, "... by 1 ns up to this")->capture_default_str(),
+      stress->add_option("--chip", o.chip, "the simulated chip: 910B, 310P or a chip JSON path")->capture_default_str(),
+      stress->add_option("--device-memory", o.device_memory,
+                         "device memory: auto (small enough that loads recycle models), or a size (96M); default the "
+                         "chip's"),
+      stress->add_option("--churn-every", o.churn_every,
+                         "a load/unload churn action after every N requests (0: off; churn and weights: 8)"),
+      stress->add_flag("--weight-streaming", o.weight_streaming,
+                       "churn loads models into fresh sessions, so external weights stream in under traffic"),
+      stress->add_option("--faults", o.faults, "faults to inject over the run (faults: 1000)"),
+      stress->add_option("--fault-kinds", o.fault_kinds, "fail, hang, delay")->delimiter(','),
+      stress->add_option("--fault-targets", o.fault_targets, "stream (a task), aicore, aicpu, dma")->delimiter(','),
+      stress->add_option("--tiling-nops", o.tiling_nops,
+                         "tiling-sink models with these NOP counts, -1: the chip's prefetch_num (tiling: 0,4,7,-1,12)")
+          ->delimiter(','),
+      stress->add_option("--om", o.om, "your model file (npuflow compile); implies --models om"),
+      stress->add_option("--input-shape", o.input_shapes, "--om RT2.0 models: NAME:D0,D1,... (repeat per input)"),
+      stress->add_option("--report", args->report, "write the JSON report here (default: stdout)"),
+      stress->add_option("--replay", args->replay, "re-run a replay file's schedule in deterministic mode"),
+      stress->add_option("--replay-out", args->replay_out,
+                         "where a failing run writes its replay file (default npuflow-stress-SCENARIO-seedS.replay.json)"),
+      stress->add_flag("--save-replay", args->save_replay, "write the replay file even when the run passes"),
+      stress->add_flag("-q,--quiet", args->quiet, "no progress line"),
+  };
+  auto exit_code = std::make_shared<int>(0);
+  return {stress,
+          [args, options, exit_code] {
+            for (CLI::Option* opt : options)
+              if (opt->count() > 0) {
+                std::string name = opt->get_name();
+                if (name.rfind("--", 0) == 0) name = name.substr(2);
+                args->given.push_back(name);
+              }
+            return npuflow::apps::RunStressCommand(*args, std::cout, std::cerr, *exit_code);
+          },
+          exit_code};
+}
+
 // A parse error with a word CLI11 could not place before any subcommand: that word was meant as
 // a subcommand. Prints the message naming it and the known ones; false when there is no such word.
 bool ReportUnknownSubcommand(const CLI::App& app) {
@@ -279,7 +374,7 @@ int main(int argc, char** argv) {
                "is reported with both tasks and makes the command exit with 3");
   const std::vector<Command> commands = {AddBenchCommand(app, argv[0]), AddCompileCommand(app), AddInfoCommand(app),
                                          AddRunCommand(app),   AddGpt2Command(app),    AddMakeGpt2Command(app),
-                                         AddDemoCommand(app)};
+                                         AddDemoCommand(app),    AddStressCommand(app)};
   for (const Command& command : commands)  // after the subcommand too: npuflow run ... --race-detect
     command.app->add_flag("--race-detect", race_detect, "detect data races on device memory (see npuflow --help)");
   try {
@@ -301,16 +396,17 @@ int main(int argc, char** argv) {
     if (!command.app->parsed()) continue;
     Status s = command.run();
     if (!s.ok()) return Fail(s);
+    const int code = command.exit_code ? *command.exit_code : 0;
     if (npuflow::npu_sim::RaceDetector::ProcessDefault()) {
       const std::uint64_t races = npuflow::npu_sim::RaceDetector::ProcessRaceCount();
       if (races > 0) {
         std::cerr << fmt::format("race detector: {} data race(s) on device memory (reported above)\n", races);
-        return 3;
+        return code != 0 ? code : 3;
       }
       std::cerr << fmt::format("race detector: no data race in {} device memory accesses\n",
                                npuflow::npu_sim::RaceDetector::ProcessAccessesChecked());
     }
-    return 0;
+    return code;
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include "benchmarks/npu_bench.h"
 #include "benchmarks/ops_bench.h"
 #include "benchmarks/pipeline_bench.h"
+#include "benchmarks/stress_bench.h"
 #include "benchmarks/tiling_bench.h"
 #include "benchmarks/v1_bench.h"
 #include "benchmarks/v2_bench.h"
@@ -51,6 +52,9 @@ const std::vector<Area>& Areas() {
                    "through 1, 2, 4 stages on as many devices: aggregate tok/s (virtual and wall) vs 1 stage, bubble "
                    "fraction",
        &RegisterPipelineBenchmarks, &PipelineFigures},
+      {"stress", "the inference storm (npuflow stress): RunGraph requests/s on a small model with 10, 1,000 and 10,000 "
+                 "client fibers vs the same requests back to back from one plain thread",
+       &RegisterStressBenchmarks, &StressFigures},
   };
   return areas;
 }

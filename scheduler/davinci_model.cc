@@ -91,8 +91,26 @@ Status DavinciModel::FreeInstance(Instance& inst) {
   return first;
 }
 
+bool DavinciModel::OnUnload(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(unload_hooks_mu_);
+  if (unloaded_.load(std::memory_order_acquire)) return false;
+  unload_hooks_.push_back(std::move(hook));
+  return true;
+}
+
 Status DavinciModel::Unload() {
-  if (unloaded_.exchange(true)) return Status::Ok();
+  {
+    // Under the hooks' lock, so that a hook registered meanwhile is either run here or refused.
+    std::lock_guard<std::mutex> lock(unload_hooks_mu_);
+    if (unloaded_.exchange(true)) return Status::Ok();
+  }
+  // Whoever submits to the model's streams on its own (a Run loop) stops first.
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(unload_hooks_mu_);
+    hooks.swap(unload_hooks_);
+  }
+  for (auto& hook : hooks) hook();
   // A host-scheduled run in flight ends now (its streams are aborted).
   for (auto& inst : instances_) {
     std::lock_guard<std::mutex> lock(host_streams_mu_);

@@ -50,6 +50,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -202,6 +203,10 @@ class DavinciModel {
     return in_flight_.load(std::memory_order_relaxed) > 0 || run_loops_.load() > 0 || borrowers_.load() > 0;
   }
   void AddRunLoop(int delta) { run_loops_.fetch_add(delta); }
+  // Runs `hook` when the model is unloaded, first thing, before anything is freed (a Run loop
+  // stops there: it submits to the model's execution stream, which Unload destroys). Unloaded
+  // already: the hook is not kept, and false is returned.
+  bool OnUnload(std::function<void()> hook);
   // Another runtime uses this model's memory (SharedTensor: RT2.0's prefill on its weights and KV
   // cache): resource recycling must not unload it meanwhile.
   void AddBorrower(int delta) { borrowers_.fetch_add(delta); }
@@ -343,6 +348,8 @@ class DavinciModel {
 
   std::atomic<int> in_flight_{0};
   std::atomic<int> run_loops_{0};
+  std::mutex unload_hooks_mu_;
+  std::vector<std::function<void()>> unload_hooks_;
   std::atomic<int> borrowers_{0};
   std::atomic<std::uint64_t> last_used_{0};
   std::atomic<std::uint64_t> next_instance_{0};

@@ -28,6 +28,7 @@ struct ItemTimedOut {
 };
 struct StopLoop {  // Ask<void>: answered once no item is in flight
   static constexpr std::string_view kKind = "StopLoop";
+  Status why;  // Ok: stopped by the user
 };
 using LoopMsg = std::variant<PushItem, ItemTimedOut, StopLoop>;
 
@@ -87,7 +88,9 @@ class RunLoopActor {
                  ctx);
             TryFinishStopped(ctx.self());
           } else if constexpr (std::is_same_v<M, StopLoop>) {
-            if (!stopped_) Stop(Status::Aborted("model {}: Run loop stopped by the user", shared_->model->id()), ctx);
+            if (!stopped_)
+              Stop(m.why.ok() ? Status::Aborted("model {}: Run loop stopped by the user", shared_->model->id()) : m.why,
+                   ctx);
             drains_.push_back(ctx.TakeReply());
             TryFinishStopped(ctx.self());
           }
@@ -166,6 +169,7 @@ class RunLoopActor {
     Item& item = *owner;
     DavinciModel& model = *shared_->model;
     const CompiledModel& m = model.compiled();
+    if (model.unloaded()) return Status::Aborted("model {} is unloaded", model.id());
     NPUFLOW_RETURN_IF_ERROR(model.WeightsStatus());  // an external weight load that failed
     if (item.inputs.size() != m.inputs.size())
       return Status::ParamInvalid("model {}: {} inputs given, the model takes {}", model.id(), item.inputs.size(),
@@ -240,6 +244,20 @@ StatusOr<std::unique_ptr<RunLoop>> RunLoop::Start(std::shared_ptr<DavinciModel> 
   shared->timeout = timeout;
   shared->model->AddRunLoop(1);
   shared->actor = shared->rt->system().Spawn<RunLoopActor>(fmt::format("model{}.runloop", shared->model->id()), shared);
+  // Unloading the model stops the loop before its streams go: the item in flight is aborted and,
+  // like the queued ones and later pushes, answered "unloaded" (it used to submit to a destroyed
+  // stream, or to one reused by another model). Weak: the loop may go first.
+  const std::uint32_t id = shared->model->id();
+  std::weak_ptr<Shared> weak = shared;
+  const bool live = shared->model->OnUnload([weak, id] {
+    if (auto s = weak.lock())
+      (void)s->actor.Ask(StopLoop{Status::Aborted("model {} is unloaded: its Run loop stopped", id)}).Get();
+  });
+  if (!live) {
+    (void)shared->actor.Ask(StopLoop{Status::Aborted("model {} is unloaded", id)}).Get();
+    shared->model->AddRunLoop(-1);
+    return Status::Aborted("model {} is unloaded: no Run loop can start on it", id);
+  }
   std::unique_ptr<RunLoop> loop(new RunLoop());
   loop->shared_ = std::move(shared);
   return loop;

@@ -391,6 +391,8 @@ StatusOr<std::shared_ptr<v2::RtV2SimpleExecutor>> Session::EnsureLoadedV2(GraphN
   v2::ExecutorOption option;
   option.type = type;
   option.profile = node.options.v2_profile;
+  // npuflow.executeTimeoutMs bounds an RT2.0 run as it bounds a task-sink one.
+  if (node.options.timeout) option.sync_timeout = *node.options.timeout;
   auto loaded = v2::RtV2SimpleExecutor::Create(node.v2_graphs, &mm->runtime(), node.options.device, option,
                                                std::max(1, node.options.execution_streams));
   if (!loaded.ok()) return loaded.status().WithContext(fmt::format("session {}: loading graph {} on RT2.0", id_, node.id));

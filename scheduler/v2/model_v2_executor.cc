@@ -234,7 +234,27 @@ Status ModelV2Executor::ExecuteSync(Tensor* const* inputs, std::size_t input_num
   arg.stream = default_stream_;
   NPUFLOW_RETURN_IF_ERROR(ExecuteLocked(arg, inputs, input_num, outputs, output_num));
   Status s = runtime_->SynchronizeStream(default_stream_, option_.sync_timeout);
-  return s.WithContext("ModelV2Executor::ExecuteSync: synchronizing the default stream");
+  // A side stream's failure is its own stream's to report: a task that failed there, with the
+  // records after it issued later, would otherwise leave the run's outputs wrong and its answer Ok.
+  for (std::size_t k = 1; s.ok() && k < stream_table_.size(); ++k)
+    s = runtime_->SynchronizeStream(stream_table_[k], option_.sync_timeout)
+            .WithContext(fmt::format("side stream {}", k));
+  if (!s.ok()) RecoverLocked();
+  return s.WithContext("ModelV2Executor::ExecuteSync: synchronizing the run's streams");
+}
+
+void ModelV2Executor::RecoverLocked() {
+  std::vector<npu_sim::Stream> streams = {default_stream_};
+  for (std::size_t k = 1; k < stream_table_.size(); ++k) streams.push_back(stream_table_[k]);
+  // Nothing the run left on its streams is worth keeping: a task that never ends (a hung kernel)
+  // holds its stream and everything queued behind it, and a side stream whose main stream failed
+  // waits for a record that will never come. The abort fails them; each stream then serves the
+  // next run. (An idle stream is not touched.)
+  for (const npu_sim::Stream& stream : streams) (void)runtime_->AbortStream(stream);
+  // Each stream's failure is reported once, here, so the next run's synchronize sees only its own.
+  for (const npu_sim::Stream& stream : streams) (void)runtime_->SynchronizeStream(stream, option_.sync_timeout);
+  // A record whose wait never came would let the next run's wait pass before its producer ran.
+  for (const npu_sim::Event& event : event_table_) (void)runtime_->ResetEvent(event);
 }
 
 Status ModelV2Executor::UnLoad() {

@@ -8,7 +8,10 @@
 //     kernel runs, then the I/O reuse pairs; Main runs on the caller's stream and returns once its
 //     work is issued (the caller synchronizes the stream).
 //   ExecuteSync: a default stream made on first use; Execute on it, then a synchronize with the
-//     option's timeout.
+//     option's timeout. A run that fails on the device or times out leaves nothing behind: its
+//     streams are aborted (a hung task stays hung otherwise, and every later run queues behind
+//     it; a side stream waits for a record its failed main stream never makes), synchronized, and
+//     the events reset.
 //   UnLoad: only from kLoaded. Destroys the default stream, drops Main, builds, runs and drops
 //     DeInit (which releases what Init made), back to kInit.
 // Stream, event and notify allocators are all given or all absent (then built-in ones are used).
@@ -90,6 +93,9 @@ class ModelV2Executor {
   StatusOr<Allocator*> DeviceAllocator(const ModelExecuteArg& arg);
   Status ExecuteLocked(const ModelExecuteArg& arg, Tensor* const* inputs, std::size_t input_num,
                        Tensor* const* outputs, std::size_t output_num);
+  // After ExecuteSync's run failed on the device or timed out: the run's streams aborted and
+  // brought to rest, its events cleared, so the next run starts clean.
+  void RecoverLocked();
 
   exe::ExecuteGraphSet graphs_;
   npu_sim::Runtime* runtime_;

@@ -32,33 +32,45 @@ StatusOr<std::unique_ptr<ModelV2Executor>> RtV2SimpleExecutor::NewInstance() {
 }
 
 StatusOr<std::unique_ptr<ModelV2Executor>> RtV2SimpleExecutor::Take() {
-  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    if (!idle_.empty()) {
-      auto m = std::move(idle_.back());
-      idle_.pop_back();
-      return m;
-    }
-    if (made_ < max_instances_) {
-      ++made_;
-      lock.unlock();
-      auto m = NewInstance();
-      if (!m.ok()) {
-        lock.lock();
-        --made_;
+    actors::Future<Status> wake;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!idle_.empty()) {
+        auto m = std::move(idle_.back());
+        idle_.pop_back();
+        return m;
       }
-      return m;
+      if (made_ < max_instances_) {
+        ++made_;
+        lock.unlock();
+        auto m = NewInstance();
+        if (!m.ok()) {
+          lock.lock();
+          --made_;
+        }
+        return m;
+      }
+      waiters_.emplace_back();
+      wake = waiters_.back().GetFuture();
     }
-    idle_cv_.wait(lock);
+    // Give wakes one waiter per instance it returns; another caller may take that instance
+    // first, and then this one queues again.
+    NPUFLOW_RETURN_IF_ERROR(wake.Get());
   }
 }
 
 void RtV2SimpleExecutor::Give(std::unique_ptr<ModelV2Executor> executor) {
+  actors::Promise<Status> waiter;
   {
     std::lock_guard<std::mutex> lock(mu_);
     idle_.push_back(std::move(executor));
+    if (!waiters_.empty()) {
+      waiter = std::move(waiters_.front());
+      waiters_.pop_front();
+    }
   }
-  idle_cv_.notify_one();
+  if (waiter.valid()) waiter.Set(Status::Ok());
 }
 
 std::string RtV2SimpleExecutor::ProfileReport(std::size_t top) const {

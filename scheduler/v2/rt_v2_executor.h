@@ -3,13 +3,19 @@
 // ModelV2Executor from a pool (up to `instances`, each on its own default stream), runs it with
 // ExecuteSync and returns it. A model with Variables has one instance (their state is per
 // instance).
+// A caller that finds every instance busy waits on a future until one comes back: a fiber yields
+// to its thread's other fibers (one of which may hold the instance it waits for), a thread blocks.
+// It waited on a std::condition_variable before, which blocked the whole thread: with more client
+// fibers on a thread than instances, the fiber holding an instance never ran again (issue 20,
+// found by npuflow stress).
 #pragma once
 
-#include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "actors/future.h"
 #include "base/status.h"
 #include "graph/exe_graph/exe_graph.h"
 #include "graph/ir/compute_graph.h"
@@ -46,9 +52,9 @@ class RtV2SimpleExecutor {
   int device_;
   ExecutorOption option_;
   int max_instances_;
-  mutable std::mutex mu_;
-  std::condition_variable idle_cv_;
+  mutable std::mutex mu_;  // never held across a wait
   std::vector<std::unique_ptr<ModelV2Executor>> idle_;
+  std::deque<actors::Promise<Status>> waiters_;  // callers waiting for an idle instance, in order
   int made_ = 0;
 };
 

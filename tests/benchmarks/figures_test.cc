@@ -12,7 +12,7 @@ namespace npuflow::bench {
 namespace {
 
 TEST(BenchmarkFiguresTest, FixedBaselinesAreGivenAndNamed) {
-  const std::set<std::string> areas = {"actors", "npu", "compile", "ops", "v1", "v2", "weights", "gpt2", "tiling", "pipeline"};
+  const std::set<std::string> areas = {"actors", "npu", "compile", "ops", "v1", "v2", "weights", "gpt2", "tiling", "pipeline", "stress"};
   std::set<std::string> seen;
   for (const Area& area : Areas()) {
     seen.insert(area.name);

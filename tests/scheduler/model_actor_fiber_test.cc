@@ -15,6 +15,8 @@
 #include "npu_sim/runtime.h"
 #include "scheduler/davinci_model.h"
 #include "scheduler/model_manager.h"
+#include "graph/ir/tensor_access.h"
+#include "graph/ir/text_format.h"
 #include "scheduler/session.h"
 #include "synthetic/graphs.h"
 #include "scheduler_testing.h"
@@ -141,6 +143,57 @@ TEST(ModelActorFibers, SessionGraphsFromFibersOnOneThread) {
     EXPECT_EQ(ModelManager::Get()->LoadedModels().size(), 2u) << "each graph loaded once";
     EXPECT_TRUE(s.RemoveGraph(1).ok());
     EXPECT_EQ(s.RunGraph(1, PatternInputs(*m, 1.f)).status().code(), StatusCode::kNotFound);
+    EXPECT_TRUE(s.Finalize().ok());
+  }
+  EXPECT_TRUE(ModelManager::Finalize().ok());
+}
+
+// An RT2.0 graph (an unknown batch) from more fibers of one thread than it has instances: a
+// fiber that finds every instance busy waits for one as a fiber. It blocked the thread on a
+// condition variable, so the fiber holding the instance never ran again (npuflow stress found it).
+TEST(ModelActorFibers, Rt2GraphFromMoreFibersThanInstancesOnOneThread) {
+  constexpr int kFibers = 8, kRuns = 4;
+  graph::RegisterBuiltinOps();
+  const char* text = R"pb(
+    node { name: "x" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { symbol: "n" } dim { size: 4 } } } } }
+    node { name: "a" op: "Relu" input: "x" }
+    node { name: "b" op: "Tanh" input: "a" }
+    node { name: "out" op: "NetOutput" input: "b" }
+  )pb";
+  ASSERT_TRUE(ModelManager::Initialize({.chips = {"910B"}, .workers = 1}).ok());
+  {
+    auto session = Session::Create({{"npuflow.executionStreams", "2"}});
+    ASSERT_TRUE(session.ok()) << session.status();
+    Session& s = **session;
+    ASSERT_TRUE(s.AddGraph(1, *graph::ParseGraphText(text, "dynamic")).ok());
+    ASSERT_TRUE(s.LoadGraph(1).ok());
+    auto input = [](int f, int r) {
+      return test::FilledF32(graph::Shape{1 + f % 3, 4}, [f, r](std::size_t i) { return 0.1f * (f - r) + 0.01f * i - 0.2f; });
+    };
+    std::vector<Status> errors(kFibers);
+    std::vector<std::vector<std::vector<Tensor>>> got(kFibers);
+    auto done = std::async(std::launch::async, [&] {
+      std::vector<boost::fibers::fiber> fibers;
+      for (int f = 0; f < kFibers; ++f)
+        fibers.emplace_back([&, f] {
+          for (int r = 0; r < kRuns && errors[f].ok(); ++r) {
+            auto out = s.RunGraph(1, {input(f, r)});
+            if (out.ok()) got[f].push_back(std::move(*out));
+            else errors[f] = out.status();
+          }
+        });
+      for (auto& fiber : fibers) fiber.join();
+    });
+    ASSERT_EQ(done.wait_for(std::chrono::seconds(120)), std::future_status::ready) << "deadlock";
+    for (int f = 0; f < kFibers; ++f) {
+      ASSERT_TRUE(errors[f].ok()) << "fiber " << f << ": " << errors[f];
+      for (int r = 0; r < kRuns; ++r) {
+        auto want = s.RunGraph(1, {input(f, r)});
+        ASSERT_TRUE(want.ok()) << want.status();
+        EXPECT_EQ(got[f][r], *want) << "fiber " << f << " run " << r;
+      }
+    }
     EXPECT_TRUE(s.Finalize().ok());
   }
   EXPECT_TRUE(ModelManager::Finalize().ok());

@@ -329,6 +329,50 @@ TEST_F(SchedulerRunLoop, LoopTimeoutFromRunLoopStartStopsIt) {
   EXPECT_TRUE(WithDeadline("RunLoop::Stop after a timeout", [&] { return (*loop)->Stop(); }).ok());
 }
 
+// Unloading a model whose Run loop is running stops the loop first: the item in flight (here one
+// hung on the device) and later pushes get Aborted naming the unload. The loop used to go on
+// submitting to the unloaded model's destroyed execution stream ("npu_sim: no device -1", or a
+// stream id another model reuses); npuflow stress --scenario weights found it.
+TEST_F(SchedulerRunLoop, UnloadingTheModelStopsItsRunLoopFirst) {
+  LoadChain({});
+  auto loop = RunLoop::Start(model_, std::nullopt);
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  Answer first;
+  ASSERT_TRUE((*loop)->Push({Input(1.f)}, first.Callback()).ok());
+  std::pair<Status, std::vector<Tensor>> r;
+  ASSERT_TRUE(first.Wait(r));
+  ASSERT_TRUE(r.first.ok()) << r.first;
+
+  Inject(FaultKind::kHang);
+  Answer hung;
+  ASSERT_TRUE((*loop)->Push({Input(2.f)}, hung.Callback()).ok());
+  Status unloaded = WithDeadline("Unload with a Run loop in flight",
+                                 [&] { return ModelManager::Get()->Unload(model_->id()); });
+  EXPECT_TRUE(unloaded.ok()) << unloaded;
+  ASSERT_TRUE(hung.Wait(r));
+  EXPECT_EQ(r.first.code(), StatusCode::kAborted) << r.first;
+  EXPECT_NE(r.first.message().find("unloaded"), std::string_view::npos) << r.first;
+  EXPECT_FALSE((*loop)->running());
+
+  Answer later;
+  Status pushed = (*loop)->Push({Input(3.f)}, later.Callback());
+  if (pushed.ok()) {
+    ASSERT_TRUE(later.Wait(r));
+    pushed = r.first;
+  }
+  EXPECT_EQ(pushed.code(), StatusCode::kAborted) << pushed;
+  EXPECT_NE(pushed.message().find("unloaded"), std::string_view::npos) << pushed;
+  EXPECT_TRUE((*loop)->Stop().ok());
+  EXPECT_EQ(RunLoop::Start(model_, std::nullopt).status().code(), StatusCode::kAborted);
+
+  // The session loads the graph again, with a Run loop of its own.
+  Answer again;
+  ASSERT_TRUE(Async(Input(4.f), again).ok());
+  ASSERT_TRUE(again.Wait(r));
+  ASSERT_TRUE(r.first.ok()) << r.first;
+  EXPECT_TRUE(IsExpected(r.second, Input(4.f)));
+}
+
 // ---- NnExecute / RunGraph: a timeout fails the call, the model runs again ---------------------
 
 TEST_F(SchedulerRunLoop, RunGraphTimeoutThenRunsAgain) {

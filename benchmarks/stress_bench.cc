@@ -1,0 +1,94 @@
+// The stress area (`npuflow bench stress`): requests per second of the inference storm
+// (stress/storm.h) on a small model with 10, 1,000 and 10,000 client fibers, each against the
+// same number of the same requests issued back to back by one plain thread, measured in the same
+// run. Both sides run the whole storm machinery (a ticket per request, RunGraph with host
+// tensors, the output compared with the interpreter's, the leak check after), with no schedule
+// perturbation; the time is from the first request to the last (loading and compiling the model
+// are outside it). The ratio is what running the clients concurrently buys over one caller.
+#include "benchmarks/stress_bench.h"
+
+#include <algorithm>
+#include <string>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include "stress/storm.h"
+
+namespace npuflow::bench {
+namespace {
+
+constexpr int kClients[] = {10, 1000, 10000};
+
+std::int64_t Requests(int clients) { return std::max<std::int64_t>(4000, 2 * static_cast<std::int64_t>(clients)); }
+
+stress::StressOptions Storm(int clients, bool one_thread) {
+  stress::StressOptions o;
+  o.scenario = "storm";
+  o.models = "mlp";
+  o.mix = stress::ParseMix("rungraph=1").value();
+  o.streams = 2;
+  o.requests = Requests(clients);
+  o.perturb = "none";
+  o.workers = 2;
+  o.seed = 1;
+  if (one_thread) {
+    o.clients = 1;
+    o.host_mode = "threads";
+  } else {
+    o.clients = clients;
+    o.host_mode = "fibers";
+    o.host_threads = 2;
+  }
+  return o;
+}
+
+void RunStorm(benchmark::State& state, int clients, bool one_thread) {
+  const stress::StressOptions o = Storm(clients, one_thread);
+  std::int64_t requests = 0;
+  for (auto _ : state) {
+    auto r = stress::RunStress(o);
+    if (!r.ok()) {
+      state.SkipWithError(std::string(r.status().message()).c_str());
+      return;
+    }
+    if (!r->report.passed()) {
+      state.SkipWithError(("the storm failed: " + r->report.Verdict()).c_str());
+      return;
+    }
+    state.SetIterationTime(r->report.wall_s);
+    requests += static_cast<std::int64_t>(r->report.requests);
+  }
+  state.SetItemsProcessed(requests);
+}
+
+std::string StormName(int clients) { return fmt::format("BM_StressStorm_{}", clients); }
+std::string OneThreadName(int clients) { return fmt::format("BM_StressOneThread_{}", clients); }
+
+}  // namespace
+
+void RegisterStressBenchmarks() {
+  for (int c : kClients) {
+    benchmark::RegisterBenchmark(StormName(c).c_str(), [c](benchmark::State& s) { RunStorm(s, c, false); })
+        ->UseManualTime()
+        ->Iterations(1);
+    benchmark::RegisterBenchmark(OneThreadName(c).c_str(), [c](benchmark::State& s) { RunStorm(s, c, true); })
+        ->UseManualTime()
+        ->Iterations(1);
+  }
+}
+
+std::vector<Figure> StressFigures(const Results& r) {
+  std::vector<Figure> figures;
+  for (int c : kClients) {
+    figures.push_back({fmt::format("stress_storm_rps_{}_fibers", c), Rate(r, StormName(c)),
+                       "requests/s", Rate(r, OneThreadName(c)),
+                       fmt::format("the same {} RunGraph requests on the same model (mlp, 2 execution streams), issued "
+                                   "back to back by one plain thread, same run",
+                                   Requests(c)),
+                       ""});
+  }
+  return figures;
+}
+
+}  // namespace npuflow::bench
