@@ -682,9 +682,7 @@ std::vector<Figure> Gpt2RaceFigures(const Results& r) {
   const double off = Counter(r, "BM_Gpt2RaceDetect", "off_tokens_per_second");
   return {
       {"gpt2_decode_race_detect_tokens_per_second", on, "tok/s", off,
-       "the same decode with the race detector off, 1 thread, same run (alternating)", "ratio >= 0.5"},
-      {"gpt2_decode_race_detect_slowdown", on > 0 ? off / on : 0, "x", 2.0,
-       "the goal: at most 2x slower with the detector on", "ratio <= 1"},
+       "the same decode with the race detector off, 1 thread, same run (alternating); the goal is at most 2x slower", "ratio >= 0.5"},
       {"gpt2_decode_race_detect_races", Counter(r, "BM_Gpt2RaceDetect", "races"), "races", 0,
        "none expected (accesses checked: " + fmt::format("{:.0f}", Counter(r, "BM_Gpt2RaceDetect", "accesses_checked")) +
            ")", ""},

@@ -13,6 +13,7 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include "benchmarks/gpt2_bench.h"
 #include "stress/storm.h"
 
 namespace npuflow::bench {
@@ -76,6 +77,7 @@ void RegisterStressBenchmarks() {
         ->UseManualTime()
         ->Iterations(1);
   }
+  RegisterGpt2RaceBenchmarks();
 }
 
 std::vector<Figure> StressFigures(const Results& r) {
@@ -88,6 +90,7 @@ std::vector<Figure> StressFigures(const Results& r) {
                                    Requests(c)),
                        ""});
   }
+  for (Figure& f : Gpt2RaceFigures(r)) figures.push_back(std::move(f));
   return figures;
 }
 
