@@ -153,9 +153,18 @@ proto::AttrValue ToProto(const AttrValue& v) {
         else if constexpr (std::is_same_v<T, double>) out.set_f(x);
         else if constexpr (std::is_same_v<T, std::string>) out.set_s(x);
         else if constexpr (std::is_same_v<T, bool>) out.set_b(x);
-        else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) for (auto e : x) out.mutable_ints()->add_val(e);
-        else if constexpr (std::is_same_v<T, std::vector<double>>) for (auto e : x) out.mutable_floats()->add_val(e);
-        else if constexpr (std::is_same_v<T, std::vector<std::string>>) for (auto& e : x) out.mutable_strs()->add_val(e);
+        // A list sets its case even when empty (mutable_*() first): an unset value would read
+        // back as "attribute without a value".
+        else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
+          auto* list = out.mutable_ints();
+          for (auto e : x) list->add_val(e);
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          auto* list = out.mutable_floats();
+          for (auto e : x) list->add_val(e);
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          auto* list = out.mutable_strs();
+          for (const auto& e : x) list->add_val(e);
+        }
         else if constexpr (std::is_same_v<T, Tensor>) *out.mutable_tensor() = ToProto(x);
         else if constexpr (std::is_same_v<T, DataType>) out.set_type(ToProto(x));
         else if constexpr (std::is_same_v<T, Shape>) *out.mutable_shape() = ToProto(x);

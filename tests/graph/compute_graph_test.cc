@@ -45,6 +45,24 @@ TEST(ComputeGraph, TextRoundTripIsStable) {
   EXPECT_EQ(PrintGraphText(**again), printed);
 }
 
+// Found by fuzz_graph_text: an empty list attribute printed as a value with no kind ("value {
+// }"), which the reader refuses, so `--dump-after` output and .om files holding one did not read
+// back. The fuzzer's input was a compiled graph whose "_mem" list it had emptied.
+TEST(ComputeGraph, EmptyListAttributesPrintAndReadBack) {
+  auto g = ParseGraphText(R"pb(node { name: "x" op: "Data" attr { key: "_mem" value { strs { } } }
+                                 attr { key: "perm" value { ints { } } } attr { key: "scales" value { floats { } } } })pb",
+                          "lists.pbtxt");
+  ASSERT_TRUE(g.ok()) << g.status();
+  const std::string printed = PrintGraphText(**g);
+  auto again = ParseGraphText(printed, "printed");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << printed;
+  EXPECT_EQ(PrintGraphText(**again), printed);
+  const OpDesc& op = (*again)->FindNode("x")->op();
+  EXPECT_EQ(op.Attr<std::vector<std::string>>("_mem").value(), std::vector<std::string>{});
+  EXPECT_EQ(op.Attr<std::vector<std::int64_t>>("perm").value(), std::vector<std::int64_t>{});
+  EXPECT_EQ(op.Attr<std::vector<double>>("scales").value(), std::vector<double>{});
+}
+
 TEST(ComputeGraph, TopologicalOrderIsStableAndRespectsControlEdges) {
   auto g = ParseGraphText(R"pb(
     node { name: "late" op: "Relu" input: "early" input: "^side" }

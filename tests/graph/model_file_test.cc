@@ -240,6 +240,22 @@ TEST_F(ModelFileTest, EveryFieldRoundTrips) {
   ExpectSameModel(original, *parsed);
 }
 
+// The writer stores attributes as the text format does: an empty list must read back (it was
+// written as a value of no kind, and the reader called the file corrupted; found by
+// fuzz_graph_text).
+TEST_F(ModelFileTest, EmptyListAttributesRoundTrip) {
+  CompiledModel model = MakeModel();
+  model.graph->FindNode("act")->op().SetAttr("_mem", std::vector<std::string>{});
+  model.graph->FindNode("act")->op().SetAttr("perm", std::vector<std::int64_t>{});
+  ASSERT_TRUE(WriteModelFile(model, path_).ok());
+  auto read = ReadModelFile(path_);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->graph->FindNode("act")->op().Attr<std::vector<std::string>>("_mem").value(),
+            std::vector<std::string>{});
+  EXPECT_EQ(read->graph->FindNode("act")->op().Attr<std::vector<std::int64_t>>("perm").value(),
+            std::vector<std::int64_t>{});
+}
+
 TEST_F(ModelFileTest, HeaderLayout) {
   ASSERT_GE(good_.size(), kModelFileHeaderBytes);
   EXPECT_EQ(good_.substr(0, 8), "NPUFLWOM");
