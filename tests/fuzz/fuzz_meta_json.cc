@@ -1,0 +1,84 @@
+// libFuzzer target: the two JSON files of external weights (weights/convert.h).
+//
+// The input is a weight directory's meta.json, read by ConvertConstToFileConstant as `npuflow
+// compile --external_weight 1|2 --external_weight_dir DIR` reads it: the fixed graph of
+// weights_fixture.h is converted in mode 2 and in mode 1, each into a directory that holds the
+// weight files an earlier compile of that graph wrote and the fuzzed meta.json. A compile that
+// succeeds must leave every FileConstant inside its file (read back with
+// ConvertFileConstantToConst). The same input is then parsed as ge.exec.value_bins
+// (ParseValueBins, `--value_bins JSON`), and good value bins resolve a graph's file ids.
+//
+// The directory is relative ("w", the process works in its scratch directory), so the seeds'
+// meta.json, written by the same conversion, names files that exist here.
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "graph/ir/text_format.h"
+#include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/weights_fixture.h"
+#include "weights/convert.h"
+
+namespace {
+
+using namespace npuflow;
+namespace fs = std::filesystem;
+
+std::unique_ptr<graph::ComputeGraph> Graph(std::string_view text) {
+  auto g = graph::ParseGraphText(text, "fixture");
+  if (!g.ok()) std::abort();
+  return std::move(*g);
+}
+
+weights::ConvertOptions Options(weights::ExternalWeightMode mode) {
+  return {.mode = mode, .dir = "w", .model_name = std::string(fuzz::kWeightsModelName), .writers = 1};
+}
+
+// "pristine": the weight files of one mode-2 and one mode-1 compile of the fixture, made once.
+void MakePristine() {
+  fs::remove_all("pristine");
+  for (auto mode : {weights::ExternalWeightMode::kCombined, weights::ExternalWeightMode::kPerWeight}) {
+    auto g = Graph(fuzz::kWeightsGraph);
+    if (!weights::ConvertConstToFileConstant(*g, Options(mode)).ok()) std::abort();
+  }
+  fs::remove("w/meta.json");
+  fs::rename("w", "pristine");
+}
+
+void ConvertWith(const std::uint8_t* meta, std::size_t size, weights::ExternalWeightMode mode) {
+  fs::remove_all("w");
+  fs::copy("pristine", "w");
+  fuzz::WriteInput("w/meta.json", meta, size);
+  auto g = Graph(fuzz::kWeightsGraph);
+  if (!weights::ConvertConstToFileConstant(*g, Options(mode)).ok()) return;
+  if (Status back = weights::ConvertFileConstantToConst(*g); !back.ok()) {
+    std::fprintf(stderr, "a compile that succeeded left a FileConstant outside its file: %s\n",
+                 std::string(back.message()).c_str());
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const bool ready = [] {
+    if (::chdir(fuzz::ScratchDir("meta-json").c_str()) != 0) std::abort();
+    MakePristine();
+    return true;
+  }();
+  (void)ready;
+  ConvertWith(data, size, weights::ExternalWeightMode::kCombined);
+  ConvertWith(data, size, weights::ExternalWeightMode::kPerWeight);
+
+  auto bins = weights::ParseValueBins(std::string_view(reinterpret_cast<const char*>(data), size));
+  if (!bins.ok()) return 0;
+  auto g = Graph(fuzz::ValueBinGraphText("w/fuzz_weight_combined"));
+  (void)weights::ResolveFileConstantLocations(*g, *bins);
+  return 0;
+}
