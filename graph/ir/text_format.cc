@@ -72,8 +72,12 @@ StatusOr<Tensor> FromProto(const proto::TensorDef& t, std::string_view where) {
   Tensor out;
   NPUFLOW_ASSIGN_OR_RETURN(out.desc.dtype, FromProto(t.dtype(), where));
   NPUFLOW_ASSIGN_OR_RETURN(out.desc.shape, FromProto(t.shape(), where));
+  if (!out.desc.shape.is_static())
+    return Status::ParamInvalid("{}: a constant tensor needs a static shape, got {}", where, out.desc.shape.ToString());
   auto bytes = out.desc.bytes();
-  if (!bytes) return Status::ParamInvalid("{}: a constant tensor needs a static shape, got {}", where, out.desc.shape.ToString());
+  if (!bytes)
+    return Status::ParamInvalid("{}: a constant tensor of {} is too large: its size in bytes does not fit 64 bits",
+                                where, out.desc.ToString());
   const std::size_t elems = static_cast<std::size_t>(*out.desc.shape.num_elements());
   if (!t.data().empty()) {
     if (t.data().size() != *bytes)
@@ -104,6 +108,11 @@ StatusOr<Tensor> FromProto(const proto::TensorDef& t, std::string_view where) {
       }
     }
   } else {
+    if (*bytes > kMaxZeroLiteralBytes)
+      return Status::ParamInvalid(
+          "{}: a constant tensor of {} without values would be {} bytes of zeros, more than the {} the reader fills "
+          "in; give its values, or keep a weight this large in a FileConstant",
+          where, out.desc.ToString(), *bytes, kMaxZeroLiteralBytes);
     out.data.assign(*bytes, 0);  // an empty literal is zeros
   }
   return out;

@@ -2,6 +2,7 @@
 // gets.
 #include <cstring>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "graph/ir/compute_graph.h"
@@ -133,6 +134,42 @@ TEST(ComputeGraph, ConstantTensorsAreCheckedAgainstTheirShape) {
   auto wrong = ParseGraphText(R"pb(node { name: "c" op: "Const" attr { key: "value" value { tensor {
       dtype: DT_FLOAT shape { dim { size: 3 } } float_val: 1 } } } })pb", "g");
   EXPECT_NE(wrong.status().message().find("1 float_val for 3 elements"), std::string_view::npos) << wrong.status();
+}
+
+// A constant's size comes from its shape before any value is read. A shape whose byte size does
+// not fit 64 bits wrapped around to a small size (0 for i64[2^31, 2^30]: a tensor of 2^61
+// elements with no bytes, which the summary printer then read past); a constant without values
+// was zeros of any size its shape named (40 GB for f32[100000, 100000] in 100 bytes of text).
+// Both crafted while writing fuzz_graph_text and confirmed with it (UBSan, ASan out of memory).
+TEST(ComputeGraph, AConstantsSizeIsCheckedBeforeItsZerosAreAllocated) {
+  auto message = [](std::string_view dtype, std::string_view dims) {
+    auto g = ParseGraphText(fmt::format(R"pb(node {{ name: "c" op: "Const" attr {{ key: "value" value {{ tensor {{
+                                            dtype: {} shape {{ {} }} }} }} }} }})pb",
+                                        dtype, dims),
+                            "big.pbtxt");
+    EXPECT_FALSE(g.ok()) << dims;
+    EXPECT_EQ(g.status().code(), StatusCode::kParamInvalid);
+    return std::string(g.status().message());
+  };
+  EXPECT_EQ(message("DT_INT64", "dim { size: 2147483648 } dim { size: 1073741824 }"),
+            "big.pbtxt: node 'c' attribute 'value': a constant tensor of i64[2147483648, 1073741824] is too large: its "
+            "size in bytes does not fit 64 bits");
+  EXPECT_EQ(message("DT_FLOAT", "dim { size: 100000 } dim { size: 100000 }"),
+            "big.pbtxt: node 'c' attribute 'value': a constant tensor of f32[100000, 100000] without values would be "
+            "40000000000 bytes of zeros, more than the 16777216 the reader fills in; give its values, or keep a weight "
+            "this large in a FileConstant");
+  EXPECT_EQ(message("DT_UINT8", "dim { size: 16777217 }"),
+            "big.pbtxt: node 'c' attribute 'value': a constant tensor of u8[16777217] without values would be 16777217 "
+            "bytes of zeros, more than the 16777216 the reader fills in; give its values, or keep a weight this large "
+            "in a FileConstant");
+  auto limit = ParseGraphText(R"pb(node { name: "c" op: "Const" attr { key: "value" value { tensor {
+                                 dtype: DT_UINT8 shape { dim { size: 16777216 } } } } } })pb",
+                              "limit.pbtxt");
+  ASSERT_TRUE(limit.ok()) << limit.status();
+  EXPECT_EQ((*limit)->FindNode("c")->op().Attr<Tensor>("value")->data, std::vector<std::uint8_t>(kMaxZeroLiteralBytes, 0));
+  EXPECT_EQ((TensorDesc{DataType::kInt64, Shape{std::int64_t{1} << 31, std::int64_t{1} << 30}}.bytes()), std::nullopt);
+  EXPECT_EQ((TensorDesc{DataType::kInt64, Shape{std::int64_t{1} << 30, std::int64_t{1} << 30}}.bytes()),
+            std::uint64_t{1} << 63);
 }
 
 TEST(ComputeGraph, PartitionedCallsOwnSubgraphsOfTheRoot) {
