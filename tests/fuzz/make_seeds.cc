@@ -180,7 +180,10 @@ void GgmlSeeds(Corpus& corpus, const fs::path& work) {
     Must(synthetic::WriteGpt2File(path.string(), v.options), "make-gpt2 " + v.name);
     corpus.AddFile("ggml", v.name, path);
   }
-  std::set<std::string> words = {"lmgg", "model/", "model/h", "model/h1/", "model/h10/"};
+  // The magic, names, and int32 extremes for the sizes (as the file stores them, little-endian).
+  std::set<std::string> words = {"lmgg", "model/", "model/h", "model/h1/", "model/h10/", std::string("\xff\xff\xff\x7f"),
+                                 std::string("\x00\x00\x00\x80"), std::string("\xff\xff\xff\xff"),
+                                 std::string("\x00\x00\x01\x00")};
   gpt2::Gpt2HParams hp{.n_vocab = 8, .n_ctx = 2, .n_embd = 4, .n_head = 2, .n_layer = 2};
   gpt2::ForEachTensor(hp, true, [&](const gpt2::TensorSpec& t) {
     words.insert(t.name);
@@ -234,7 +237,11 @@ void ModelSeeds(Corpus& corpus, const std::vector<Compiled>& models, const fs::p
     // The readers must take what the writer wrote: a seed they refuse would fuzz nothing.
     Must(graph::ReadModelFile(encrypted.string(), &key).status(), "reading back " + c.name);
   }
-  std::set<std::string> words = {std::string(graph::kModelFileMagic), std::string(kEncryptedMagic)};
+  // The magics, op names, and protobuf varints of 2^32 and 2^64 - 1 (sizes and offsets that
+  // overflow what they are added to or multiplied with).
+  std::set<std::string> words = {std::string(graph::kModelFileMagic), std::string(kEncryptedMagic),
+                                 std::string("\x80\x80\x80\x80\x10"),
+                                 std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")};
   for (const std::string& op : graph::OpRegistry::Global().Types()) words.insert(op);
   corpus.Dict("om", words);
   corpus.Dict("om_encrypted", {std::string(kEncryptedMagic), std::string(graph::kModelFileMagic)});
@@ -270,7 +277,9 @@ void GraphTextSeeds(Corpus& corpus, const std::vector<Compiled>& models, const f
 
   std::set<std::string> words = {"{", "}", ":", "\"", "^", ":1", "subgraph", "_stage", "index", "axis", "value",
                                  "then_branch", "else_branch", "cond", "body", "max_iterations", "location",
-                                 "file_path", "file_id", "offset", "length", "_sha256", "original_shape"};
+                                 "file_path", "file_id", "offset", "length", "_sha256", "original_shape",
+                                 // sizes whose products overflow, or that would allocate gigabytes
+                                 "100000", "2147483648", "4294967296", "9223372036854775807", "-1"};
   std::set<const google::protobuf::Descriptor*> seen;
   ProtoWords(proto::GraphDef::descriptor(), words, seen);
   for (const std::string& op : graph::OpRegistry::Global().Types()) words.insert(op);
