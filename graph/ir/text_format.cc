@@ -310,6 +310,10 @@ StatusOr<std::unique_ptr<ComputeGraph>> ParseGraphText(std::string_view text, st
   google::protobuf::TextFormat::Parser parser;
   ErrorCollector errors;
   parser.RecordErrorsTo(&errors);
+  // TextFormat recurses once per nested message and, unlike the binary parser, sets no limit of
+  // its own: 2.6 MB of "subgraph {" overflowed the stack. A graph nests 8 deep (subgraph, node,
+  // attr, value, tensor, shape, dim); 100 is the binary parser's default.
+  parser.SetRecursionLimit(kMaxTextNesting);
   if (!parser.ParseFromString(std::string(text), &def))
     return Status::ParamInvalid("{}: {}", source, errors.first.empty() ? "not a graph in text format" : errors.first);
   return FromGraphDef(def, source);

@@ -18,6 +18,9 @@ namespace npuflow::graph {
 // (`data`, `float_val`, `int_val`), or live in a weight file as a FileConstant.
 inline constexpr std::uint64_t kMaxZeroLiteralBytes = std::uint64_t{16} << 20;
 
+// Messages nested deeper than this in a graph text are a syntax error (the parser recurses).
+inline constexpr int kMaxTextNesting = 100;
+
 // A ComputeGraph from a GraphDef. Errors name `source`, the node and what was wrong: a bad input
 // reference ("x:a"), an input naming no node (dangling edge), an output index the producer does
 // not have (when its outputs are declared), a missing or unknown subgraph, a bad dtype.

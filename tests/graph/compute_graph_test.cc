@@ -172,6 +172,27 @@ TEST(ComputeGraph, AConstantsSizeIsCheckedBeforeItsZerosAreAllocated) {
             std::uint64_t{1} << 63);
 }
 
+// The text parser recursed once per nested message without a limit: 2.6 MB of "subgraph {"
+// overflowed the stack (crafted while writing fuzz_graph_text, whose inputs stay too short to
+// nest that deep). Deeper than kMaxTextNesting is a syntax error naming the place.
+TEST(ComputeGraph, NestingDeeperThanTheLimitIsASyntaxError) {
+  auto nested = [](int depth) {
+    std::string text;
+    for (int i = 0; i < depth; ++i) text += "subgraph { ";
+    for (int i = 0; i < depth; ++i) text += "} ";
+    return text;
+  };
+  auto deep = ParseGraphText(nested(200000), "deep.pbtxt");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().code(), StatusCode::kParamInvalid);
+  EXPECT_EQ(deep.status().message(),
+            "deep.pbtxt: line 1, column 1110: Message is too deep, the parser exceeded the configured recursion limit "
+            "of 100.");
+  // Two levels (a subgraph holding one) parse and then get the IR's own error.
+  EXPECT_EQ(ParseGraphText(nested(2), "two.pbtxt").status().message(),
+            "two.pbtxt: subgraph '' has subgraphs of its own; only the root may");
+}
+
 TEST(ComputeGraph, PartitionedCallsOwnSubgraphsOfTheRoot) {
   auto g = ParseGraphText(R"pb(
     name: "root"
