@@ -17,6 +17,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -40,15 +43,23 @@ weights::ConvertOptions Options(weights::ExternalWeightMode mode) {
   return {.mode = mode, .dir = "w", .model_name = std::string(fuzz::kWeightsModelName), .writers = 1};
 }
 
-// "pristine": the weight files of one mode-2 and one mode-1 compile of the fixture, made once.
-void MakePristine() {
-  fs::remove_all("pristine");
+// The weight files of one mode-2 and one mode-1 compile of the fixture (file name -> bytes), made
+// once. Kept in memory and written back before every input: std::filesystem::copy gave up with
+// EINTR when libFuzzer's timer signal arrived during the copy.
+using WeightFiles = std::map<std::string, std::string>;
+
+WeightFiles MakePristine() {
   for (auto mode : {weights::ExternalWeightMode::kCombined, weights::ExternalWeightMode::kPerWeight}) {
     auto g = Graph(fuzz::kWeightsGraph);
     if (!weights::ConvertConstToFileConstant(*g, Options(mode)).ok()) std::abort();
   }
-  fs::remove("w/meta.json");
-  fs::rename("w", "pristine");
+  WeightFiles files;
+  for (const auto& entry : fs::directory_iterator("w")) {
+    if (entry.path().filename() == "meta.json") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    files[entry.path().filename().string()] = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  return files;
 }
 
 // Whether every FileConstant's file is one the compile kept: in the weight directory, and not
@@ -66,9 +77,13 @@ bool OnlyWeightFiles(const graph::ComputeGraph& g) {
   return true;
 }
 
-void ConvertWith(const std::uint8_t* meta, std::size_t size, weights::ExternalWeightMode mode) {
-  fs::remove_all("w");
-  fs::copy("pristine", "w");
+void ConvertWith(const WeightFiles& pristine, const std::uint8_t* meta, std::size_t size,
+                 weights::ExternalWeightMode mode) {
+  std::error_code ec;
+  fs::remove_all("w", ec);
+  fs::create_directory("w", ec);
+  if (ec) std::abort();
+  for (const auto& [name, bytes] : pristine) fuzz::WriteInput(fs::path("w") / name, bytes);
   fuzz::WriteInput("w/meta.json", meta, size);
   auto g = Graph(fuzz::kWeightsGraph);
   if (!weights::ConvertConstToFileConstant(*g, Options(mode)).ok() || !OnlyWeightFiles(*g)) return;
@@ -82,14 +97,12 @@ void ConvertWith(const std::uint8_t* meta, std::size_t size, weights::ExternalWe
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const bool ready = [] {
+  static const WeightFiles pristine = [] {
     if (::chdir(fuzz::ScratchDir("meta-json").c_str()) != 0) std::abort();
-    MakePristine();
-    return true;
+    return MakePristine();
   }();
-  (void)ready;
-  ConvertWith(data, size, weights::ExternalWeightMode::kCombined);
-  ConvertWith(data, size, weights::ExternalWeightMode::kPerWeight);
+  ConvertWith(pristine, data, size, weights::ExternalWeightMode::kCombined);
+  ConvertWith(pristine, data, size, weights::ExternalWeightMode::kPerWeight);
 
   auto bins = weights::ParseValueBins(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!bins.ok()) return 0;

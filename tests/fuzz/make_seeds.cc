@@ -141,6 +141,7 @@ class Corpus {
     fs::create_directories(out_ / "dicts");
     std::string text;
     for (const std::string& w : words) {
+      if (w.empty()) Fail("dictionary " + target, Status::Internal("an empty entry, which libFuzzer refuses"));
       std::string escaped;
       for (unsigned char c : w) {
         if (c == '"' || c == '\\') escaped += fmt::format("\\{}", static_cast<char>(c));
@@ -181,9 +182,9 @@ void GgmlSeeds(Corpus& corpus, const fs::path& work) {
     corpus.AddFile("ggml", v.name, path);
   }
   // The magic, names, and int32 extremes for the sizes (as the file stores them, little-endian).
-  std::set<std::string> words = {"lmgg", "model/", "model/h", "model/h1/", "model/h10/", std::string("\xff\xff\xff\x7f"),
-                                 std::string("\x00\x00\x00\x80"), std::string("\xff\xff\xff\xff"),
-                                 std::string("\x00\x00\x01\x00")};
+  using namespace std::string_literals;  // "\0..."s keeps its zero bytes
+  std::set<std::string> words = {"lmgg", "model/", "model/h", "model/h1/", "model/h10/", "\xff\xff\xff\x7f"s,
+                                 "\x00\x00\x00\x80"s, "\xff\xff\xff\xff"s, "\x00\x00\x01\x00"s};
   gpt2::Gpt2HParams hp{.n_vocab = 8, .n_ctx = 2, .n_embd = 4, .n_head = 2, .n_layer = 2};
   gpt2::ForEachTensor(hp, true, [&](const gpt2::TensorSpec& t) {
     words.insert(t.name);
