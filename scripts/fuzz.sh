@@ -55,7 +55,7 @@ build_targets=(npuflow_fuzz_seeds)
 for t in "${run_targets[@]}"; do build_targets+=("fuzz_$t"); done
 cmake --build "$BUILD" -j "$(nproc)" --target "${build_targets[@]}" >&2 || exit 1
 
-out="$ROOT/$BUILD/fuzz"
+case "$BUILD" in /*) out="$BUILD/fuzz" ;; *) out="$ROOT/$BUILD/fuzz" ;; esac
 mkdir -p "$out/logs"
 "$BUILD/tests/fuzz/npuflow_fuzz_seeds" "$out" >&2 || exit 1
 
@@ -82,6 +82,17 @@ for t in "${run_targets[@]}"; do
   say "fuzz $t: ${runs:-0} runs in $seconds s, ${rate:-0} exec/s, $crash_count crashes"
   if [ "$crash_count" -eq 0 ]; then
     passed=$((passed + 1))
+    # libFuzzer adds every input that found something and never removes one; past 1000 files the
+    # corpus is merged down to the inputs that still add coverage (the next run loads them all).
+    if [ "$(find "$corpus" -maxdepth 1 -type f | wc -l)" -gt 1000 ]; then
+      rm -rf "$corpus.merged" && mkdir -p "$corpus.merged"
+      if "$BUILD/tests/fuzz/fuzz_$t" -merge=1 -timeout=10 -rss_limit_mb=2048 "$corpus.merged" "$corpus" >>"$log" 2>&1; then
+        rm -rf "$corpus" && mv "$corpus.merged" "$corpus"
+        say "fuzz $t: corpus merged to $(find "$corpus" -maxdepth 1 -type f | wc -l) inputs"
+      else
+        rm -rf "$corpus.merged"
+      fi
+    fi
   else
     failed=$((failed + 1))
     say "fuzz $t FAILED (exit $rc); the end of $BUILD/fuzz/logs/$t.log:"
