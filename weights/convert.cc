@@ -216,7 +216,7 @@ StatusOr<Meta> ParseMeta(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     return Status::ParamInvalid("weight meta file '{}' is not valid JSON: {}", path, e.what());
   }
   if (!j.is_object()) return Status::ParamInvalid("weight meta file '{}': expected a JSON object", path);
@@ -428,7 +428,7 @@ StatusOr<ValueBins> ParseValueBins(std::string_view json) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     return Status::ParamInvalid("ge.exec.value_bins is not valid JSON: {}", e.what());
   }
   auto list = j.is_object() ? j.find("value_bins") : j.end();

@@ -783,10 +783,18 @@ actors::Future<StatusOr<WeightLoadReport>> WeightLoader::Load(WeightLoadRequest 
             Status::DataCorrupted("weight file '{}': truncated encrypted header", path));
       std::uint64_t n = 0;
       for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(head[20 + i])) << (8 * i);
-      if (n + kEncryptedHeaderBytes + kGcmTagBytes != plain)
+      // Compared by subtracting from the file's size: n + header + tag wraps around for an n near
+      // 2^64, and a file shorter than header + tag would have passed with such an n.
+      constexpr std::uint64_t kFraming = kEncryptedHeaderBytes + kGcmTagBytes;
+      if (plain < kFraming)
         return actors::Future<Result>::Ready(Status::DataCorrupted(
-            "weight file '{}': the envelope announces {} bytes of weights, the file has {} bytes (expected {})", path, n,
-            plain, n + kEncryptedHeaderBytes + kGcmTagBytes));
+            "weight file '{}': the envelope announces {} bytes of weights, but the file has {} bytes, shorter than the "
+            "{}-byte header and {}-byte tag",
+            path, n, plain, kEncryptedHeaderBytes, kGcmTagBytes));
+      if (n != plain - kFraming)
+        return actors::Future<Result>::Ready(Status::DataCorrupted(
+            "weight file '{}': the envelope announces {} bytes of weights, the file has {} bytes (room for {})", path, n,
+            plain, plain - kFraming));
       plain = n;
     }
   }

@@ -72,8 +72,12 @@ StatusOr<Tensor> FromProto(const proto::TensorDef& t, std::string_view where) {
   Tensor out;
   NPUFLOW_ASSIGN_OR_RETURN(out.desc.dtype, FromProto(t.dtype(), where));
   NPUFLOW_ASSIGN_OR_RETURN(out.desc.shape, FromProto(t.shape(), where));
+  if (!out.desc.shape.is_static())
+    return Status::ParamInvalid("{}: a constant tensor needs a static shape, got {}", where, out.desc.shape.ToString());
   auto bytes = out.desc.bytes();
-  if (!bytes) return Status::ParamInvalid("{}: a constant tensor needs a static shape, got {}", where, out.desc.shape.ToString());
+  if (!bytes)
+    return Status::ParamInvalid("{}: a constant tensor of {} is too large: its size in bytes does not fit 64 bits",
+                                where, out.desc.ToString());
   const std::size_t elems = static_cast<std::size_t>(*out.desc.shape.num_elements());
   if (!t.data().empty()) {
     if (t.data().size() != *bytes)
@@ -104,6 +108,11 @@ StatusOr<Tensor> FromProto(const proto::TensorDef& t, std::string_view where) {
       }
     }
   } else {
+    if (*bytes > kMaxZeroLiteralBytes)
+      return Status::ParamInvalid(
+          "{}: a constant tensor of {} without values would be {} bytes of zeros, more than the {} the reader fills "
+          "in; give its values, or keep a weight this large in a FileConstant",
+          where, out.desc.ToString(), *bytes, kMaxZeroLiteralBytes);
     out.data.assign(*bytes, 0);  // an empty literal is zeros
   }
   return out;
@@ -153,9 +162,18 @@ proto::AttrValue ToProto(const AttrValue& v) {
         else if constexpr (std::is_same_v<T, double>) out.set_f(x);
         else if constexpr (std::is_same_v<T, std::string>) out.set_s(x);
         else if constexpr (std::is_same_v<T, bool>) out.set_b(x);
-        else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) for (auto e : x) out.mutable_ints()->add_val(e);
-        else if constexpr (std::is_same_v<T, std::vector<double>>) for (auto e : x) out.mutable_floats()->add_val(e);
-        else if constexpr (std::is_same_v<T, std::vector<std::string>>) for (auto& e : x) out.mutable_strs()->add_val(e);
+        // A list sets its case even when empty (mutable_*() first): an unset value would read
+        // back as "attribute without a value".
+        else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
+          auto* list = out.mutable_ints();
+          for (auto e : x) list->add_val(e);
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          auto* list = out.mutable_floats();
+          for (auto e : x) list->add_val(e);
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          auto* list = out.mutable_strs();
+          for (const auto& e : x) list->add_val(e);
+        }
         else if constexpr (std::is_same_v<T, Tensor>) *out.mutable_tensor() = ToProto(x);
         else if constexpr (std::is_same_v<T, DataType>) out.set_type(ToProto(x));
         else if constexpr (std::is_same_v<T, Shape>) *out.mutable_shape() = ToProto(x);
@@ -292,6 +310,10 @@ StatusOr<std::unique_ptr<ComputeGraph>> ParseGraphText(std::string_view text, st
   google::protobuf::TextFormat::Parser parser;
   ErrorCollector errors;
   parser.RecordErrorsTo(&errors);
+  // TextFormat recurses once per nested message and, unlike the binary parser, sets no limit of
+  // its own: 2.6 MB of "subgraph {" overflowed the stack. A graph nests 8 deep (subgraph, node,
+  // attr, value, tensor, shape, dim); 100 is the binary parser's default.
+  parser.SetRecursionLimit(kMaxTextNesting);
   if (!parser.ParseFromString(std::string(text), &def))
     return Status::ParamInvalid("{}: {}", source, errors.first.empty() ? "not a graph in text format" : errors.first);
   return FromGraphDef(def, source);

@@ -2,6 +2,7 @@
 // conversions between GraphDef and ComputeGraph.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -11,6 +12,14 @@
 #include "proto/graph.pb.h"
 
 namespace npuflow::graph {
+
+// A constant tensor given without values is zeros, up to this many bytes: the reader allocates
+// them, and a few bytes of text must not ask it for gigabytes. Larger constants give their values
+// (`data`, `float_val`, `int_val`), or live in a weight file as a FileConstant.
+inline constexpr std::uint64_t kMaxZeroLiteralBytes = std::uint64_t{16} << 20;
+
+// Messages nested deeper than this in a graph text are a syntax error (the parser recurses).
+inline constexpr int kMaxTextNesting = 100;
 
 // A ComputeGraph from a GraphDef. Errors name `source`, the node and what was wrong: a bad input
 // reference ("x:a"), an input naming no node (dangling edge), an output index the producer does

@@ -77,7 +77,9 @@ std::string Shape::ToString() const {
 std::optional<std::uint64_t> TensorDesc::bytes() const {
   auto n = shape.num_elements();
   if (!n) return std::nullopt;
-  return static_cast<std::uint64_t>(*n) * DataTypeSize(dtype);
+  const std::uint64_t elements = static_cast<std::uint64_t>(*n), size = DataTypeSize(dtype);
+  if (size != 0 && elements > std::numeric_limits<std::uint64_t>::max() / size) return std::nullopt;
+  return elements * size;
 }
 
 std::string TensorDesc::ToString() const { return fmt::format("{}{}", DataTypeName(dtype), shape.ToString()); }

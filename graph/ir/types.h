@@ -55,7 +55,7 @@ class Shape {
 struct TensorDesc {
   DataType dtype = DataType::kFloat32;
   Shape shape;
-  // Bytes of a static tensor; nullopt when the shape is dynamic.
+  // Bytes of a static tensor; nullopt when the shape is dynamic or the bytes do not fit 64 bits.
   std::optional<std::uint64_t> bytes() const;
   std::string ToString() const;  // "f32[2, 3]"
   friend bool operator==(const TensorDesc& a, const TensorDesc& b) { return a.dtype == b.dtype && a.shape == b.shape; }

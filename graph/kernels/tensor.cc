@@ -84,7 +84,8 @@ Status CopyElementsRun(KernelContext& ctx, const char* name, bool skip_in_place)
   if (p.input(0).num_elements() != n)
     return Status::ParamInvalid("{}: {} input elements, {} output elements", name, p.input(0).num_elements(), n);
   if (skip_in_place && v.output_addr(0) == v.input_addr(0)) return Status::Ok();  // in place: a view
-  const auto [b, e] = BlockRange(n, v.block_idx(), v.block_dim());
+  const auto range = BlockRange(n, v.block_idx(), v.block_dim());
+  const std::int64_t b = range.first, e = range.second;  // captured below: no structured binding (clang 14)
   if (b == e) return Status::Ok();
   return BySize(DataTypeSize(p.output(0).data_type()), [&]<typename T>() -> Status {
     NPUFLOW_ASSIGN_OR_RETURN(auto x, v.Input<const T>(0));
@@ -162,7 +163,8 @@ void RunGather(const Gather& g, const T* x, T* y, std::int64_t begin, std::int64
 Status RunGatherKernel(OpKernelView& v, Gather g) {
   const KernelParams& p = v.params();
   const std::int64_t n = p.output(0).num_elements();
-  const auto [b, e] = BlockRange(n, v.block_idx(), v.block_dim());
+  const auto range = BlockRange(n, v.block_idx(), v.block_dim());
+  const std::int64_t b = range.first, e = range.second;  // captured below: no structured binding (clang 14)
   if (b == e) return Status::Ok();
   g.Coalesce();
   return BySize(DataTypeSize(p.output(0).data_type()), [&]<typename T>() -> Status {
@@ -299,7 +301,8 @@ Status ConcatRun(KernelContext& ctx) {
   Pieces pieces;
   NPUFLOW_RETURN_IF_ERROR(
       MakePieces(p, p.output(0), &p.tensors[0], static_cast<int>(p.num_inputs), "op.Concat", pieces));
-  const auto [b, e] = BlockRange(p.output(0).num_elements(), v.block_idx(), v.block_dim());
+  const auto range = BlockRange(p.output(0).num_elements(), v.block_idx(), v.block_dim());
+  const std::int64_t b = range.first, e = range.second;  // captured below: no structured binding (clang 14)
   if (b == e) return Status::Ok();
   return BySize(DataTypeSize(p.output(0).data_type()), [&]<typename T>() -> Status {
     const T* src[kMaxKernelTensors] = {};
@@ -324,7 +327,8 @@ Status SplitRun(KernelContext& ctx) {
   Pieces pieces;
   NPUFLOW_RETURN_IF_ERROR(
       MakePieces(p, p.input(0), &p.tensors[1], static_cast<int>(p.num_outputs), "op.Split", pieces));
-  const auto [b, e] = BlockRange(p.input(0).num_elements(), v.block_idx(), v.block_dim());
+  const auto range = BlockRange(p.input(0).num_elements(), v.block_idx(), v.block_dim());
+  const std::int64_t b = range.first, e = range.second;  // captured below: no structured binding (clang 14)
   if (b == e) return Status::Ok();
   return BySize(DataTypeSize(p.input(0).data_type()), [&]<typename T>() -> Status {
     NPUFLOW_ASSIGN_OR_RETURN(auto x, v.Input<const T>(0));
@@ -411,7 +415,8 @@ Status CastRun(KernelContext& ctx) {
   const std::int64_t n = p.output(0).num_elements();
   if (p.input(0).num_elements() != n)
     return Status::ParamInvalid("op.Cast: {} input elements, {} output elements", p.input(0).num_elements(), n);
-  const auto [b, e] = BlockRange(n, v.block_idx(), v.block_dim());
+  const auto range = BlockRange(n, v.block_idx(), v.block_dim());
+  const std::int64_t b = range.first, e = range.second;  // captured below: no structured binding (clang 14)
   if (b == e) return Status::Ok();
   return VisitDtype(p.input(0).data_type(), [&](auto from) -> Status {
     return VisitDtype(p.output(0).data_type(), [&](auto to) -> Status {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include <unistd.h>
 
@@ -318,16 +319,22 @@ Status RestoreConstValues(const proto::ModelDef& def, proto::GraphDef& graph, st
       return Status::DataCorrupted("{}: Const '{}' keeps its value in the weights segment, which has no place for it",
                                    source, node.name());
     proto::TensorDef* t = value->second.mutable_tensor();
-    std::uint64_t bytes = 1;
-    for (const proto::Dim& d : t->shape().dim()) bytes *= static_cast<std::uint64_t>(std::max<std::int64_t>(d.size(), 0));
-    auto dtype = DataTypeFromProto(t->dtype(), source);
+    const std::string where = fmt::format("{}: Const '{}'", source, node.name());
+    auto dtype = DataTypeFromProto(t->dtype(), where);
     if (!dtype.ok()) return Status::DataCorrupted("{}", dtype.status().message());
-    bytes *= DataTypeSize(*dtype);
-    const std::uint64_t offset = at->second->ref().offset();
-    if (offset + bytes > def.weights().size())
-      return Status::DataCorrupted("{}: Const '{}' at weights+{} ({} bytes) ends past the weights ({} bytes)", source,
-                                   node.name(), offset, bytes, def.weights().size());
-    t->set_data(def.weights().substr(offset, bytes));
+    auto shape = ShapeFromProto(t->shape(), where);
+    if (!shape.ok()) return Status::DataCorrupted("{}", shape.status().message());
+    const TensorDesc desc{*dtype, std::move(*shape)};
+    const std::optional<std::uint64_t> bytes = desc.bytes();
+    if (!bytes)
+      return Status::DataCorrupted("{}: keeps its value in the weights segment, but {} has no size in bytes", where,
+                                   desc.ToString());
+    // Both from the file: compared without adding them, which could wrap around.
+    const std::uint64_t offset = at->second->ref().offset(), size = def.weights().size();
+    if (offset > size || *bytes > size - offset)
+      return Status::DataCorrupted("{} at weights+{} ({} bytes) ends past the weights ({} bytes)", where, offset, *bytes,
+                                   size);
+    t->set_data(def.weights().substr(offset, *bytes));
   }
   return Status::Ok();
 }

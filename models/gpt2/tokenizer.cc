@@ -230,7 +230,7 @@ StatusOr<std::vector<std::string>> ParseEncoderJson(std::string_view json_text, 
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     return Status::ParamInvalid("{}: not valid JSON: {}", source, e.what());
   }
   if (!json.is_object()) {

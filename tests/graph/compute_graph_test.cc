@@ -2,6 +2,7 @@
 // gets.
 #include <cstring>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "graph/ir/compute_graph.h"
@@ -43,6 +44,24 @@ TEST(ComputeGraph, TextRoundTripIsStable) {
   auto again = ParseGraphText(printed, "printed");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(PrintGraphText(**again), printed);
+}
+
+// Found by fuzz_graph_text: an empty list attribute printed as a value with no kind ("value {
+// }"), which the reader refuses, so `--dump-after` output and .om files holding one did not read
+// back. The fuzzer's input was a compiled graph whose "_mem" list it had emptied.
+TEST(ComputeGraph, EmptyListAttributesPrintAndReadBack) {
+  auto g = ParseGraphText(R"pb(node { name: "x" op: "Data" attr { key: "_mem" value { strs { } } }
+                                 attr { key: "perm" value { ints { } } } attr { key: "scales" value { floats { } } } })pb",
+                          "lists.pbtxt");
+  ASSERT_TRUE(g.ok()) << g.status();
+  const std::string printed = PrintGraphText(**g);
+  auto again = ParseGraphText(printed, "printed");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << printed;
+  EXPECT_EQ(PrintGraphText(**again), printed);
+  const OpDesc& op = (*again)->FindNode("x")->op();
+  EXPECT_EQ(op.Attr<std::vector<std::string>>("_mem").value(), std::vector<std::string>{});
+  EXPECT_EQ(op.Attr<std::vector<std::int64_t>>("perm").value(), std::vector<std::int64_t>{});
+  EXPECT_EQ(op.Attr<std::vector<double>>("scales").value(), std::vector<double>{});
 }
 
 TEST(ComputeGraph, TopologicalOrderIsStableAndRespectsControlEdges) {
@@ -115,6 +134,63 @@ TEST(ComputeGraph, ConstantTensorsAreCheckedAgainstTheirShape) {
   auto wrong = ParseGraphText(R"pb(node { name: "c" op: "Const" attr { key: "value" value { tensor {
       dtype: DT_FLOAT shape { dim { size: 3 } } float_val: 1 } } } })pb", "g");
   EXPECT_NE(wrong.status().message().find("1 float_val for 3 elements"), std::string_view::npos) << wrong.status();
+}
+
+// A constant's size comes from its shape before any value is read. A shape whose byte size does
+// not fit 64 bits wrapped around to a small size (0 for i64[2^31, 2^30]: a tensor of 2^61
+// elements with no bytes, which the summary printer then read past); a constant without values
+// was zeros of any size its shape named (40 GB for f32[100000, 100000] in 100 bytes of text).
+// Both crafted while writing fuzz_graph_text and confirmed with it (UBSan, ASan out of memory).
+TEST(ComputeGraph, AConstantsSizeIsCheckedBeforeItsZerosAreAllocated) {
+  auto message = [](std::string_view dtype, std::string_view dims) {
+    auto g = ParseGraphText(fmt::format(R"pb(node {{ name: "c" op: "Const" attr {{ key: "value" value {{ tensor {{
+                                            dtype: {} shape {{ {} }} }} }} }} }})pb",
+                                        dtype, dims),
+                            "big.pbtxt");
+    EXPECT_FALSE(g.ok()) << dims;
+    EXPECT_EQ(g.status().code(), StatusCode::kParamInvalid);
+    return std::string(g.status().message());
+  };
+  EXPECT_EQ(message("DT_INT64", "dim { size: 2147483648 } dim { size: 1073741824 }"),
+            "big.pbtxt: node 'c' attribute 'value': a constant tensor of i64[2147483648, 1073741824] is too large: its "
+            "size in bytes does not fit 64 bits");
+  EXPECT_EQ(message("DT_FLOAT", "dim { size: 100000 } dim { size: 100000 }"),
+            "big.pbtxt: node 'c' attribute 'value': a constant tensor of f32[100000, 100000] without values would be "
+            "40000000000 bytes of zeros, more than the 16777216 the reader fills in; give its values, or keep a weight "
+            "this large in a FileConstant");
+  EXPECT_EQ(message("DT_UINT8", "dim { size: 16777217 }"),
+            "big.pbtxt: node 'c' attribute 'value': a constant tensor of u8[16777217] without values would be 16777217 "
+            "bytes of zeros, more than the 16777216 the reader fills in; give its values, or keep a weight this large "
+            "in a FileConstant");
+  auto limit = ParseGraphText(R"pb(node { name: "c" op: "Const" attr { key: "value" value { tensor {
+                                 dtype: DT_UINT8 shape { dim { size: 16777216 } } } } } })pb",
+                              "limit.pbtxt");
+  ASSERT_TRUE(limit.ok()) << limit.status();
+  EXPECT_EQ((*limit)->FindNode("c")->op().Attr<Tensor>("value")->data, std::vector<std::uint8_t>(kMaxZeroLiteralBytes, 0));
+  EXPECT_EQ((TensorDesc{DataType::kInt64, Shape{std::int64_t{1} << 31, std::int64_t{1} << 30}}.bytes()), std::nullopt);
+  EXPECT_EQ((TensorDesc{DataType::kInt64, Shape{std::int64_t{1} << 30, std::int64_t{1} << 30}}.bytes()),
+            std::uint64_t{1} << 63);
+}
+
+// The text parser recursed once per nested message without a limit: 2.6 MB of "subgraph {"
+// overflowed the stack (crafted while writing fuzz_graph_text, whose inputs stay too short to
+// nest that deep). Deeper than kMaxTextNesting is a syntax error naming the place.
+TEST(ComputeGraph, NestingDeeperThanTheLimitIsASyntaxError) {
+  auto nested = [](int depth) {
+    std::string text;
+    for (int i = 0; i < depth; ++i) text += "subgraph { ";
+    for (int i = 0; i < depth; ++i) text += "} ";
+    return text;
+  };
+  auto deep = ParseGraphText(nested(200000), "deep.pbtxt");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.status().code(), StatusCode::kParamInvalid);
+  EXPECT_EQ(deep.status().message(),
+            "deep.pbtxt: line 1, column 1110: Message is too deep, the parser exceeded the configured recursion limit "
+            "of 100.");
+  // Two levels (a subgraph holding one) parse and then get the IR's own error.
+  EXPECT_EQ(ParseGraphText(nested(2), "two.pbtxt").status().message(),
+            "two.pbtxt: subgraph '' has subgraphs of its own; only the root may");
 }
 
 TEST(ComputeGraph, PartitionedCallsOwnSubgraphsOfTheRoot) {

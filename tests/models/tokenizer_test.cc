@@ -396,6 +396,10 @@ TEST(ParseEncoderJson, ReportsErrors) {
             "vocab/encoder.json: id 0 is missing: 2 keys need ids 0..1, but key 'a' has id -1");
   EXPECT_EQ(message(R"({"a": 0, "b": 1.5})"), "vocab/encoder.json: key 'b' has value 1.5, expected an integer id");
   EXPECT_EQ(message(R"({"a": "0"})"), "vocab/encoder.json: key 'a' has value \"0\", expected an integer id");
+  // nlohmann reports a number beyond a double's range as out_of_range, not parse_error (the same
+  // uncaught exception fuzz_meta_json found in weights/convert.cc).
+  EXPECT_EQ(message(R"({"a": 1e400})"),
+            "vocab/encoder.json: not valid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'");
 
   const auto empty = ParseEncoderJson("{}");
   ASSERT_TRUE(empty.ok()) << empty.status();

@@ -148,6 +148,10 @@ TEST(ValueBins, ErrorsNameWhatWasWrong) {
       message(R"({"value_bins":[{"value_bin_id":"1","value_bin_file":"x"},{"value_bin_id":1,"value_bin_file":"y"}]})"),
       "ge.exec.value_bins: value_bin_id '1' appears twice (entries 0 and 1)");
   EXPECT_EQ(message(R"({"value_bins":[3]})"), "ge.exec.value_bins: entry 0 is not an object");
+  // A number beyond a double's range is nlohmann's out_of_range, not a parse_error (found by
+  // fuzz_meta_json: it ended the process).
+  EXPECT_EQ(message(R"({"value_bins":[{"value_bin_id":1e400,"value_bin_file":"x"}]})"),
+            "ge.exec.value_bins is not valid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'");
 }
 
 // ---- mode 1 ---------------------------------------------------------------------------------------------
@@ -352,6 +356,28 @@ TEST(ConvertPerWeight, InvalidMetaJsonFailsNamingTheFile) {
   EXPECT_EQ(
       ConvertConstToFileConstant(g, PerWeight(tmp.path())).status().message(),
       "weight meta file '" + tmp / "meta.json" + "': 'hash_to_weight_offset' entry 'h' is not a non-negative integer");
+}
+
+// Found by fuzz_meta_json: a number beyond a double's range made nlohmann throw out_of_range,
+// which the reader did not catch, and the compile ended the process.
+TEST(ConvertPerWeight, ANumberTooLargeForADoubleInMetaJsonFailsNamingTheFile) {
+  TempDir tmp;
+  ComputeGraph g("g");
+  Node* w = AddConst(g, "w", U8(Bytes(8, 1)));
+  const std::string metas[] = {
+      R"(1e400lue_bins":[{"va-luvalhash_to_weight-offset"}]})",  // the input as the fuzzer found it
+      R"({"hash_to_weight_file": {"h": "f"}, "hash_to_weight_offset": {"h": 1e400}})",
+  };
+  for (const std::string& meta : metas) {
+    WriteFile(tmp / "meta.json", std::vector<std::uint8_t>(meta.begin(), meta.end()));
+    auto result = ConvertConstToFileConstant(g, PerWeight(tmp.path()));
+    ASSERT_FALSE(result.ok()) << meta;
+    EXPECT_EQ(result.status().code(), StatusCode::kParamInvalid);
+    EXPECT_EQ(result.status().message(), "weight meta file '" + tmp / "meta.json" +
+                                             "' is not valid JSON: [json.exception.out_of_range.406] number overflow "
+                                             "parsing '1e400'");
+    EXPECT_EQ(w->type(), "Const");
+  }
 }
 
 TEST(ConvertPerWeight, NeedsAModeAndADirectory) {

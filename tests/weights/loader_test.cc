@@ -219,6 +219,35 @@ TEST_F(WeightLoaderTest, EncryptedFilesNeedTheRightKeyAndAnUntamperedFile) {
   EXPECT_NE(plain_with_key.status().message().find("is not encrypted"), std::string::npos);
 }
 
+// An envelope's announced size is checked against the file's size without adding to it: a 40-byte
+// file announcing 2^64 - 4 bytes passed the check (2^64 - 4 + 44 wraps around to 40), and its load
+// failed later, reading past the end, with a message about something else. Crafted while writing
+// fuzz_value_bin.
+TEST_F(WeightLoaderTest, AnEnvelopeAnnouncingMoreThanTheFileHoldsIsRefusedAtOnce) {
+  const AesKey key = ParseAesKey(std::string(64, 'a')).value();
+  DevicePtr dst = rt_->Malloc(0, 64).value();
+  auto envelope = [&](const std::string& name, std::uint64_t announced, std::size_t size) {
+    std::vector<std::uint8_t> bytes(size, 0);
+    std::memcpy(bytes.data(), "NPFWENC1", 8);
+    for (int i = 0; i < 8; ++i) bytes[20 + i] = static_cast<std::uint8_t>(announced >> (8 * i));
+    return Write(name, bytes);
+  };
+  auto load = [&](const std::string& path) {
+    auto r = Loader().Load({.device = 0, .path = path, .regions = {{0, 8, dst, std::nullopt, "", "w"}}, .key = key}).Get();
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataCorrupted);
+    return std::string(r.status().message());
+  };
+  const std::string wraps = envelope("wraps", ~std::uint64_t{0} - 3, 40);
+  EXPECT_EQ(load(wraps), "weight file '" + wraps +
+                             "': the envelope announces 18446744073709551612 bytes of weights, but the file has 40 "
+                             "bytes, shorter than the 28-byte header and 16-byte tag");
+  const std::string longer = envelope("longer", 1000, 500);
+  EXPECT_EQ(load(longer),
+            "weight file '" + longer + "': the envelope announces 1000 bytes of weights, the file has 500 bytes (room "
+                                       "for 456)");
+}
+
 TEST_F(WeightLoaderTest, AFailedCopyStillRecordsTheLatchSoNoStreamWaitsForever) {
   const std::size_t n = 2 * kWeightChunkBytes;
   const std::string path = Write("f", RandomBytes(n, 9));
