@@ -82,13 +82,19 @@ for t in "${run_targets[@]}"; do
   say "fuzz $t: ${runs:-0} runs in $seconds s, ${rate:-0} exec/s, $crash_count crashes"
   if [ "$crash_count" -eq 0 ]; then
     passed=$((passed + 1))
-    # libFuzzer adds every input that found something and never removes one; past 1000 files the
-    # corpus is merged down to the inputs that still add coverage (the next run loads them all).
-    if [ "$(find "$corpus" -maxdepth 1 -type f | wc -l)" -gt 1000 ]; then
+    # libFuzzer adds every input that found something and never removes one. Past 1000 files, and
+    # twice as many as the last merge left, the corpus is merged down to the inputs that still add
+    # coverage (the next run loads them all).
+    kept="$out/corpus/$t.merged-size"
+    limit=$(( $(cat "$kept" 2>/dev/null || echo 0) * 2 ))
+    [ "$limit" -ge 1000 ] || limit=1000
+    if [ "$(find "$corpus" -maxdepth 1 -type f | wc -l)" -gt "$limit" ]; then
       rm -rf "$corpus.merged" && mkdir -p "$corpus.merged"
-      if "$BUILD/tests/fuzz/fuzz_$t" -merge=1 -timeout=10 -rss_limit_mb=2048 "$corpus.merged" "$corpus" >>"$log" 2>&1; then
+      if "$BUILD/tests/fuzz/fuzz_$t" -merge=1 -timeout=10 -rss_limit_mb=2048 "$corpus.merged" "$corpus" \
+           >>"$log" 2>&1; then
         rm -rf "$corpus" && mv "$corpus.merged" "$corpus"
-        say "fuzz $t: corpus merged to $(find "$corpus" -maxdepth 1 -type f | wc -l) inputs"
+        find "$corpus" -maxdepth 1 -type f | wc -l >"$kept"
+        say "fuzz $t: corpus merged to $(cat "$kept") inputs"
       else
         rm -rf "$corpus.merged"
       fi

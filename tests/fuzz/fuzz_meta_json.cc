@@ -5,8 +5,9 @@
 // weights_fixture.h is converted in mode 2 and in mode 1, each into a directory that holds the
 // weight files an earlier compile of that graph wrote and the fuzzed meta.json. A compile that
 // succeeds must leave every FileConstant inside its file (read back with
-// ConvertFileConstantToConst) when those files are the directory's weight files. The same input is then parsed as ge.exec.value_bins
-// (ParseValueBins, `--value_bins JSON`), and good value bins resolve a graph's file ids.
+// ConvertFileConstantToConst) when those files are the directory's weight files. The same input
+// is then parsed as ge.exec.value_bins (ParseValueBins, `--value_bins JSON`), and good value bins
+// resolve a graph's file ids.
 //
 // The directory is relative ("w", the process works in its scratch directory), so the seeds'
 // meta.json, written by the same conversion, names files that exist here.
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 

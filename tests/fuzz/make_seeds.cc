@@ -103,8 +103,12 @@ subgraph { name: "twice" node { name: "a" op: "Data" attr { key: "index" value {
 
 // ---- output ------------------------------------------------------------------------------------
 
+fs::path work_dir;  // the scratch directory of this run, removed on the way out either way
+
 [[noreturn]] void Fail(const std::string& what, const Status& s) {
   std::cerr << "npuflow_fuzz_seeds: " << what << ": " << s.message() << "\n";
+  std::error_code ignored;
+  if (!work_dir.empty()) fs::remove_all(work_dir, ignored);
   std::exit(1);
 }
 
@@ -173,7 +177,8 @@ void GgmlSeeds(Corpus& corpus, const fs::path& work) {
       {"f32_1layer.bin", {.layers = 1, .embd = 4, .heads = 2, .ctx = 2, .vocab = 8, .tokens = tokens}},
       {"f16_lm_head.bin",
        {.layers = 2, .embd = 4, .heads = 1, .ctx = 3, .vocab = 8, .f16 = true, .lm_head = true, .tokens = tokens}},
-      {"name_order.bin", {.layers = 2, .embd = 4, .heads = 2, .ctx = 2, .vocab = 8, .name_order = true, .tokens = tokens}},
+      {"name_order.bin",
+       {.layers = 2, .embd = 4, .heads = 2, .ctx = 2, .vocab = 8, .name_order = true, .tokens = tokens}},
       {"synthetic_vocab.bin", {.layers = 1, .embd = 4, .heads = 4, .ctx = 2, .vocab = 256}},
   };
   for (const Variant& v : variants) {
@@ -265,7 +270,8 @@ void ProtoWords(const google::protobuf::Descriptor* d, std::set<std::string>& wo
 
 void GraphTextSeeds(Corpus& corpus, const std::vector<Compiled>& models, const fs::path& source) {
   for (const auto& entry : fs::directory_iterator(source / "examples/graphs"))
-    if (entry.path().extension() == ".pbtxt") corpus.AddFile("graph_text", entry.path().filename().string(), entry.path());
+    if (entry.path().extension() == ".pbtxt")
+      corpus.AddFile("graph_text", entry.path().filename().string(), entry.path());
   corpus.Add("graph_text", "attention.pbtxt", kAttention);
   corpus.Add("graph_text", "control_flow.pbtxt", kControlFlow);
   corpus.Add("graph_text", "call.pbtxt", kCall);
@@ -320,7 +326,8 @@ void WeightSeeds(Corpus& corpus, const fs::path& work) {
 
   const std::string bins[] = {
       R"({"value_bins":[{"value_bin_id":"bin","value_bin_file":"w/fuzz_weight_combined"}]})",
-      R"({"value_bins":[{"value_bin_id":1,"value_bin_file":"a.bin"},{"value_bin_id":"2","value_bin_file":"/tmp/b.bin"}]})",
+      R"({"value_bins":[{"value_bin_id":1,"value_bin_file":"a.bin"},)"
+      R"({"value_bin_id":"2","value_bin_file":"/tmp/b.bin"}]})",
       R"({"value_bins":[]})",
   };
   for (std::size_t i = 0; i < std::size(bins); ++i) {
@@ -348,6 +355,7 @@ int main(int argc, char** argv) {
   fs::remove_all(out / "dicts");
   const fs::path work = fs::temp_directory_path() / ("npuflow-fuzz-seeds-" + std::to_string(::getpid()));
   fs::create_directories(work);
+  fuzz::work_dir = work;
   graph::RegisterBuiltinOps();
   fuzz::Corpus corpus(out);
   fuzz::GgmlSeeds(corpus, work);

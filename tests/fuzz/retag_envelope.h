@@ -39,7 +39,8 @@ inline bool RetagEnvelope(std::string& envelope, const AesKey& key) {
             EVP_EncryptUpdate(ctx.get(), nullptr, &len, header, kEncryptedHeaderBytes);
   std::string again(n, '\0');
   unsigned char final_block[16];  // GCM's final step writes no bytes, but takes a buffer
-  ok = ok && EVP_EncryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(again.data()), &len, p, static_cast<int>(n)) &&
+  auto* again_bytes = reinterpret_cast<unsigned char*>(again.data());
+  ok = ok && EVP_EncryptUpdate(ctx.get(), again_bytes, &len, p, static_cast<int>(n)) &&
        EVP_EncryptFinal_ex(ctx.get(), final_block, &len) &&
        EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kGcmTagBytes,
                            envelope.data() + kEncryptedHeaderBytes + n);

@@ -51,7 +51,8 @@ TEST(ComputeGraph, TextRoundTripIsStable) {
 // back. The fuzzer's input was a compiled graph whose "_mem" list it had emptied.
 TEST(ComputeGraph, EmptyListAttributesPrintAndReadBack) {
   auto g = ParseGraphText(R"pb(node { name: "x" op: "Data" attr { key: "_mem" value { strs { } } }
-                                 attr { key: "perm" value { ints { } } } attr { key: "scales" value { floats { } } } })pb",
+                                 attr { key: "perm" value { ints { } } }
+                                 attr { key: "scales" value { floats { } } } })pb",
                           "lists.pbtxt");
   ASSERT_TRUE(g.ok()) << g.status();
   const std::string printed = PrintGraphText(**g);
