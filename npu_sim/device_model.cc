@@ -1,6 +1,8 @@
 #include "npu_sim/device_model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 
 namespace npuflow::npu_sim {
 
@@ -35,7 +37,7 @@ void DeviceModelActor::On(ExecuteModel& m, Ctx& ctx) {
   }
   queue_.push_back(
       Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io), m.on_end, m.race_ticket, m.race_requester,
-                m.race_host});
+                m.race_host, m.from_stream, m.from_epoch, m.from_task});
   if (!running_) StartNext(ctx);
 }
 
@@ -69,29 +71,68 @@ void DeviceModelActor::On(ModelDone& m, Ctx& ctx) {
   if (!queue_.empty()) StartNext(ctx);
 }
 
+void DeviceModelActor::StopRun(const Status& why, actors::Replier<void>* stopped) {
+  if (stopped == nullptr) {
+    for (const auto& [sid, addr] : streams_) addr.Send(AbortStream{why});
+  } else {
+    // `stopped` is answered once every stream has stopped, with the work it had sent to units
+    // and DMA channels (StreamActor::NewEpoch): after that nothing of the run touches memory.
+    struct Join {
+      std::atomic<std::size_t> left;
+      actors::Replier<void> reply;
+    };
+    auto join = std::make_shared<Join>();
+    join->left.store(streams_.size());
+    join->reply = std::move(*stopped);
+    for (const auto& [sid, addr] : streams_)
+      addr.Ask(AbortStream{why}).OnComplete([join](Status) {
+        if (join->left.fetch_sub(1, std::memory_order_acq_rel) == 1) join->reply.Reply();
+      });
+  }
+  if (RaceDetector* race = device_->race) {
+    // Whoever hears of the abort knows the run is stopped: its accesses come before the
+    // model's next run and every later host submission.
+    for (const auto& [sid, addr] : streams_) {
+      const RaceAgent agent = race->StreamAgent(device_->id(), sid);
+      race->Release(agent, RaceDetector::ModelKey(device_->id(), id_));
+      race->Release(agent, RaceDetector::kHostWorld);
+    }
+  }
+  ++run_;  // reports of the aborted run are stale from now on
+  running_ = false;
+}
+
 void DeviceModelActor::On(AbortModel& m, Ctx& ctx) {
   Status why = m.why.ok() ? Status::Aborted("device {} model {}: aborted", device_->id(), id_) : m.why;
-  if (running_) {
-    for (const auto& [sid, addr] : streams_) addr.Send(AbortStream{why});
-    if (RaceDetector* race = device_->race) {
-      // Whoever hears of the abort knows the run is stopped: its accesses come before the
-      // model's next run and every later host submission.
-      for (const auto& [sid, addr] : streams_) {
-        const RaceAgent agent = race->StreamAgent(device_->id(), sid);
-        race->Release(agent, RaceDetector::ModelKey(device_->id(), id_));
-        race->Release(agent, RaceDetector::kHostWorld);
-      }
-    }
-    ++run_;  // reports of the aborted run are stale from now on
-    running_ = false;
-  }
+  actors::Replier<void> reply = ctx.TakeReply();
+  if (running_) StopRun(why, &reply);
   for (auto& e : queue_) {
     if (device_->race) device_->race->DropTicket(e.race_ticket);
     e.on_end();
     e.reply.Fail(why);
   }
   queue_.clear();
-  ctx.Reply();
+  if (reply.valid()) reply.Reply();  // nothing ran
+}
+
+// A host stream's rtModelExecute task failed or was aborted: its execution goes too (stopped if
+// it runs), and the model's other executions go on.
+void DeviceModelActor::On(CancelExecution& m, Ctx& ctx) {
+  actors::Replier<void> reply = ctx.TakeReply();
+  for (std::size_t i = 0; i < queue_.size(); ++i) {
+    const Execution& e = queue_[i];
+    if (e.from_stream != m.from_stream || e.from_epoch != m.from_epoch || e.from_task != m.from_task) continue;
+    const bool running = i == 0 && running_;
+    if (running) StopRun(m.why, &reply);
+    Execution done = std::move(queue_[i]);
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (device_->race) device_->race->DropTicket(done.race_ticket);
+    done.on_end();
+    done.reply.Fail(m.why);
+    if (running && !queue_.empty()) StartNext(ctx);
+    break;
+  }
+  if (reply.valid()) reply.Reply();  // it was not running (or had ended)
 }
 
 void DeviceModelActor::StartNext(actors::Context<Message>& ctx) {
@@ -108,7 +149,7 @@ void DeviceModelActor::StartNext(actors::Context<Message>& ctx) {
       race->Acquire(agent, RaceDetector::ModelKey(device_->id(), id_));
     }
   }
-  for (const auto& [sid, addr] : streams_) addr.Send(StartModel{run_, queue_.front().at, self_, queue_.front().io});
+  for (const auto& [sid, addr] : streams_) addr.Send(StartModel{run_, id_, queue_.front().at, self_, queue_.front().io});
 }
 
 }  // namespace npuflow::npu_sim

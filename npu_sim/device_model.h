@@ -25,6 +25,10 @@ class DeviceModelActor {
   void On(ExecuteModel& m, Ctx& ctx);
   void On(ModelDone& m, Ctx& ctx);
   void On(AbortModel& m, Ctx& ctx);
+  void On(CancelExecution& m, Ctx& ctx);
+  // Stops the running execution's streams; its reports are stale from now on. `stopped`, if
+  // given, is answered once they have all stopped.
+  void StopRun(const Status& why, actors::Replier<void>* stopped = nullptr);
   struct Execution {
     VTime at;
     actors::Replier<VTime> reply;
@@ -33,6 +37,9 @@ class DeviceModelActor {
     std::uint32_t race_ticket = 0;
     std::uint32_t race_requester = 0xFFFFFFFFu;
     bool race_host = false;
+    StreamId from_stream = 0xFFFFFFFFu;  // ExecuteModel::from_*: the stream task that asked
+    std::uint64_t from_epoch = 0;
+    std::uint32_t from_task = 0;
   };
   void StartNext(actors::Context<Message>& ctx);
 

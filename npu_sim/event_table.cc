@@ -47,6 +47,17 @@ void EventTableActor::On(DestroyEvent& m, Ctx& ctx) {
   ctx.Reply();
 }
 
+void EventTableActor::ForgetOlderRuns(Event& e, const RunTag& now) {
+  if (now.model == RunTag::kUntagged) return;
+  if (!e.pending.empty())
+    e.pending.erase(std::remove_if(e.pending.begin(), e.pending.end(), [&](const RunTag& t) { return t.OlderThan(now); }),
+                    e.pending.end());
+  if (!e.waiters.empty())
+    e.waiters.erase(std::remove_if(e.waiters.begin(), e.waiters.end(),
+                                   [&](const WaitEvent& w) { return w.tag.OlderThan(now); }),
+                    e.waiters.end());
+}
+
 void EventTableActor::On(RecordEvent& m, Ctx&) {
   if (m.event >= events_.size() || !events_[m.event].live) return;  // the stream reported it already
   Event& e = events_[m.event];
@@ -57,13 +68,16 @@ void EventTableActor::On(RecordEvent& m, Ctx&) {
   if (e.latch) {
     for (auto& w : e.waiters) w.stream.Send(EventFired{w.epoch, w.task, m.at + wait_latency()});
     e.waiters.clear();
-  } else if (!e.waiters.empty()) {
-    WaitEvent w = std::move(e.waiters.front());
-    e.waiters.pop_front();
-    w.stream.Send(EventFired{w.epoch, w.task, m.at + wait_latency()});
-  } else {
-    ++e.pending;
+    return;
   }
+  ForgetOlderRuns(e, m.tag);
+  for (auto it = e.waiters.begin(); it != e.waiters.end(); ++it) {
+    if (!it->tag.Matches(m.tag)) continue;
+    it->stream.Send(EventFired{it->epoch, it->task, m.at + wait_latency()});
+    e.waiters.erase(it);
+    return;
+  }
+  e.pending.push_back(m.tag);
 }
 
 void EventTableActor::On(WaitEvent& m, Ctx&) {
@@ -75,19 +89,25 @@ void EventTableActor::On(WaitEvent& m, Ctx&) {
   Event& e = events_[m.event];
   if (e.latch && e.ever_recorded) {
     m.stream.Send(EventFired{m.epoch, m.task, e.last_record + wait_latency()});
-  } else if (e.latch) {
-    e.waiters.push_back(std::move(m));
-  } else if (e.pending > 0) {
-    --e.pending;
-    m.stream.Send(EventFired{m.epoch, m.task, e.last_record + wait_latency()});
-  } else {
-    e.waiters.push_back(std::move(m));
+    return;
   }
+  if (e.latch) {
+    e.waiters.push_back(std::move(m));
+    return;
+  }
+  ForgetOlderRuns(e, m.tag);
+  for (auto it = e.pending.begin(); it != e.pending.end(); ++it) {
+    if (!it->Matches(m.tag)) continue;
+    e.pending.erase(it);
+    m.stream.Send(EventFired{m.epoch, m.task, e.last_record + wait_latency()});
+    return;
+  }
+  e.waiters.push_back(std::move(m));
 }
 
 void EventTableActor::On(QueryEvent& m, Ctx& ctx) {
   if (Event* e = Find(m.event, ctx))
-    ctx.Reply<bool>(e->pending > 0 || (e->ever_recorded && (e->latch || e->waiters.empty())));
+    ctx.Reply<bool>(!e->pending.empty() || (e->ever_recorded && (e->latch || e->waiters.empty())));
 }
 
 void EventTableActor::On(HostWaitEvent& m, Ctx& ctx) {
@@ -102,7 +122,7 @@ void EventTableActor::On(HostWaitEvent& m, Ctx& ctx) {
 
 void EventTableActor::On(ResetEvent& m, Ctx& ctx) {
   if (Event* e = Find(m.event, ctx)) {
-    e->pending = 0;
+    e->pending.clear();
     e->ever_recorded = false;
     ctx.Reply();
   }

@@ -2,7 +2,9 @@
 // or when the record comes), which is what lets a device model run again and again with the
 // same record -> wait pairs. Host-side waits and queries do not consume. A latch event
 // (EventKind::kLatch) is never consumed: once recorded, every wait passes until it is reset (a
-// weight-ready event: each run's first reader of a weight region waits on it).
+// weight-ready event: each run's first reader of a weight region waits on it). A model stream's
+// record ends only a wait of the same model run (RunTag): records and waits an aborted or failed
+// run left behind are dropped when the model's next run meets the event.
 #pragma once
 
 #include <deque>
@@ -34,7 +36,7 @@ class EventTableActor {
 
   struct Event {
     bool live = false;
-    std::uint64_t pending = 0;  // records not yet consumed by a wait task
+    std::vector<RunTag> pending;  // records not yet consumed by a wait task
     bool ever_recorded = false;
     bool latch = false;
     VTime last_record = 0;
@@ -42,6 +44,8 @@ class EventTableActor {
     std::vector<actors::Replier<VTime>> host_waiters;
   };
   Event* Find(EventId id, actors::Context<Message>& ctx);
+  // Drops the records and waits of runs of `now`'s model before `now`'s run: they are over.
+  static void ForgetOlderRuns(Event& e, const RunTag& now);
   Device* device_;
   std::deque<Event> events_;  // deque: Event holds move-only repliers, never relocated
   std::vector<EventId> free_ids_;

@@ -37,10 +37,11 @@ struct EventFired;
 struct PatchTask;
 struct ElideWaits;
 struct AbortStream;
+struct ExecutionStopped;
 struct ResetStream;
 struct SetStreamFault;
 using StreamMsg = std::variant<Submit, Synchronize, LoadProgram, StartModel, UnitDone, EventFired, PatchTask,
-                               ElideWaits, AbortStream, ResetStream, SetStreamFault>;
+                               ElideWaits, AbortStream, ExecutionStopped, ResetStream, SetStreamFault>;
 using StreamAddr = actors::Address<StreamMsg>;
 
 // ---- to the device model (rtModel) ------------------------------------------------------------
@@ -77,12 +78,25 @@ struct ExecuteModel {  // Ask<VTime>: one run of every bound stream's task list;
   std::uint32_t race_ticket = 0;
   std::uint32_t race_requester = 0xFFFFFFFFu;
   bool race_host = false;  // the requester is a host client (its wait for the end is a host sync)
+  // A host stream's rtModelExecute task: its stream, epoch and task, so that an abort of that
+  // stream cancels this execution (CancelExecution). Stream kNoStream: from the host.
+  StreamId from_stream = 0xFFFFFFFFu;
+  std::uint64_t from_epoch = 0;
+  std::uint32_t from_task = 0;
+};
+struct CancelExecution {  // Ask<void>: the stream that asked for an execution failed: stop or drop
+                          // that one; answered once it no longer runs (its units' work included)
+  static constexpr std::string_view kKind = "CancelExecution";
+  StreamId from_stream = 0;
+  std::uint64_t from_epoch = 0;
+  std::uint32_t from_task = 0;
+  Status why;
 };
 struct AbortModel {  // Ask<void>: stops every bound stream; the running and queued executions fail
   static constexpr std::string_view kKind = "AbortModel";
   Status why;
 };
-using ModelMsg = std::variant<ModelDone, BindModelStream, ExecuteModel, AbortModel>;
+using ModelMsg = std::variant<ModelDone, BindModelStream, ExecuteModel, AbortModel, CancelExecution>;
 
 // ---- to a stream --------------------------------------------------------------------------------
 // Every message the host API sends a stream (Submit, Synchronize, AbortStream, ResetStream,
@@ -98,6 +112,11 @@ struct Submit {  // host stream: append tasks, submitted at host virtual time `a
 struct Synchronize {  // Ask<VTime>: completes when every submission sent before it has finished
   static constexpr std::string_view kKind = "Synchronize";
   std::uint32_t race_agent = 0xFFFFFFFFu;  // the race detector's requester (learns the stream's work)
+  // The caller's own work starts at this task id (Runtime::Submit's answer): the sync fails if
+  // the stream dropped or failed any task from there on, whoever heard of the failure first.
+  // Without it (has_since false) the stream's one sticky error is reported once.
+  std::uint32_t since = 0;
+  bool has_since = false;
 };
 struct LoadProgram {  // model stream: the task list executed on every model run
   static constexpr std::string_view kKind = "LoadProgram";
@@ -107,6 +126,7 @@ struct LoadProgram {  // model stream: the task list executed on every model run
 struct StartModel {  // run the program from its first task
   static constexpr std::string_view kKind = "StartModel";
   std::uint64_t run = 0;
+  std::uint32_t model_id = 0;  // the device model (its events' records and waits carry it)
   VTime at = 0;
   actors::Address<ModelMsg> model;  // hears ModelDone
   std::shared_ptr<const std::vector<std::uint64_t>> io;  // null: run the list as loaded
@@ -146,6 +166,9 @@ struct AbortStream {  // stop: the current and queued work fails with `why`
   static constexpr std::string_view kKind = "AbortStream";
   Status why;
 };
+struct ExecutionStopped {  // the model run a failed rtModelExecute task asked for has stopped
+  static constexpr std::string_view kKind = "ExecutionStopped";
+};
 struct ResetStream {  // Ask<void>: back to an empty, idle stream (reuse after destroy)
   static constexpr std::string_view kKind = "ResetStream";
 };
@@ -159,8 +182,26 @@ struct SetStreamFault {  // Ask<void>
 // launched it and reused (its vectors and name keep their capacity): `in_use` is set by the stream
 // when it fills the job and cleared by the cluster after its last look at it, so a kernel launch
 // allocates nothing once a stream has run its first kernels.
+// A stream's gate for the work it sent to units and DMA channels: a unit enters it (with the
+// epoch the work was sent in) before it touches memory and leaves after. A stream that fails or
+// is aborted moves the epoch on and waits until no unit is inside, so no work of the stopped
+// task writes after the abort; work that had not started yet is skipped (reported stale).
+// Plain atomics, seq_cst on both sides (a unit's enter-then-check and the stream's
+// store-then-wait cannot both miss each other).
+struct WorkGate {
+  std::atomic<std::uint64_t> epoch{0};
+  std::atomic<std::uint32_t> inside{0};
+  bool Enter(std::uint64_t work_epoch) {
+    inside.fetch_add(1, std::memory_order_seq_cst);
+    if (epoch.load(std::memory_order_seq_cst) == work_epoch) return true;
+    inside.fetch_sub(1, std::memory_order_release);
+    return false;
+  }
+  void Leave() { inside.fetch_sub(1, std::memory_order_release); }
+};
 struct KernelJob {
   std::atomic<bool> in_use{false};
+  WorkGate* gate = nullptr;  // the stream's (streams live as long as the device)
   const KernelDef* def = nullptr;
   std::vector<std::uint64_t> args;  // a copy: the stream may be aborted and reloaded meanwhile
   std::uint32_t block_dim = 1;
@@ -224,6 +265,7 @@ struct CopyRequest {
   bool data_in_place = false;  // Task::data_in_place
   int peer_device = -1;        // kPeerToPeer: Task::peer_device, Task::peer_memory
   DeviceMemory* peer_memory = nullptr;
+  WorkGate* gate = nullptr;    // the stream's: see WorkGate
 };
 struct AttachChannels;
 using DmaMsg = std::variant<CopyRequest, SetUnitFault, AttachChannels>;
@@ -241,10 +283,23 @@ struct DestroyEvent {  // Ask<void>
   static constexpr std::string_view kKind = "DestroyEvent";
   EventId event = 0;
 };
+// Which model run a record or wait belongs to. A record of one run never ends a wait of another:
+// a record an aborted or failed run made, whose wait never ran, is not consumed by the next run,
+// and a wait an aborted stream left behind never takes the next run's record. Host streams'
+// records and waits are untagged and match any.
+struct RunTag {
+  static constexpr std::uint32_t kUntagged = 0xFFFFFFFFu;
+  std::uint32_t model = kUntagged;
+  std::uint64_t run = 0;
+  bool Matches(const RunTag& o) const { return model == kUntagged || o.model == kUntagged || (model == o.model && run == o.run); }
+  // `this` is of an earlier run of the same model than `now`: its run is over.
+  bool OlderThan(const RunTag& now) const { return model != kUntagged && model == now.model && run < now.run; }
+};
 struct RecordEvent {
   static constexpr std::string_view kKind = "RecordEvent";
   EventId event = 0;
   VTime at = 0;
+  RunTag tag;
 };
 struct WaitEvent {  // a stream's wait task: consumes one record, now or when it comes
   static constexpr std::string_view kKind = "WaitEvent";
@@ -253,6 +308,7 @@ struct WaitEvent {  // a stream's wait task: consumes one record, now or when it
   StreamId stream_id = 0;
   std::uint64_t epoch = 0;
   std::uint32_t task = 0;
+  RunTag tag;
 };
 struct QueryEvent {  // Ask<bool>: is a record pending (not yet consumed)?
   static constexpr std::string_view kKind = "QueryEvent";

@@ -325,10 +325,18 @@ Status Runtime::DestroyStream(Stream stream) {
 }
 
 Status Runtime::SynchronizeStream(Stream stream, Timeout timeout) {
+  return SyncStream(stream, Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent}, timeout);
+}
+
+Status Runtime::SynchronizeSubmission(Stream stream, std::uint32_t first_task, Timeout timeout) {
+  return SyncStream(stream, Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent, first_task, true}, timeout);
+}
+
+Status Runtime::SyncStream(Stream stream, Synchronize sync, Timeout timeout) {
   NPUFLOW_ASSIGN_OR_RETURN(HostStream * hs, HostStreamOf(stream));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(stream.device));
   HostCall(*dev, "synchronize stream");
-  auto done = hs->addr.AskInOrder<VTime>(Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent});
+  auto done = hs->addr.AskInOrder<VTime>(sync);
   auto end = Wait(done, timeout, fmt::format("device {} stream {} synchronize", stream.device, stream.id));
   if (!end.ok()) return end.status();
   CurrentHost().clock = std::max(HostClock(), *end);
@@ -336,11 +344,19 @@ Status Runtime::SynchronizeStream(Stream stream, Timeout timeout) {
 }
 
 actors::Future<StatusOr<VTime>> Runtime::SynchronizeStreamAsync(Stream stream) {
+  return SyncStreamAsync(stream, Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent});
+}
+
+actors::Future<StatusOr<VTime>> Runtime::SynchronizeSubmissionAsync(Stream stream, std::uint32_t first_task) {
+  return SyncStreamAsync(stream, Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent, first_task, true});
+}
+
+actors::Future<StatusOr<VTime>> Runtime::SyncStreamAsync(Stream stream, Synchronize sync) {
   auto hs = HostStreamOf(stream);
   if (!hs.ok()) return actors::Future<StatusOr<VTime>>::Ready(hs.status());
   auto dev = Dev(stream.device);
   HostCall(**dev, "synchronize stream");
-  return (*hs)->addr.AskInOrder<VTime>(Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent});
+  return (*hs)->addr.AskInOrder<VTime>(sync);
 }
 
 Status Runtime::AbortStream(Stream stream) {

@@ -109,6 +109,11 @@ class Runtime {
   // The same without blocking: the future completes with the virtual time the work ended. For
   // actors, which must not block.
   actors::Future<StatusOr<VTime>> SynchronizeStreamAsync(Stream stream);
+  // The same for a caller that shares the stream with others: `first_task` is what Submit answered
+  // for the caller's first submission. Fails if any task from there on failed or was dropped, even
+  // when another caller's Synchronize heard of that failure first; Ok if they all ran.
+  Status SynchronizeSubmission(Stream stream, std::uint32_t first_task, Timeout timeout = std::nullopt);
+  actors::Future<StatusOr<VTime>> SynchronizeSubmissionAsync(Stream stream, std::uint32_t first_task);
   // Stops a host stream: the running and queued tasks fail with Aborted (reported by the next
   // Synchronize); the stream then serves new submissions. The way out of a hung task.
   Status AbortStream(Stream stream);
@@ -231,6 +236,8 @@ class Runtime {
   // The current host client's race-detector agent (race detection on).
   RaceAgent HostRaceAgent();
   StatusOr<std::uint32_t> SubmitTasks(Stream stream, std::vector<Task> tasks, std::string_view what);
+  Status SyncStream(Stream stream, Synchronize sync, Timeout timeout);
+  actors::Future<StatusOr<VTime>> SyncStreamAsync(Stream stream, Synchronize sync);
   template <typename R>
   static StatusOr<R> Wait(actors::Future<StatusOr<R>>& future, Timeout timeout, std::string_view what);
   static Status WaitStatus(actors::Future<Status>& future, Timeout timeout, std::string_view what);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,17 @@ StreamActor::StreamActor(Device* device, StreamId id) : device_(device), id_(id)
   name_ = fmt::format("stream {}", id);
   if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), name_);
   if (device->race != nullptr) race_agent_ = device->race->StreamAgent(device->id(), id);
+  gate_.epoch.store(epoch_);
+}
+
+// Stale completions of the old epoch are ignored from now on. `stop_work`: and the work it sent
+// to units and channels is over: what has not started is skipped, what runs is waited for
+// (a few blocks or one copy; a hung unit never entered).
+void StreamActor::NewEpoch(bool stop_work) {
+  ++epoch_;
+  gate_.epoch.store(epoch_, std::memory_order_seq_cst);
+  if (!stop_work) return;
+  while (gate_.inside.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
 }
 
 // Before task `t` (at exec_) starts: it comes after the host submission that made it, and an
@@ -95,7 +107,7 @@ Status StreamActor::On(Submit& m, Ctx&) {
     return Status::ParamInvalid("device {} {}: is bound to a model; host submissions are refused", device_->id(),
                                 name_);
   AcceptSubmit(m);  // in submission order: the host sends them in order (SendInOrder)
-  if (state_ == State::kIdle && exec_ < tasks_.size()) {
+  if (state_ == State::kIdle && exec_ < tasks_.size() && !draining_) {
     state_ = State::kRunning;
     Advance();
   }
@@ -105,7 +117,13 @@ Status StreamActor::On(Submit& m, Ctx&) {
 
 Status StreamActor::On(Synchronize& m, Ctx& ctx) {
   // Sent in order with the submissions, so every submission before it has arrived.
-  syncs_.push_back(PendingSync{base_ + tasks_.size(), ctx.template TakeReply<VTime>(), m.race_agent});
+  const std::uint64_t target = base_ + tasks_.size();
+  std::uint64_t since = kNoSince;
+  if (m.has_since) {  // a 32-bit task id: the 64-bit one at or below the target with those low bits
+    const std::uint32_t back = static_cast<std::uint32_t>(target) - m.since;
+    since = back <= target ? target - back : 0;
+  }
+  syncs_.push_back(PendingSync{target, ctx.template TakeReply<VTime>(), m.race_agent, since});
   AnswerSyncs();
   return Status::Ok();
 }
@@ -143,11 +161,12 @@ Status StreamActor::On(StartModel& m, Ctx&) {
   }
   mode_ = Mode::kModel;
   run_ = m.run;
+  model_id_ = m.model_id;
   model_ = m.model;
   ApplyElisions();
   exec_ = fetch_end_ = 0;
   clock_ = std::max(clock_, m.at);
-  ++epoch_;
+  NewEpoch(false);
   if (m.io) {
     if (Status s = ApplyPatches(*m.io); !s.ok()) {
       m.model.Send(ModelDone{id_, m.run, clock_, std::move(s)});
@@ -249,10 +268,21 @@ Status StreamActor::On(ElideWaits& m, Ctx& ctx) {
   return Status::Ok();
 }
 
-Status StreamActor::On(AbortStream& m, Ctx&) {
+Status StreamActor::On(AbortStream& m, Ctx& ctx) {
   // An aborted stream's work is over for whoever hears of the abort (race detector).
   if (device_->race && state_ != State::kIdle) device_->race->Release(race_agent_, RaceDetector::kHostWorld);
   if (state_ != State::kIdle) Fail(std::move(m.why));
+  ctx.Reply();  // an Ask (AbortModel's) hears that the stream and its units' work have stopped
+  return Status::Ok();
+}
+
+Status StreamActor::On(ExecutionStopped&, Ctx&) {
+  draining_ = false;
+  if (state_ == State::kIdle && exec_ < tasks_.size()) {
+    state_ = State::kRunning;
+    Advance();
+  }
+  AnswerSyncs();
   return Status::Ok();
 }
 
@@ -268,6 +298,7 @@ Status StreamActor::On(ResetStream&, Ctx& ctx) {
   base_ = 0;
   mode_ = Mode::kHost;
   sticky_error_ = Status::Ok();
+  failed_.clear();
   fault_.reset();
   for (auto& s : syncs_) s.reply.Fail(Status::Aborted("device {} {}: destroyed", device_->id(), name_));
   syncs_.clear();
@@ -302,13 +333,21 @@ void StreamActor::AcceptSubmit(Submit& submit) {
 // Host stream: a sync is answered once the tasks before its target have finished. Model stream:
 // once the stream is idle.
 void StreamActor::AnswerSyncs() {
-  if (syncs_.empty()) return;
+  if (syncs_.empty() || draining_) return;
   const std::uint64_t done = base_ + exec_;
   for (auto it = syncs_.begin(); it != syncs_.end();) {
     const bool reached = mode_ == Mode::kModel ? state_ == State::kIdle : it->target <= done;
     if (reached) {
       if (device_->race && it->race_agent != kNoRaceAgent) device_->race->Join(it->race_agent, race_agent_);
-      if (!sticky_error_.ok()) {
+      const Status* failed = it->since == kNoSince ? nullptr : FailureSince(it->since, it->target);
+      if (!it->error.ok()) {
+        it->reply.Fail(std::move(it->error));
+      } else if (failed != nullptr) {
+        it->reply.Fail(*failed);
+        sticky_error_ = Status::Ok();  // reported to the caller whose work it dropped
+      } else if (it->since != kNoSince) {
+        it->reply.Reply(clock_);
+      } else if (!sticky_error_.ok()) {
         it->reply.Fail(std::move(sticky_error_));
         sticky_error_ = Status::Ok();
       } else {
@@ -319,6 +358,13 @@ void StreamActor::AnswerSyncs() {
       ++it;
     }
   }
+}
+
+// The error of a failure that failed or dropped a task in [since, target), if any (the latest).
+const Status* StreamActor::FailureSince(std::uint64_t since, std::uint64_t target) const {
+  for (auto it = failed_.rbegin(); it != failed_.rend(); ++it)
+    if (it->begin < target && it->end > since) return &it->status;
+  return nullptr;
 }
 
 void StreamActor::FetchAhead() {
@@ -364,7 +410,7 @@ void StreamActor::Advance() {
         clock_ += chip.nop_latency_ns;
         break;
       case TaskKind::kEventRecord:
-        device_->events.Send(RecordEvent{t.event, clock_ + chip.event_record_latency_ns});
+        device_->events.Send(RecordEvent{t.event, clock_ + chip.event_record_latency_ns, RunTagOf()});
         if (track_) Trace(fmt::format("record e{}", t.event), clock_, chip.event_record_latency_ns, TaskId(exec_));
         clock_ += chip.event_record_latency_ns;
         break;
@@ -406,7 +452,7 @@ void StreamActor::StartTask(Task& t, std::uint32_t index) {
 
 void StreamActor::StartEventWait(const Task& t, std::uint32_t task_id) {
   state_ = State::kWaiting;
-  device_->events.Send(WaitEvent{t.event, self_, id_, epoch_, task_id});
+  device_->events.Send(WaitEvent{t.event, self_, id_, epoch_, task_id, RunTagOf()});
 }
 
 // A kernel runs with the parameters snapshotted when it was fetched.
@@ -435,6 +481,7 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
   job->stream = self_;
   job->stream_id = id_;
   job->epoch = epoch_;
+  job->gate = &gate_;
   job->task = task_id;
   state_ = State::kWaiting;
   device_->kernels_executed.fetch_add(1, std::memory_order_relaxed);
@@ -464,7 +511,7 @@ void StreamActor::StartMemcpy(const Task& t, std::uint32_t task_id) {
   state_ = State::kWaiting;
   device_->dma.Send(CopyRequest{t.copy, t.dst_dev, t.src_dev, t.dst_host, t.src_host, t.bytes,
                                 std::string(t.display_name()), t.keep_alive, self_, epoch_, task_id, clock_,
-                                t.data_in_place, t.peer_device, t.peer_memory});
+                                t.data_in_place, t.peer_device, t.peer_memory, &gate_});
 }
 
 // The new values are read from device memory when the update executes. The update completes
@@ -511,6 +558,9 @@ void StreamActor::StartModelExecute(const Task& t, std::uint32_t task_id) {
   }
   state_ = State::kWaiting;
   ExecuteModel request{clock_, t.io};
+  request.from_stream = id_;
+  request.from_epoch = epoch_;
+  request.from_task = task_id;
   if (RaceDetector* race = device_->race) {
     request.race_requester = race_agent_;
     request.race_ticket = race->Snapshot(race_agent_);
@@ -558,9 +608,19 @@ void StreamActor::Finish() {
 }
 
 void StreamActor::Fail(Status status) {
-  const bool was_waiting_event = state_ == State::kWaiting && exec_ < tasks_.size() &&
-                                 tasks_[exec_].kind == TaskKind::kEventWait;
-  ++epoch_;
+  const bool waiting = state_ == State::kWaiting && exec_ < tasks_.size();
+  const bool was_waiting_event = waiting && tasks_[exec_].kind == TaskKind::kEventWait;
+  if (waiting && tasks_[exec_].kind == TaskKind::kModelExecute) {
+    // The model's run this task asked for is this task: it stops with it (rtModelExecute), and
+    // the stream waits for that before it goes on or answers a Synchronize.
+    if (auto model = device_->model(tasks_[exec_].model); model.ok()) {
+      draining_ = true;
+      model->Ask(CancelExecution{id_, epoch_, TaskId(exec_), status}).OnComplete([self = self_](Status) {
+        self.Send(ExecutionStopped{});
+      });
+    }
+  }
+  NewEpoch(waiting);
   state_ = State::kIdle;
   if (was_waiting_event) device_->events.Send(CancelWaits{id_});
   if (mode_ == Mode::kModel) {
@@ -573,13 +633,17 @@ void StreamActor::Fail(Status status) {
   // A host stream in error drops what is queued. The error goes to the Synchronize calls waiting
   // for it; if none is listening any more (e.g. it timed out), the next Synchronize reports it.
   for (std::size_t i = exec_; i < tasks_.size(); ++i) tasks_[i].keep_alive.reset();
+  // A caller whose Synchronize (with `since`) arrives later still hears of its dropped tasks.
+  failed_.push_back(FailedRange{base_ + exec_, base_ + std::max<std::size_t>(tasks_.size(), exec_ + 1), status});
+  if (failed_.size() > kFailedRangesKept) failed_.pop_front();
   exec_ = tasks_.size();
   bool reported = false;
   for (auto& s : syncs_) {
     reported = reported || s.reply.listened();
-    s.reply.Fail(status);
+    if (draining_) s.error = status;  // answered once the model's run has stopped
+    else s.reply.Fail(status);
   }
-  syncs_.clear();
+  if (!draining_) syncs_.clear();
   if (!reported) sticky_error_ = std::move(status);
   Compact();
 }

@@ -43,6 +43,7 @@ class StreamActor {
   Status On(PatchTask& m, Ctx& ctx);
   Status On(ElideWaits& m, Ctx& ctx);
   Status On(AbortStream& m, Ctx& ctx);
+  Status On(ExecutionStopped& m, Ctx& ctx);
   Status On(ResetStream& m, Ctx& ctx);
   Status On(SetStreamFault& m, Ctx& ctx);
 
@@ -56,7 +57,18 @@ class StreamActor {
     std::uint64_t target;  // host: absolute task id to reach (every task submitted before the sync)
     actors::Replier<VTime> reply;
     std::uint32_t race_agent = 0xFFFFFFFFu;  // the requester, for the race detector
+    std::uint64_t since = kNoSince;          // host: the caller's first task (Synchronize::since)
+    Status error;                            // host: failed while draining_, answered after it
   };
+  static constexpr std::uint64_t kNoSince = ~std::uint64_t{0};
+  // Host: the tasks a failure failed or dropped, [begin, end), with its error; the last few.
+  struct FailedRange {
+    std::uint64_t begin;
+    std::uint64_t end;
+    Status status;
+  };
+  static constexpr std::size_t kFailedRangesKept = 64;
+  const Status* FailureSince(std::uint64_t since, std::uint64_t target) const;
   void Advance();
   void StartTask(Task& t, std::uint32_t index);
   // StartTask's stages, one per task kind another actor completes.
@@ -105,15 +117,23 @@ class StreamActor {
   std::size_t fetch_end_ = 0;    // tasks [.., fetch_end_) are fetched
   std::uint64_t base_ = 0;       // host: id of tasks_[0]
   std::uint64_t epoch_ = 1;      // bumped on failure/abort: stale completions are ignored
+  WorkGate gate_;                // epoch_ as the units see it (see WorkGate)
+  void NewEpoch(bool stop_work);
   VTime clock_ = 0;
   VTime wait_start_ = 0;
 
   // host submissions
   std::deque<PendingSync> syncs_;
   Status sticky_error_;  // a failure no Synchronize has reported yet
+  std::deque<FailedRange> failed_;  // host: recent failures, for Synchronize with `since`
+  // Host: a failed rtModelExecute task's run is being stopped (CancelExecution): the stream
+  // starts nothing and answers no Synchronize until it has (ExecutionStopped).
+  bool draining_ = false;
 
   // model runs
   std::uint64_t run_ = 0;
+  std::uint32_t model_id_ = 0;
+  RunTag RunTagOf() const { return mode_ == Mode::kModel ? RunTag{model_id_, run_} : RunTag{}; }
   struct HeldPatch {
     PatchTask patch;
     actors::Replier<void> reply;

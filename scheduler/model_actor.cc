@@ -119,7 +119,7 @@ class ModelActor {
         reply.Fail(submitted.status().WithContext(fmt::format("model {}", id())));
         return;
       }
-      done = rt_->SynchronizeStreamAsync(inst.exec_stream);
+      done = rt_->SynchronizeSubmissionAsync(inst.exec_stream, *submitted);
     }
     if (direct) {  // staged: the stream's synchronisation answers the caller
       Busy(i);

@@ -252,8 +252,8 @@ Status DavinciModel::ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io
   const CompiledModel& m = *model_;
   auto staging = std::make_shared<Staging>();
   FillStaging(args, *staging);
-  NPUFLOW_RETURN_IF_ERROR(rt_->Submit(inst.exec_stream, StagedTasks(io, inst.model.id, staging)).status());
-  Status s = rt_->SynchronizeStream(inst.exec_stream, args.timeout);
+  NPUFLOW_ASSIGN_OR_RETURN(std::uint32_t first, rt_->Submit(inst.exec_stream, StagedTasks(io, inst.model.id, staging)));
+  Status s = rt_->SynchronizeSubmission(inst.exec_stream, first, args.timeout);
   if (s.code() == StatusCode::kTimeout) {
     // As on hardware: nothing is left running. The copies after the run are dropped with it.
     (void)rt_->AbortModel(inst.model);

@@ -136,14 +136,15 @@ class RunLoopActor {
       ++seq_;
       current_sync_done_ = false;
       timed_out_ = false;
-      Status s = Submit(current_);
-      if (!s.ok()) {
-        CompleteCurrent(s, ctx.self());
+      StatusOr<std::uint32_t> first = Submit(current_);
+      if (!first.ok()) {
+        CompleteCurrent(first.status(), ctx.self());
         continue;
       }
       npu_sim::Runtime& rt = *shared_->rt;
       const std::uint64_t seq = seq_;
-      ctx.Then(rt.SynchronizeStreamAsync(shared_->model->exec_stream(0)),
+      // The stream is the model's, shared with staged runs: this item's own tasks decide its fate.
+      ctx.Then(rt.SynchronizeSubmissionAsync(shared_->model->exec_stream(0), *first),
                [this, seq, self = ctx.self()](StatusOr<npu_sim::VTime> r) {
                  npu_sim::ScopedHostClient charge(client_);
                  if (r.ok()) client_.Merge(*r);
@@ -165,7 +166,8 @@ class RunLoopActor {
   }
 
   // One submission: copy the inputs in, run, copy the outputs out.
-  Status Submit(const std::shared_ptr<Item>& owner) {
+  // The item's copies, run and copies back, in one submission; answers its first task's id.
+  StatusOr<std::uint32_t> Submit(const std::shared_ptr<Item>& owner) {
     Item& item = *owner;
     DavinciModel& model = *shared_->model;
     const CompiledModel& m = model.compiled();
@@ -199,7 +201,7 @@ class RunLoopActor {
       tasks.push_back(std::move(c));
     }
     model.Touch();
-    return shared_->rt->Submit(model.exec_stream(0), std::move(tasks)).status();
+    return shared_->rt->Submit(model.exec_stream(0), std::move(tasks));
   }
 
   void CompleteCurrent(Status s, actors::Address<Message> self) {
