@@ -46,18 +46,14 @@ class StreamLease {
   npu_sim::Stream stream_;
 };
 
-// Device buffers for the outputs, freed when it goes (or quarantined, when the device may still
-// write them).
+// Device buffers for the outputs, freed when it goes. Even after a timeout: an abort returns once
+// nothing of the stopped work can still write (npu_sim's WorkGate).
 class OutputBuffers {
  public:
   OutputBuffers(StormState& s, const StressModel& m) : s_(s), m_(m) {}
   ~OutputBuffers() {
     for (const npu_sim::DevicePtr& p : ptrs_) {
-      if (quarantine_) {
-        s_.Quarantine(p);
-      } else {
-        (void)s_.rt.Free(0, p);
-      }
+      (void)s_.rt.Free(0, p);
     }
   }
   Status Allocate() {
@@ -79,9 +75,7 @@ class OutputBuffers {
     }
     Status st = s_.rt.SynchronizeStream(stream, s_.timeout);
     if (st.code() == StatusCode::kTimeout) {
-      // The copies may still run: their host and device buffers stay until the end of the run.
-      QuarantineOnExit();
-      s_.QuarantineHost(outs);
+      // A copy still queued is dropped, one running is waited for: then the buffers can go.
       (void)s_.rt.AbortStream(stream);
       (void)s_.rt.SynchronizeStream(stream, s_.timeout);  // the abort's error, reported once
     }
@@ -89,13 +83,11 @@ class OutputBuffers {
     return std::move(*outs);
   }
   const std::vector<npu_sim::DevicePtr>& ptrs() const { return ptrs_; }
-  void QuarantineOnExit() { quarantine_ = true; }
 
  private:
   StormState& s_;
   const StressModel& m_;
   std::vector<npu_sim::DevicePtr> ptrs_;
-  bool quarantine_ = false;
 };
 
 // The target's loaded model, loading it first when churn (or recycling) unloaded it.
@@ -119,11 +111,7 @@ StatusOr<Outputs> NnExecute(StormState& s, std::uint64_t request, const Target& 
   for (std::size_t i = 0; i < out.ptrs().size(); ++i)
     args.outputs.push_back(scheduler::DataBuffer::Device(out.ptrs()[i], m.outputs[i].desc.bytes().value_or(0)));
   args.timeout = s.timeout;
-  if (Status st = model->NnExecute(args); !st.ok()) {
-    // Kernels of an aborted run may still write (npu_sim; docs/stress.md): keep the buffers.
-    out.QuarantineOnExit();
-    return st;
-  }
+  if (Status st = model->NnExecute(args); !st.ok()) return st;
   StreamLease lease(s, request);
   return out.Read(lease.stream());
 }
@@ -143,14 +131,10 @@ StatusOr<Outputs> OnStream(StormState& s, std::uint64_t request, const Target& t
   Status st = t.session->RunGraphWithStreamAsync(t.graph, stream, ins, outs);
   if (!st.ok()) return st;
   st = s.rt.SynchronizeStream(stream, s.timeout);
-  if (!st.ok()) out.QuarantineOnExit();  // kernels of an aborted run may still write
   if (st.code() == StatusCode::kTimeout) {
+    // Aborting the stream stops the model run its execute task asked for, and the collecting
+    // synchronize returns once that run has stopped: the buffers can go.
     (void)s.rt.AbortStream(stream);
-    // Aborting the stream fails its model-execute task but leaves the model's run going (npu_sim;
-    // docs/stress.md): a hung run would hold the model's device model for good. Abort those too,
-    // as the way out a user has; other clients' runs of the model end Aborted.
-    if (auto model = t.session->GetLoadedModel(t.graph); model.ok())
-      for (int i = 0; i < (*model)->instances(); ++i) (void)s.rt.AbortModel((*model)->device_model(i));
     (void)s.rt.SynchronizeStream(stream, s.timeout);  // the abort's error, reported once
   }
   if (!st.ok()) return st;

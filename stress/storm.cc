@@ -79,20 +79,6 @@ std::vector<std::shared_ptr<Target>> StormState::TargetsOf(int model) const {
   return targets_[model];
 }
 
-void StormState::Quarantine(npu_sim::DevicePtr ptr) {
-  std::lock_guard<std::mutex> lock(quarantine_mu_);
-  quarantine_.push_back(ptr);
-}
-
-void StormState::QuarantineHost(std::shared_ptr<std::vector<graph::Tensor>> buffers) {
-  std::lock_guard<std::mutex> lock(quarantine_mu_);
-  host_quarantine_.push_back(std::move(buffers));
-}
-
-std::vector<npu_sim::DevicePtr> StormState::TakeQuarantine() {
-  std::lock_guard<std::mutex> lock(quarantine_mu_);
-  return std::exchange(quarantine_, {});
-}
 
 std::optional<std::uint64_t> StormState::NextTicket() {
   if (stop.load(std::memory_order_acquire)) return std::nullopt;
@@ -721,7 +707,6 @@ Status Storm::Teardown() {
     for (auto& set : per_model)
       for (const npu_sim::DevicePtr& p : set) keep(rt_->Free(0, p));
   for (const npu_sim::Stream& s : user_streams_) keep(rt_->DestroyStream(s));
-  for (const npu_sim::DevicePtr& p : state_->TakeQuarantine()) keep(rt_->Free(0, p));
   rt_->system().WaitIdle();
   return first;
 }

@@ -126,12 +126,6 @@ class StormState {
   // ---- device buffers the run owns
   std::vector<std::vector<std::vector<npu_sim::DevicePtr>>> inputs;  // [model][set][input]
   LeasePool<npu_sim::Stream> streams;
-  // Output buffers of a run that timed out on a user stream: the device may still write them, so
-  // they are freed only after every model is unloaded.
-  void Quarantine(npu_sim::DevicePtr ptr);
-  std::vector<npu_sim::DevicePtr> TakeQuarantine();
-  // Host buffers a copy that timed out may still write.
-  void QuarantineHost(std::shared_ptr<std::vector<graph::Tensor>> buffers);
 
   // ---- requests
   // A ticket for the next request, or none once the run's bound is reached or it is stopping.
@@ -158,9 +152,6 @@ class StormState {
   mutable std::mutex targets_mu_;
   std::vector<std::vector<std::shared_ptr<Target>>> targets_;  // per model
   std::atomic<std::uint32_t> next_graph_{1};
-  std::mutex quarantine_mu_;
-  std::vector<npu_sim::DevicePtr> quarantine_;
-  std::vector<std::shared_ptr<std::vector<graph::Tensor>>> host_quarantine_;
 
   std::atomic<std::uint64_t> tickets_{0};
   std::atomic<std::uint64_t> finished_{0};
