@@ -54,7 +54,8 @@ const std::vector<Area>& Areas() {
        &RegisterPipelineBenchmarks, &PipelineFigures},
       {"stress", "the inference storm (npuflow stress): RunGraph requests/s on a small model with 10, 1,000 and 10,000 "
                  "client fibers vs the same requests back to back from one plain thread; GPT-2 117M f16 decode at 1 "
-                 "thread with the race detector (--race-detect) on vs off",
+                 "thread with the race detector (--race-detect) on vs off; each fuzz target's executions/s (when build-fuzz/ "
+                 "exists; NPUFLOW_BENCH_FUZZ_SECONDS each, default 10)",
        &RegisterStressBenchmarks, &StressFigures},
   };
   return areas;

@@ -38,7 +38,7 @@ void DeviceModelActor::On(ExecuteModel& m, Ctx& ctx) {
   queue_.push_back(
       Execution{m.at, ctx.template TakeReply<VTime>(), std::move(m.io), m.on_end, m.race_ticket, m.race_requester,
                 m.race_host, m.from_stream, m.from_epoch, m.from_task});
-  if (!running_) StartNext(ctx);
+  if (!running_ && stopping_ == 0) StartNext(ctx);
 }
 
 void DeviceModelActor::On(ModelDone& m, Ctx& ctx) {
@@ -68,27 +68,32 @@ void DeviceModelActor::On(ModelDone& m, Ctx& ctx) {
   }
   done.on_end();
   if (status_.ok()) done.reply.Reply(end_); else done.reply.Fail(status_);
-  if (!queue_.empty()) StartNext(ctx);
+  if (!queue_.empty() && stopping_ == 0) StartNext(ctx);
 }
 
-void DeviceModelActor::StopRun(const Status& why, actors::Replier<void>* stopped) {
-  if (stopped == nullptr) {
-    for (const auto& [sid, addr] : streams_) addr.Send(AbortStream{why});
-  } else {
-    // `stopped` is answered once every stream has stopped, with the work it had sent to units
-    // and DMA channels (StreamActor::NewEpoch): after that nothing of the run touches memory.
-    struct Join {
-      std::atomic<std::size_t> left;
-      actors::Replier<void> reply;
-    };
-    auto join = std::make_shared<Join>();
-    join->left.store(streams_.size());
-    join->reply = std::move(*stopped);
-    for (const auto& [sid, addr] : streams_)
-      addr.Ask(AbortStream{why}).OnComplete([join](Status) {
-        if (join->left.fetch_sub(1, std::memory_order_acq_rel) == 1) join->reply.Reply();
-      });
-  }
+void DeviceModelActor::StopRun(const Status& why) {
+  const std::uint64_t run = run_;
+  ++stopping_;
+  // Each stream answers once it has stopped with the work it had sent to units and DMA channels
+  // (StreamActor::NewEpoch); a stream that had finished its part answers at once.
+  struct Join {
+    std::atomic<std::size_t> left;
+    actors::Address<ModelMsg> model;
+    std::uint64_t run;
+  };
+  auto join = std::make_shared<Join>();
+  join->left.store(streams_.size());
+  join->model = self_;
+  join->run = run;
+  for (const auto& [sid, addr] : streams_)
+    addr.Ask(AbortStream{why}).OnComplete([join](Status) {
+      if (join->left.fetch_sub(1, std::memory_order_acq_rel) == 1) join->model.Send(RunStopped{join->run});
+    });
+  ++run_;  // reports of the aborted run are stale from now on
+  running_ = false;
+}
+
+void DeviceModelActor::On(RunStopped&, Ctx& ctx) {
   if (RaceDetector* race = device_->race) {
     // Whoever hears of the abort knows the run is stopped: its accesses come before the
     // model's next run and every later host submission.
@@ -98,41 +103,47 @@ void DeviceModelActor::StopRun(const Status& why, actors::Replier<void>* stopped
       race->Release(agent, RaceDetector::kHostWorld);
     }
   }
-  ++run_;  // reports of the aborted run are stale from now on
-  running_ = false;
+  --stopping_;
+  AfterStops(ctx);
+}
+
+void DeviceModelActor::AfterStops(actors::Context<Message>& ctx) {
+  if (stopping_ > 0) return;
+  for (auto& r : stop_waiters_) r.Reply();
+  stop_waiters_.clear();
+  if (!running_ && !queue_.empty()) StartNext(ctx);
 }
 
 void DeviceModelActor::On(AbortModel& m, Ctx& ctx) {
   Status why = m.why.ok() ? Status::Aborted("device {} model {}: aborted", device_->id(), id_) : m.why;
-  actors::Replier<void> reply = ctx.TakeReply();
-  if (running_) StopRun(why, &reply);
+  if (running_) StopRun(why);
   for (auto& e : queue_) {
     if (device_->race) device_->race->DropTicket(e.race_ticket);
     e.on_end();
     e.reply.Fail(why);
   }
   queue_.clear();
-  if (reply.valid()) reply.Reply();  // nothing ran
+  // Answered once no run of this model is still stopping (this one, or one stopped before).
+  stop_waiters_.push_back(ctx.TakeReply());
+  AfterStops(ctx);
 }
 
 // A host stream's rtModelExecute task failed or was aborted: its execution goes too (stopped if
-// it runs), and the model's other executions go on.
+// it runs), and the model's other executions go on. Answered once it no longer runs.
 void DeviceModelActor::On(CancelExecution& m, Ctx& ctx) {
-  actors::Replier<void> reply = ctx.TakeReply();
   for (std::size_t i = 0; i < queue_.size(); ++i) {
     const Execution& e = queue_[i];
     if (e.from_stream != m.from_stream || e.from_epoch != m.from_epoch || e.from_task != m.from_task) continue;
-    const bool running = i == 0 && running_;
-    if (running) StopRun(m.why, &reply);
+    if (i == 0 && running_) StopRun(m.why);
     Execution done = std::move(queue_[i]);
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
     if (device_->race) device_->race->DropTicket(done.race_ticket);
     done.on_end();
     done.reply.Fail(m.why);
-    if (running && !queue_.empty()) StartNext(ctx);
     break;
   }
-  if (reply.valid()) reply.Reply();  // it was not running (or had ended)
+  stop_waiters_.push_back(ctx.TakeReply());
+  AfterStops(ctx);
 }
 
 void DeviceModelActor::StartNext(actors::Context<Message>& ctx) {

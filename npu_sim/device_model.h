@@ -26,9 +26,13 @@ class DeviceModelActor {
   void On(ModelDone& m, Ctx& ctx);
   void On(AbortModel& m, Ctx& ctx);
   void On(CancelExecution& m, Ctx& ctx);
-  // Stops the running execution's streams; its reports are stale from now on. `stopped`, if
-  // given, is answered once they have all stopped.
-  void StopRun(const Status& why, actors::Replier<void>* stopped = nullptr);
+  void On(RunStopped& m, Ctx& ctx);
+  // Stops the running execution's streams; its reports are stale from now on. Until every
+  // stream has stopped (with its units' work: RunStopped), no run starts and no abort is
+  // answered: nothing of the stopped run may touch memory the caller or the next run uses.
+  void StopRun(const Status& why);
+  // Answers the aborts waiting for stopped runs and starts the next execution, once nothing stops.
+  void AfterStops(actors::Context<Message>& ctx);
   struct Execution {
     VTime at;
     actors::Replier<VTime> reply;
@@ -49,6 +53,8 @@ class DeviceModelActor {
   std::vector<std::pair<StreamId, StreamAddr>> streams_;
   std::deque<Execution> queue_;
   bool running_ = false;
+  std::size_t stopping_ = 0;  // stopped runs whose streams have not all stopped yet
+  std::vector<actors::Replier<void>> stop_waiters_;  // AbortModel / CancelExecution askers
   std::uint64_t run_ = 0;
   std::size_t streams_left_ = 0;
   VTime end_ = 0;

@@ -96,7 +96,11 @@ struct AbortModel {  // Ask<void>: stops every bound stream; the running and que
   static constexpr std::string_view kKind = "AbortModel";
   Status why;
 };
-using ModelMsg = std::variant<ModelDone, BindModelStream, ExecuteModel, AbortModel, CancelExecution>;
+struct RunStopped {  // the model's own: every stream of a stopped run has stopped (StopRun's join)
+  static constexpr std::string_view kKind = "RunStopped";
+  std::uint64_t run = 0;  // the run that was stopped
+};
+using ModelMsg = std::variant<ModelDone, BindModelStream, ExecuteModel, AbortModel, CancelExecution, RunStopped>;
 
 // ---- to a stream --------------------------------------------------------------------------------
 // Every message the host API sends a stream (Submit, Synchronize, AbortStream, ResetStream,
@@ -112,10 +116,12 @@ struct Submit {  // host stream: append tasks, submitted at host virtual time `a
 struct Synchronize {  // Ask<VTime>: completes when every submission sent before it has finished
   static constexpr std::string_view kKind = "Synchronize";
   std::uint32_t race_agent = 0xFFFFFFFFu;  // the race detector's requester (learns the stream's work)
-  // The caller's own work starts at this task id (Runtime::Submit's answer): the sync fails if
-  // the stream dropped or failed any task from there on, whoever heard of the failure first.
-  // Without it (has_since false) the stream's one sticky error is reported once.
+  // The caller's own work: `count` tasks from task id `since` (Runtime::Submit's answer). The
+  // sync then waits for those and fails if the stream failed or dropped any of them, whoever
+  // heard of the failure first. Without it (has_since false) it waits for every submission
+  // before it, and the stream's one sticky error is reported once.
   std::uint32_t since = 0;
+  std::uint32_t count = 0;
   bool has_since = false;
 };
 struct LoadProgram {  // model stream: the task list executed on every model run
@@ -168,6 +174,7 @@ struct AbortStream {  // stop: the current and queued work fails with `why`
 };
 struct ExecutionStopped {  // the model run a failed rtModelExecute task asked for has stopped
   static constexpr std::string_view kKind = "ExecutionStopped";
+  std::uint64_t drain = 0;  // the stream's drain it ends (a reset stream ignores older ones)
 };
 struct ResetStream {  // Ask<void>: back to an empty, idle stream (reuse after destroy)
   static constexpr std::string_view kKind = "ResetStream";
@@ -198,6 +205,23 @@ struct WorkGate {
     return false;
   }
   void Leave() { inside.fetch_sub(1, std::memory_order_release); }
+};
+// Inside a gate for a scope (a kernel that throws still leaves). A null gate is always open.
+class GateScope {
+ public:
+  GateScope(WorkGate* gate, std::uint64_t epoch) : gate_(gate) {
+    entered_ = gate_ == nullptr || gate_->Enter(epoch);
+  }
+  ~GateScope() {
+    if (entered_ && gate_ != nullptr) gate_->Leave();
+  }
+  GateScope(const GateScope&) = delete;
+  GateScope& operator=(const GateScope&) = delete;
+  bool entered() const { return entered_; }
+
+ private:
+  WorkGate* gate_;
+  bool entered_ = false;
 };
 struct KernelJob {
   std::atomic<bool> in_use{false};

@@ -328,8 +328,9 @@ Status Runtime::SynchronizeStream(Stream stream, Timeout timeout) {
   return SyncStream(stream, Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent}, timeout);
 }
 
-Status Runtime::SynchronizeSubmission(Stream stream, std::uint32_t first_task, Timeout timeout) {
-  return SyncStream(stream, Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent, first_task, true}, timeout);
+Status Runtime::SynchronizeSubmission(Stream stream, std::uint32_t first_task, std::uint32_t task_count,
+                                      Timeout timeout) {
+  return SyncStream(stream, Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent, first_task, task_count, true}, timeout);
 }
 
 Status Runtime::SyncStream(Stream stream, Synchronize sync, Timeout timeout) {
@@ -347,8 +348,9 @@ actors::Future<StatusOr<VTime>> Runtime::SynchronizeStreamAsync(Stream stream) {
   return SyncStreamAsync(stream, Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent});
 }
 
-actors::Future<StatusOr<VTime>> Runtime::SynchronizeSubmissionAsync(Stream stream, std::uint32_t first_task) {
-  return SyncStreamAsync(stream, Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent, first_task, true});
+actors::Future<StatusOr<VTime>> Runtime::SynchronizeSubmissionAsync(Stream stream, std::uint32_t first_task,
+                                                                    std::uint32_t task_count) {
+  return SyncStreamAsync(stream, Synchronize{race_ ? HostRaceAgent() : kNoRaceAgent, first_task, task_count, true});
 }
 
 actors::Future<StatusOr<VTime>> Runtime::SyncStreamAsync(Stream stream, Synchronize sync) {

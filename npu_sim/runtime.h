@@ -109,11 +109,14 @@ class Runtime {
   // The same without blocking: the future completes with the virtual time the work ended. For
   // actors, which must not block.
   actors::Future<StatusOr<VTime>> SynchronizeStreamAsync(Stream stream);
-  // The same for a caller that shares the stream with others: `first_task` is what Submit answered
-  // for the caller's first submission. Fails if any task from there on failed or was dropped, even
-  // when another caller's Synchronize heard of that failure first; Ok if they all ran.
-  Status SynchronizeSubmission(Stream stream, std::uint32_t first_task, Timeout timeout = std::nullopt);
-  actors::Future<StatusOr<VTime>> SynchronizeSubmissionAsync(Stream stream, std::uint32_t first_task);
+  // For a caller that shares the stream with others: waits for the caller's own `task_count`
+  // tasks from `first_task` (what Submit answered) and fails if any of them failed or was dropped,
+  // even when another caller's Synchronize heard of that failure first; Ok if they all ran, even
+  // when another caller's later task failed.
+  Status SynchronizeSubmission(Stream stream, std::uint32_t first_task, std::uint32_t task_count,
+                               Timeout timeout = std::nullopt);
+  actors::Future<StatusOr<VTime>> SynchronizeSubmissionAsync(Stream stream, std::uint32_t first_task,
+                                                             std::uint32_t task_count);
   // Stops a host stream: the running and queued tasks fail with Aborted (reported by the next
   // Synchronize); the stream then serves new submissions. The way out of a hung task.
   Status AbortStream(Stream stream);

@@ -117,11 +117,12 @@ Status StreamActor::On(Submit& m, Ctx&) {
 
 Status StreamActor::On(Synchronize& m, Ctx& ctx) {
   // Sent in order with the submissions, so every submission before it has arrived.
-  const std::uint64_t target = base_ + tasks_.size();
+  std::uint64_t target = base_ + tasks_.size();
   std::uint64_t since = kNoSince;
   if (m.has_since) {  // a 32-bit task id: the 64-bit one at or below the target with those low bits
     const std::uint32_t back = static_cast<std::uint32_t>(target) - m.since;
     since = back <= target ? target - back : 0;
+    target = std::min(target, since + m.count);  // the caller's own tasks
   }
   syncs_.push_back(PendingSync{target, ctx.template TakeReply<VTime>(), m.race_agent, since});
   AnswerSyncs();
@@ -270,15 +271,18 @@ Status StreamActor::On(ElideWaits& m, Ctx& ctx) {
 
 Status StreamActor::On(AbortStream& m, Ctx& ctx) {
   // An aborted stream's work is over for whoever hears of the abort (race detector).
-  if (device_->race && state_ != State::kIdle) device_->race->Release(race_agent_, RaceDetector::kHostWorld);
-  if (state_ != State::kIdle) Fail(std::move(m.why));
+  // While draining, the stream is idle but may hold queued tasks: they are dropped too.
+  const bool work = state_ != State::kIdle || (draining_ && exec_ < tasks_.size());
+  if (device_->race && work) device_->race->Release(race_agent_, RaceDetector::kHostWorld);
+  if (work) Fail(std::move(m.why));
   ctx.Reply();  // an Ask (AbortModel's) hears that the stream and its units' work have stopped
   return Status::Ok();
 }
 
-Status StreamActor::On(ExecutionStopped&, Ctx&) {
+Status StreamActor::On(ExecutionStopped& m, Ctx&) {
+  if (m.drain != drain_ || !draining_) return Status::Ok();  // of a drain a reset ended
   draining_ = false;
-  if (state_ == State::kIdle && exec_ < tasks_.size()) {
+  if (mode_ == Mode::kHost && state_ == State::kIdle && exec_ < tasks_.size()) {
     state_ = State::kRunning;
     Advance();
   }
@@ -288,6 +292,8 @@ Status StreamActor::On(ExecutionStopped&, Ctx&) {
 
 Status StreamActor::On(ResetStream&, Ctx& ctx) {
   if (state_ != State::kIdle) Fail(Status::Aborted("device {} {}: reset", device_->id(), name_));
+  draining_ = false;  // the model answers the drain still; ExecutionStopped of it is ignored
+  ++drain_;
   tasks_.clear();
   patches_.clear();
   elide_.clear();
@@ -298,6 +304,7 @@ Status StreamActor::On(ResetStream&, Ctx& ctx) {
   base_ = 0;
   mode_ = Mode::kHost;
   sticky_error_ = Status::Ok();
+  sticky_seq_ = 0;
   failed_.clear();
   fault_.reset();
   for (auto& s : syncs_) s.reply.Fail(Status::Aborted("device {} {}: destroyed", device_->id(), name_));
@@ -339,12 +346,12 @@ void StreamActor::AnswerSyncs() {
     const bool reached = mode_ == Mode::kModel ? state_ == State::kIdle : it->target <= done;
     if (reached) {
       if (device_->race && it->race_agent != kNoRaceAgent) device_->race->Join(it->race_agent, race_agent_);
-      const Status* failed = it->since == kNoSince ? nullptr : FailureSince(it->since, it->target);
+      const FailedRange* failed = it->since == kNoSince ? nullptr : FailureSince(it->since, it->target);
       if (!it->error.ok()) {
         it->reply.Fail(std::move(it->error));
       } else if (failed != nullptr) {
-        it->reply.Fail(*failed);
-        sticky_error_ = Status::Ok();  // reported to the caller whose work it dropped
+        it->reply.Fail(failed->status);
+        if (sticky_seq_ == failed->seq) sticky_error_ = Status::Ok();  // reported to the caller it dropped
       } else if (it->since != kNoSince) {
         it->reply.Reply(clock_);
       } else if (!sticky_error_.ok()) {
@@ -354,6 +361,8 @@ void StreamActor::AnswerSyncs() {
         it->reply.Reply(clock_);
       }
       it = syncs_.erase(it);
+    } else if (mode_ == Mode::kHost) {
+      break;  // host syncs are in target order: the later ones are not reached either
     } else {
       ++it;
     }
@@ -361,9 +370,9 @@ void StreamActor::AnswerSyncs() {
 }
 
 // The error of a failure that failed or dropped a task in [since, target), if any (the latest).
-const Status* StreamActor::FailureSince(std::uint64_t since, std::uint64_t target) const {
+const StreamActor::FailedRange* StreamActor::FailureSince(std::uint64_t since, std::uint64_t target) const {
   for (auto it = failed_.rbegin(); it != failed_.rend(); ++it)
-    if (it->begin < target && it->end > since) return &it->status;
+    if (it->begin < target && it->end > since) return &*it;
   return nullptr;
 }
 
@@ -417,6 +426,7 @@ void StreamActor::Advance() {
       default:
         // Work another actor does: the stream waits for its completion message.
         device_->tasks_executed.fetch_add(executed_ - start_executed, std::memory_order_relaxed);
+        if (mode_ == Mode::kHost && !syncs_.empty()) AnswerSyncs();  // those the work so far reached
         StartTask(t, static_cast<std::uint32_t>(exec_));
         return;
     }
@@ -614,10 +624,10 @@ void StreamActor::Fail(Status status) {
     // The model's run this task asked for is this task: it stops with it (rtModelExecute), and
     // the stream waits for that before it goes on or answers a Synchronize.
     if (auto model = device_->model(tasks_[exec_].model); model.ok()) {
+      AnswerSyncs();  // those whose work ended before this task, before the drain holds them
       draining_ = true;
-      model->Ask(CancelExecution{id_, epoch_, TaskId(exec_), status}).OnComplete([self = self_](Status) {
-        self.Send(ExecutionStopped{});
-      });
+      model->Ask(CancelExecution{id_, epoch_, TaskId(exec_), status})
+          .OnComplete([self = self_, drain = ++drain_](Status) { self.Send(ExecutionStopped{drain}); });
     }
   }
   NewEpoch(waiting);
@@ -633,8 +643,11 @@ void StreamActor::Fail(Status status) {
   // A host stream in error drops what is queued. The error goes to the Synchronize calls waiting
   // for it; if none is listening any more (e.g. it timed out), the next Synchronize reports it.
   for (std::size_t i = exec_; i < tasks_.size(); ++i) tasks_[i].keep_alive.reset();
+  // Synchronizes whose work ended before the failing task are answered as they would have been.
+  AnswerSyncs();
   // A caller whose Synchronize (with `since`) arrives later still hears of its dropped tasks.
-  failed_.push_back(FailedRange{base_ + exec_, base_ + std::max<std::size_t>(tasks_.size(), exec_ + 1), status});
+  const std::uint64_t seq = ++failures_;
+  failed_.push_back(FailedRange{base_ + exec_, base_ + std::max<std::size_t>(tasks_.size(), exec_ + 1), status, seq});
   if (failed_.size() > kFailedRangesKept) failed_.pop_front();
   exec_ = tasks_.size();
   bool reported = false;
@@ -644,7 +657,10 @@ void StreamActor::Fail(Status status) {
     else s.reply.Fail(status);
   }
   if (!draining_) syncs_.clear();
-  if (!reported) sticky_error_ = std::move(status);
+  if (!reported) {
+    sticky_error_ = std::move(status);
+    sticky_seq_ = seq;
+  }
   Compact();
 }
 

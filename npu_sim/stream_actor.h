@@ -66,9 +66,10 @@ class StreamActor {
     std::uint64_t begin;
     std::uint64_t end;
     Status status;
+    std::uint64_t seq;  // the stream's failure count at it (sticky_seq_)
   };
   static constexpr std::size_t kFailedRangesKept = 64;
-  const Status* FailureSince(std::uint64_t since, std::uint64_t target) const;
+  const FailedRange* FailureSince(std::uint64_t since, std::uint64_t target) const;
   void Advance();
   void StartTask(Task& t, std::uint32_t index);
   // StartTask's stages, one per task kind another actor completes.
@@ -125,10 +126,13 @@ class StreamActor {
   // host submissions
   std::deque<PendingSync> syncs_;
   Status sticky_error_;  // a failure no Synchronize has reported yet
+  std::uint64_t sticky_seq_ = 0;   // its FailedRange::seq
+  std::uint64_t failures_ = 0;     // host failures so far
   std::deque<FailedRange> failed_;  // host: recent failures, for Synchronize with `since`
   // Host: a failed rtModelExecute task's run is being stopped (CancelExecution): the stream
   // starts nothing and answers no Synchronize until it has (ExecutionStopped).
   bool draining_ = false;
+  std::uint64_t drain_ = 0;  // bumped per drain and by ResetStream (ExecutionStopped::drain)
 
   // model runs
   std::uint64_t run_ = 0;

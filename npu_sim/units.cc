@@ -69,8 +69,8 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
     }
   }
   // The stream's task was aborted before these blocks started: skip them (the report is stale).
-  const bool entered = job.gate == nullptr || job.gate->Enter(job.epoch);
-  if (!entered) status = Status::Aborted("device {} stream {} task {} ({}): aborted", device_->id(), job.stream_id, job.task, job.name);
+  GateScope gate(job.gate, job.epoch);
+  if (!gate.entered()) status = Status::Aborted("device {} stream {} task {} ({}): aborted", device_->id(), job.stream_id, job.task, job.name);
   for (std::uint32_t b = run.first; status.ok() && b < run.first + run.count; ++b) {
     KernelContext kctx(&device_->memory(), job.args, b, job.block_dim, job.tiling_key);
     status = job.def->run(kctx);
@@ -81,7 +81,6 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
     }
     t += job.def->cost ? std::max<VTime>(job.def->cost(kctx, device_->chip()), 0) : 0;
   }
-  if (entered && job.gate != nullptr) job.gate->Leave();
   const VTime start = busy_.Reserve(run.at, t);
   t += start;
   if (track_) {
@@ -193,12 +192,12 @@ void DmaChannelActor::On(CopyRequest& req, Ctx&) {
       status = Status::Failed("device {} stream {} task {} ({}): injected fault on dma {}", device_->id(),
                               req.stream.id(), req.task, req.name, index_);
   }
-  if (status.ok() && req.gate != nullptr && !req.gate->Enter(req.epoch)) {
+  GateScope gate(status.ok() ? req.gate : nullptr, req.epoch);
+  if (!gate.entered()) {
     status = Status::Aborted("device {} task {} ({}): aborted before the copy started", device_->id(), req.task, req.name);
   } else if (status.ok()) {
     const auto t0 = std::chrono::steady_clock::now();
     status = Copy(device_->memory(), req);
-    if (req.gate != nullptr) req.gate->Leave();
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
     if (!req.data_in_place) {
       device_->dma_copy_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
@@ -253,11 +252,11 @@ void DmaEngineActor::LinkCopy(CopyRequest& req) {
   const VTime start = std::max(link.free_at, req.at);
   link.free_at = start + cost;
   Status status;
-  if (req.gate != nullptr && !req.gate->Enter(req.epoch)) {
-    status = Status::Aborted("device {} task {} ({}): aborted before the copy started", device_->id(), req.task, req.name);
-  } else {
-    status = DmaChannelActor::Copy(device_->memory(), req);
-    if (req.gate != nullptr) req.gate->Leave();
+  {
+    GateScope gate(req.gate, req.epoch);
+    status = gate.entered() ? DmaChannelActor::Copy(device_->memory(), req)
+                            : Status::Aborted("device {} task {} ({}): aborted before the copy started", device_->id(),
+                                              req.task, req.name);
   }
   if (!status.ok())
     status = status.WithContext(fmt::format("device {} task {} (P2P {} bytes to device {})", device_->id(), req.task,

@@ -114,12 +114,14 @@ class ModelActor {
     if (req.staging == nullptr) {
       done = rt_->ExecuteModelAsync(inst.model, std::move(io));
     } else {
-      auto submitted = rt_->Submit(inst.exec_stream, model_->StagedTasks(io, inst.model.id, req.staging));
+      std::vector<npu_sim::Task> tasks = model_->StagedTasks(io, inst.model.id, req.staging);
+      const auto count = static_cast<std::uint32_t>(tasks.size());
+      auto submitted = rt_->Submit(inst.exec_stream, std::move(tasks));
       if (!submitted.ok()) {
         reply.Fail(submitted.status().WithContext(fmt::format("model {}", id())));
         return;
       }
-      done = rt_->SynchronizeSubmissionAsync(inst.exec_stream, *submitted);
+      done = rt_->SynchronizeSubmissionAsync(inst.exec_stream, *submitted, count);
     }
     if (direct) {  // staged: the stream's synchronisation answers the caller
       Busy(i);

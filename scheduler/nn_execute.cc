@@ -252,8 +252,10 @@ Status DavinciModel::ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io
   const CompiledModel& m = *model_;
   auto staging = std::make_shared<Staging>();
   FillStaging(args, *staging);
-  NPUFLOW_ASSIGN_OR_RETURN(std::uint32_t first, rt_->Submit(inst.exec_stream, StagedTasks(io, inst.model.id, staging)));
-  Status s = rt_->SynchronizeSubmission(inst.exec_stream, first, args.timeout);
+  std::vector<npu_sim::Task> tasks = StagedTasks(io, inst.model.id, staging);
+  const auto count = static_cast<std::uint32_t>(tasks.size());
+  NPUFLOW_ASSIGN_OR_RETURN(std::uint32_t first, rt_->Submit(inst.exec_stream, std::move(tasks)));
+  Status s = rt_->SynchronizeSubmission(inst.exec_stream, first, count, args.timeout);
   if (s.code() == StatusCode::kTimeout) {
     // As on hardware: nothing is left running. The copies after the run are dropped with it.
     (void)rt_->AbortModel(inst.model);

@@ -136,15 +136,15 @@ class RunLoopActor {
       ++seq_;
       current_sync_done_ = false;
       timed_out_ = false;
-      StatusOr<std::uint32_t> first = Submit(current_);
-      if (!first.ok()) {
-        CompleteCurrent(first.status(), ctx.self());
+      StatusOr<std::pair<std::uint32_t, std::uint32_t>> submitted = Submit(current_);
+      if (!submitted.ok()) {
+        CompleteCurrent(submitted.status(), ctx.self());
         continue;
       }
       npu_sim::Runtime& rt = *shared_->rt;
       const std::uint64_t seq = seq_;
       // The stream is the model's, shared with staged runs: this item's own tasks decide its fate.
-      ctx.Then(rt.SynchronizeSubmissionAsync(shared_->model->exec_stream(0), *first),
+      ctx.Then(rt.SynchronizeSubmissionAsync(shared_->model->exec_stream(0), submitted->first, submitted->second),
                [this, seq, self = ctx.self()](StatusOr<npu_sim::VTime> r) {
                  npu_sim::ScopedHostClient charge(client_);
                  if (r.ok()) client_.Merge(*r);
@@ -166,8 +166,9 @@ class RunLoopActor {
   }
 
   // One submission: copy the inputs in, run, copy the outputs out.
-  // The item's copies, run and copies back, in one submission; answers its first task's id.
-  StatusOr<std::uint32_t> Submit(const std::shared_ptr<Item>& owner) {
+  // The item's copies, run and copies back, in one submission; answers its first task's id and
+  // the number of tasks.
+  StatusOr<std::pair<std::uint32_t, std::uint32_t>> Submit(const std::shared_ptr<Item>& owner) {
     Item& item = *owner;
     DavinciModel& model = *shared_->model;
     const CompiledModel& m = model.compiled();
@@ -201,7 +202,9 @@ class RunLoopActor {
       tasks.push_back(std::move(c));
     }
     model.Touch();
-    return shared_->rt->Submit(model.exec_stream(0), std::move(tasks));
+    const auto count = static_cast<std::uint32_t>(tasks.size());
+    NPUFLOW_ASSIGN_OR_RETURN(std::uint32_t first, shared_->rt->Submit(model.exec_stream(0), std::move(tasks)));
+    return std::make_pair(first, count);
   }
 
   void CompleteCurrent(Status s, actors::Address<Message> self) {

@@ -97,13 +97,27 @@ TEST(FaultPaths, ACallerOfASharedStreamHearsOfItsDroppedTasks) {
   auto first = rt->Submit(s, {Task::Nop(), Task::Nop()});
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(rt->SynchronizeStream(s, 10s).code(), StatusCode::kFailed);  // another caller heard it
-  EXPECT_EQ(rt->SynchronizeSubmission(s, *first, 10s).code(), StatusCode::kFailed);
+  EXPECT_EQ(rt->SynchronizeSubmission(s, *first, 2, 10s).code(), StatusCode::kFailed);
   auto later = rt->Submit(s, {Task::Nop()});
   ASSERT_TRUE(later.ok());
-  EXPECT_TRUE(rt->SynchronizeSubmission(s, *later, 10s).ok());
+  EXPECT_TRUE(rt->SynchronizeSubmission(s, *later, 1, 10s).ok());
   EXPECT_TRUE(rt->SynchronizeStream(s, 10s).ok()) << "the error was reported; it is not sticky";
   // The asynchronous form too.
-  EXPECT_EQ(rt->SynchronizeSubmissionAsync(s, *first).Get().status().code(), StatusCode::kFailed);
+  EXPECT_EQ(rt->SynchronizeSubmissionAsync(s, *first, 2).Get().status().code(), StatusCode::kFailed);
+}
+
+// B, the other way round: a caller whose tasks all ran hears Ok, although another caller's task
+// submitted after them failed before the first caller synchronized.
+TEST(FaultPaths, ACallerWhoseTasksRanIsNotFailedByAnothersLaterFailure) {
+  auto rt = MakeRuntime();
+  Stream s = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kStream, s.id, Fault{FaultKind::kFail, 3}).ok());
+  auto mine = rt->Submit(s, {Task::Nop(), Task::Nop()});
+  auto theirs = rt->Submit(s, {Task::Nop(), Task::Nop()});  // its first task fails
+  ASSERT_TRUE(mine.ok());
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_EQ(rt->SynchronizeSubmission(s, *theirs, 2, 10s).code(), StatusCode::kFailed);
+  EXPECT_TRUE(rt->SynchronizeSubmission(s, *mine, 2, 10s).ok());
 }
 
 // C: a model execute on a user stream hangs; aborting the stream stops that run, so the model
