@@ -29,7 +29,7 @@ namespace {
 
 constexpr int kClients[] = {10, 1000, 10000};
 
-std::int64_t Requests(int clients) { return std::max<std::int64_t>(4000, 2 * static_cast<std::int64_t>(clients)); }
+std::int64_t Requests(int clients) { return std::max<std::int64_t>(20000, 2 * static_cast<std::int64_t>(clients)); }
 
 stress::StressOptions Storm(int clients, bool one_thread) {
   stress::StressOptions o;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <condition_variable>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -464,6 +466,8 @@ class Storm {
   std::atomic<int> clients_left_{0};
   std::vector<npu_sim::Stream> user_streams_;
   bool abandoned_ = false;
+  std::mutex monitor_mu_;  // wakes the monitor when the clients are done
+  std::condition_variable monitor_cv_;
 };
 
 Status Storm::Setup() {
@@ -677,7 +681,11 @@ void Storm::Monitor(std::atomic<bool>& done) {
   std::optional<Clock::time_point> hung_since;
   bool rescued = false;
   while (!done.load(std::memory_order_acquire)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    {
+      std::unique_lock<std::mutex> lock(monitor_mu_);
+      monitor_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return done.load(std::memory_order_acquire); });
+    }
+    if (done.load(std::memory_order_acquire)) break;
     if (state_->MarkHangs() > 0 && !hung_since) {
       hung_since = Clock::now();
       state_->stop.store(true);  // a hang fails the run: no new requests
@@ -729,9 +737,15 @@ StatusOr<StressResult> Storm::Run() {
   NPUFLOW_RETURN_IF_ERROR(Setup());
   std::atomic<bool> done{false};
   state_->started = Clock::now();
+  Clock::time_point ended{};
   std::thread pool([&] {
     RunClients();
-    done.store(true, std::memory_order_release);
+    ended = Clock::now();  // the last request's end: the monitor's poll is not part of the time
+    {
+      std::lock_guard<std::mutex> lock(monitor_mu_);
+      done.store(true, std::memory_order_release);
+    }
+    monitor_cv_.notify_all();
   });
   Monitor(done);
   StressResult result;
@@ -751,7 +765,7 @@ StatusOr<StressResult> Storm::Run() {
     return result;
   }
   pool.join();
-  r.wall_s = std::chrono::duration<double>(Clock::now() - state_->started).count();
+  r.wall_s = std::chrono::duration<double>(ended - state_->started).count();
   if (Status s = Teardown(); !s.ok())
     state_->AddFailure({"unexpected_error", 0, -1, "", "teardown", s.ToString()});
   r.races = DeviceRaceReports(*rt_);
