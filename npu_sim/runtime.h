@@ -54,6 +54,7 @@ struct RuntimeOptions {
 struct Stream {
   int device = -1;
   StreamId id = 0;
+  friend bool operator==(const Stream&, const Stream&) = default;
 };
 struct Event {
   int device = -1;

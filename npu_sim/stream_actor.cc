@@ -107,6 +107,7 @@ Status StreamActor::On(Submit& m, Ctx&) {
     return Status::ParamInvalid("device {} {}: is bound to a model; host submissions are refused", device_->id(),
                                 name_);
   AcceptSubmit(m);  // in submission order: the host sends them in order (SendInOrder)
+  DropWhileInError();
   if (state_ == State::kIdle && exec_ < tasks_.size() && !draining_) {
     state_ = State::kRunning;
     Advance();
@@ -282,6 +283,10 @@ Status StreamActor::On(AbortStream& m, Ctx& ctx) {
 Status StreamActor::On(ExecutionStopped& m, Ctx&) {
   if (m.drain != drain_ || !draining_) return Status::Ok();  // of a drain a reset ended
   draining_ = false;
+  DropWhileInError();
+  // The stopped run's streams released the model's key when they had all stopped (RunStopped),
+  // before the model answered: this stream's later work comes after theirs.
+  if (device_->race) device_->race->Acquire(race_agent_, RaceDetector::ModelKey(device_->id(), drain_model_));
   if (mode_ == Mode::kHost && state_ == State::kIdle && exec_ < tasks_.size()) {
     state_ = State::kRunning;
     Advance();
@@ -305,6 +310,7 @@ Status StreamActor::On(ResetStream&, Ctx& ctx) {
   mode_ = Mode::kHost;
   sticky_error_ = Status::Ok();
   sticky_seq_ = 0;
+  skip_until_ = 0;
   failed_.clear();
   fault_.reset();
   for (auto& s : syncs_) s.reply.Fail(Status::Aborted("device {} {}: destroyed", device_->id(), name_));
@@ -369,6 +375,25 @@ void StreamActor::AnswerSyncs() {
   }
 }
 
+// A host stream in error (a failure no Synchronize has reported yet) skips the work of what is
+// submitted until one does, as a device stream in error runs nothing more: the rest of a failed
+// run does not run with its order broken (a wait that failed no longer orders what follows it).
+// Its event records and waits still run, so other streams are not left waiting on them and no
+// record is left for a later wait. The skipped tasks join the failure's range, so a caller's
+// SynchronizeSubmission reports the error for them.
+void StreamActor::DropWhileInError() {
+  if (mode_ != Mode::kHost || sticky_error_.ok() || exec_ >= tasks_.size()) return;
+  const std::uint64_t end = base_ + tasks_.size();
+  if (end <= skip_until_) return;
+  if (!failed_.empty() && failed_.back().seq == sticky_seq_) {
+    failed_.back().end = std::max(failed_.back().end, end);
+  } else {
+    failed_.push_back(FailedRange{std::max(skip_until_, base_ + exec_), end, sticky_error_, sticky_seq_});
+    if (failed_.size() > kFailedRangesKept) failed_.pop_front();
+  }
+  skip_until_ = end;
+}
+
 // The error of a failure that failed or dropped a task in [since, target), if any (the latest).
 const StreamActor::FailedRange* StreamActor::FailureSince(std::uint64_t since, std::uint64_t target) const {
   for (auto it = failed_.rbegin(); it != failed_.rend(); ++it)
@@ -413,6 +438,12 @@ void StreamActor::Advance() {
     if (fault_ && InjectFault()) break;
     Task& t = tasks_[exec_];
     if (device_->race) RaceBeforeTask(t);
+    if (base_ + exec_ < skip_until_ && t.kind != TaskKind::kEventRecord && t.kind != TaskKind::kEventWait) {
+      t.keep_alive.reset();  // skipped: submitted while the stream was in error (DropWhileInError)
+      ++exec_;
+      ++executed_;
+      continue;
+    }
     switch (t.kind) {
       case TaskKind::kNop:
         if (track_) Trace("nop", clock_, chip.nop_latency_ns, TaskId(exec_));
@@ -626,6 +657,7 @@ void StreamActor::Fail(Status status) {
     if (auto model = device_->model(tasks_[exec_].model); model.ok()) {
       AnswerSyncs();  // those whose work ended before this task, before the drain holds them
       draining_ = true;
+      drain_model_ = tasks_[exec_].model;
       model->Ask(CancelExecution{id_, epoch_, TaskId(exec_), status})
           .OnComplete([self = self_, drain = ++drain_](Status) { self.Send(ExecutionStopped{drain}); });
     }

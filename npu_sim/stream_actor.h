@@ -90,6 +90,7 @@ class StreamActor {
   Status StalePatch(const PatchTask& m) const;
   void ReleaseHeldPatches();
   void AnswerSyncs();
+  void DropWhileInError();
   std::uint32_t TaskId(std::size_t index) const { return static_cast<std::uint32_t>(base_ + index); }
   void Trace(std::string_view name, VTime start, VTime duration, std::uint32_t task);
   // Race detection (device_->race set): the order a task starts in, and what it touches.
@@ -128,11 +129,13 @@ class StreamActor {
   Status sticky_error_;  // a failure no Synchronize has reported yet
   std::uint64_t sticky_seq_ = 0;   // its FailedRange::seq
   std::uint64_t failures_ = 0;     // host failures so far
+  std::uint64_t skip_until_ = 0;   // host: tasks before this id, submitted in error, skip their work
   std::deque<FailedRange> failed_;  // host: recent failures, for Synchronize with `since`
   // Host: a failed rtModelExecute task's run is being stopped (CancelExecution): the stream
   // starts nothing and answers no Synchronize until it has (ExecutionStopped).
   bool draining_ = false;
   std::uint64_t drain_ = 0;  // bumped per drain and by ResetStream (ExecutionStopped::drain)
+  std::uint32_t drain_model_ = 0;  // the device model the drain waits for
 
   // model runs
   std::uint64_t run_ = 0;

@@ -211,8 +211,14 @@ Status ModelV2Executor::ExecuteLocked(const ModelExecuteArg& arg, Tensor* const*
   if (!s.ok()) {
     if (!event_table_.empty()) {
       // A run that stopped part-way may have recorded events whose waits never came: the next
-      // run's waits would pass on those stale records. Let every stream finish what it was given,
-      // then clear the events.
+      // run's waits would pass on those stale records. Its streams may also still hold its
+      // kernels, some hung, that read the blocks released below: the executor's own streams (the
+      // side streams, and the default stream of ExecuteSync) are aborted, and every stream is
+      // synchronized (an abort's synchronize returns once nothing of it can touch memory), then
+      // the events are cleared. `npuflow --race-detect stress --scenario faults` found the
+      // release racing a side stream's kernel when a stream of the run had hung.
+      for (std::size_t k = 0; k < stream_table_.size(); ++k)
+        if (k > 0 || stream_table_[k] == default_stream_) (void)runtime_->AbortStream(stream_table_[k]);
       for (const npu_sim::Stream& stream : stream_table_)
         (void)runtime_->SynchronizeStream(stream, option_.sync_timeout);
       for (const npu_sim::Event& event : event_table_) (void)runtime_->ResetEvent(event);
