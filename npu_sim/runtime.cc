@@ -252,15 +252,30 @@ Status Runtime::MemcpyPeerAsync(Stream stream, int dst_device, DevicePtr dst, De
 }
 Status Runtime::MemcpyH2D(int device, DevicePtr dst, const void* src, std::uint64_t bytes) {
   NPUFLOW_RETURN_IF_ERROR(MemcpyH2DAsync(DefaultStream(device), dst, src, bytes));
-  return SynchronizeStream(DefaultStream(device));
+  return FinishSyncCopy(device, "memcpy H2D");
 }
 Status Runtime::MemcpyD2H(int device, void* dst, DevicePtr src, std::uint64_t bytes) {
   NPUFLOW_RETURN_IF_ERROR(MemcpyD2HAsync(DefaultStream(device), dst, src, bytes));
-  return SynchronizeStream(DefaultStream(device));
+  return FinishSyncCopy(device, "memcpy D2H");
 }
 Status Runtime::MemcpyD2D(int device, DevicePtr dst, DevicePtr src, std::uint64_t bytes) {
   NPUFLOW_RETURN_IF_ERROR(MemcpyD2DAsync(DefaultStream(device), dst, src, bytes));
-  return SynchronizeStream(DefaultStream(device));
+  return FinishSyncCopy(device, "memcpy D2D");
+}
+
+// A copy that does not end within copy_timeout (a hung DMA channel) aborts the default stream:
+// it and the copies queued behind it fail, the stream serves the next ones, and the abort's
+// synchronize returns once nothing of them can still write (the units' work gate).
+Status Runtime::FinishSyncCopy(int device, std::string_view what) {
+  const Stream stream = DefaultStream(device);
+  const Timeout timeout = options_.copy_timeout.count() > 0 ? Timeout(options_.copy_timeout) : std::nullopt;
+  Status s = SynchronizeStream(stream, timeout);
+  if (s.code() != StatusCode::kTimeout) return s;
+  (void)AbortStream(stream);
+  (void)SynchronizeStream(stream, std::chrono::seconds(10));  // collect the abort
+  return Status::Timeout("npu_sim: device {}: synchronous {} did not complete within {} ms; the default stream was "
+                         "aborted",
+                         device, what, options_.copy_timeout.count());
 }
 
 // ---- streams ------------------------------------------------------------------------------------

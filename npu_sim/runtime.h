@@ -49,6 +49,10 @@ struct RuntimeOptions {
   // Happens-before race detection on device memory (race_detector.h). Also on when the process
   // default is (RaceDetector::SetProcessDefault, `--race-detect`, NPUFLOW_RACE_DETECT=1).
   bool race_detect = false;
+  // How long a synchronous copy (MemcpyH2D / D2H / D2D, on the device's default stream) waits
+  // before it aborts the default stream and fails with Timeout, so that a hung copy cannot wedge
+  // every later synchronous copy. 0: wait for good.
+  std::chrono::milliseconds copy_timeout{60'000};
 };
 
 struct Stream {
@@ -241,6 +245,8 @@ class Runtime {
   RaceAgent HostRaceAgent();
   StatusOr<std::uint32_t> SubmitTasks(Stream stream, std::vector<Task> tasks, std::string_view what);
   Status SyncStream(Stream stream, Synchronize sync, Timeout timeout);
+  // The end of a synchronous copy: the default stream's synchronize with options_.copy_timeout.
+  Status FinishSyncCopy(int device, std::string_view what);
   actors::Future<StatusOr<VTime>> SyncStreamAsync(Stream stream, Synchronize sync);
   template <typename R>
   static StatusOr<R> Wait(actors::Future<StatusOr<R>>& future, Timeout timeout, std::string_view what);

@@ -813,6 +813,9 @@ StatusOr<StressResult> RunStress(const StressOptions& o, const RunHooks& hooks, 
   ro.chips = {chip_arg};
   ro.workers = o.workers;
   ro.deterministic = o.deterministic;
+  // A synchronous copy (a model's constants as RT2.0 loads them, say) behind a hung DMA copy ends
+  // in a timeout like a run does, not in a hang of its client.
+  if (o.timeout_ms > 0) ro.copy_timeout = std::chrono::milliseconds(std::max<std::int64_t>(1000, 10 * o.timeout_ms));
   NPUFLOW_RETURN_IF_ERROR(scheduler::ModelManager::Initialize(ro).WithContext("--chip / --device-memory"));
   auto storm = std::make_unique<Storm>(o, std::move(models), hooks, replay, dir.path());
   StatusOr<StressResult> result = storm->Run();

@@ -131,7 +131,17 @@ Status ModelV2Executor::Load(const ModelExecuteArg& arg, const ModelLoadArg& loa
   RunContext ctx = Context(arg);
   ctx.lent_constants = load_arg.lent_constants;
   Status s = (*init)->Execute(&ctx);
-  if (!s.ok()) return s.WithContext("ModelV2Executor::Load: running the Init graph");
+  if (!s.ok()) {
+    // What the Init graph made before it failed (constants on the device, ...) goes back through
+    // the DeInit graph, as at UnLoad; an output Init never made is empty and DeInit skips it.
+    if (auto deinit = ExeGraphExecutor::Create(graphs_.deinit, ExecutorType::kAutomatic); deinit.ok()) {
+      for (std::size_t i = 0; i < graphs_.init->outputs().size(); ++i)
+        (*deinit)->data().input(i) = std::move((*init)->data().output(i));
+      RunContext undo = Context(arg);
+      (void)(*deinit)->Execute(&undo);
+    }
+    return s.WithContext("ModelV2Executor::Load: running the Init graph");
+  }
   const std::size_t first = graphs_.desc.inputs.size() + graphs_.desc.outputs.size();
   for (std::size_t i = 0; i < graphs_.init->outputs().size(); ++i)
     (*main)->data().input(first + i) = std::move((*init)->data().output(i));

@@ -186,5 +186,20 @@ TEST(FaultPaths, AnAbortedHostStreamsKernelStopsBeforeTheCollectingSynchronize) 
   EXPECT_LT(started, static_cast<int>(kBlocks));
 }
 
+// A synchronous copy behind a hung one times out (RuntimeOptions::copy_timeout) instead of waiting
+// for good, and the default stream serves the next copy (an RT2.0 load under a DMA hang fault hung
+// its client for good: docs/stress.md, G).
+TEST(FaultPaths, ASynchronousCopyBehindAHungOneTimesOutAndTheNextRuns) {
+  auto rt = MakeRuntime({.copy_timeout = std::chrono::milliseconds(200)});
+  DevicePtr p = rt->Malloc(0, 4, Placement::kHbm, "p").value();
+  const float v = 3.f;
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kStream, 0, Fault{FaultKind::kHang, 1}).ok());
+  Status s = rt->MemcpyH2D(0, p, &v, 4);
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s;
+  EXPECT_NE(s.message().find("default stream was aborted"), std::string_view::npos) << s;
+  ASSERT_TRUE(rt->MemcpyH2D(0, p, &v, 4).ok());
+  EXPECT_EQ(ReadFloat(*rt, p), 3.f);
+}
+
 }  // namespace
 }  // namespace npuflow::npu_sim

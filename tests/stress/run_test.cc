@@ -32,17 +32,15 @@ void ExpectNoLeak(const StressReport& r) {
 
 // The faults scenario with `faults` faults over `requests` requests: every action (host-buffer
 // RunGraph and RunGraphAsync, zero-copy NnExecute, user streams, the Run loop) on the multi-stream
-// task-sink models, faults that fail, hang or delay tasks, AICore/AICPU units and DMA copies, the
-// scenario's 100 ms timeout. Not RT2.0 (mlp_dynamic): under faults on a loaded machine an RT2.0
-// run can still hang or leak a block (docs/stress.md, open bugs F and G).
+// task-sink models and RT2.0 (mlp_dynamic), faults that fail, hang or delay tasks, AICore/AICPU
+// units and DMA copies, the scenario's 100 ms timeout.
 StressOptions FaultCampaign(std::uint64_t seed, int faults, std::int64_t requests) {
   StressOptions o;
   o.seed = seed;
   o.faults = faults;
   o.requests = requests;
   o.hang_ms = 60'000;  // a client may queue behind several runs that each wait out the timeout
-  o.models = "mlp,dag";
-  return Options("faults", {"faults", "requests", "hang-ms", "models"}, o);
+  return Options("faults", {"faults", "requests", "hang-ms"}, o);
 }
 
 // In one process the runs' actors differ in name (session and model ids count up), so a replay by

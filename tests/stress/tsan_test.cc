@@ -38,8 +38,7 @@ TEST(StressThreads, AFaultCampaign) {
   o.faults = 100;
   o.timeout_ms = 250;
   o.hang_ms = 60'000;  // a client may queue behind several runs that each wait out the timeout
-  o.models = "mlp,dag";  // RT2.0 under faults still leaks a block now and then (docs/stress.md, F)
-  auto r = RunStress(Threads("faults", {"requests", "faults", "timeout-ms", "hang-ms", "models"}, o));
+  auto r = RunStress(Threads("faults", {"requests", "faults", "timeout-ms", "hang-ms"}, o));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->report.passed()) << ToJson(r->report).dump(2);
   EXPECT_EQ(r->report.faults.at("injected"), 100u);
