@@ -1,6 +1,7 @@
 #include "actors/fibers.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <system_error>
@@ -12,6 +13,7 @@
 #include <boost/fiber/protected_fixedsize_stack.hpp>
 #include <fmt/format.h>
 
+#include "actors/adaptive_wait.h"
 #include "actors/future.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -123,6 +125,27 @@ bool WaitSuspendsFiber() { return tl_fiber_thread_depth > 0 || InNonMainFiber();
 }  // namespace detail
 
 bool InFiber() { return detail::InNonMainFiber(); }
+
+bool InFiberWait() { return detail::WaitSuspendsFiber(); }
+
+namespace {
+std::atomic<bool> adaptive_wait_enabled{true};
+}  // namespace
+
+void SetAdaptiveWaitEnabled(bool on) { adaptive_wait_enabled.store(on, std::memory_order_relaxed); }
+bool AdaptiveWaitEnabled() { return adaptive_wait_enabled.load(std::memory_order_relaxed); }
+
+void SpinPause(bool fiber) {
+  if (fiber) {
+    boost::this_fiber::yield();
+  } else {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+}
 
 ScopedFiberThread::ScopedFiberThread() { ++tl_fiber_thread_depth; }
 ScopedFiberThread::~ScopedFiberThread() { --tl_fiber_thread_depth; }

@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   app.add_option("--model", options.model, "the area's input model (gpt2: a ggml GPT-2 file)")
       ->check(CLI::ExistingFile);
+  app.add_flag("--small", options.small,
+               "gpt2: the small shapes (2 layers x 64, 4 x 256, and 12 x 768): decode tokens/s at 1 thread against "
+               "the reference engine (NPUFLOW_GPT2_REFERENCE), and each decode step's cost beyond its kernels");
   app.add_option("--min-time", options.min_time_s, "seconds per repetition")->check(CLI::Range(0.001, 60.0));
   CLI11_PARSE(app, argc, argv);
   if (npuflow::Status s = npuflow::bench::RunArea(area, options, std::cout); !s.ok()) {

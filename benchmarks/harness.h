@@ -52,6 +52,7 @@ struct RunOptions {
   int repetitions = 5;
   double min_time_s = 0.2;  // per repetition
   std::string model;        // an area's input model, where it takes one (gpt2: a ggml file)
+  bool small = false;       // gpt2: the small shapes' decode and per-step overhead instead
 };
 
 // The options of the RunArea call in progress (for areas that take inputs).

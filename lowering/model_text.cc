@@ -101,6 +101,22 @@ std::string DescribeModel(const graph::CompiledModel& model) {
   }
 
   out += fmt::format("\nstreams ({}), events {}:\n", model.streams.size(), model.event_count);
+  {
+    // What one execution runs: the tasks of every stream, and the kernel blocks AICore dispatches
+    // (a tiling-sink kernel's block count is decided on the device: counted as one).
+    std::map<graph::TaskType, int> counts;
+    std::size_t tasks = 0, blocks = 0;
+    for (const graph::StreamDef& s : model.streams) {
+      tasks += s.tasks.size();
+      for (const graph::TaskDef& t : s.tasks) {
+        ++counts[t.type];
+        if (t.type == graph::TaskType::kKernel) blocks += t.block_dim == graph::kTilingSinkBlockDim ? 1 : t.block_dim;
+      }
+    }
+    std::string parts;
+    for (const auto& [type, count] : counts) parts += fmt::format(", {} {}", graph::TaskTypeName(type), count);
+    out += fmt::format("  per execution: {} tasks{}; {} AICore kernel blocks\n", tasks, parts, blocks);
+  }
   for (const graph::StreamDef& s : model.streams) {
     std::map<graph::TaskType, int> counts;
     for (const graph::TaskDef& t : s.tasks) ++counts[t.type];

@@ -26,6 +26,11 @@ struct DeviceStats {
   // touches of fresh destination pages), and the bytes they moved.
   std::uint64_t dma_copy_ns = 0;
   std::uint64_t dma_copy_bytes = 0;
+  // Wall time the AICore and AICPU units spent inside kernel functions (every block they ran), and
+  // the block runs: a step's wall time minus this is what the runtime itself cost (with one worker
+  // thread, when the units never run side by side).
+  std::uint64_t kernel_ns = 0;
+  std::uint64_t kernel_blocks = 0;
   MemoryStats memory;
   std::size_t streams = 0;
   std::size_t events = 0;
@@ -106,6 +111,8 @@ class Device {
   std::atomic<std::uint64_t> kernels_executed{0};
   std::atomic<std::uint64_t> dma_copy_ns{0};
   std::atomic<std::uint64_t> dma_copy_bytes{0};
+  std::atomic<std::uint64_t> kernel_ns{0};
+  std::atomic<std::uint64_t> kernel_blocks{0};
   std::atomic<std::size_t> live_events{0};
 
  private:

@@ -744,11 +744,18 @@ StatusOr<DeviceStats> Runtime::Stats(int device) const {
   s.tasks_executed = dev->device->tasks_executed.load(std::memory_order_relaxed);
   s.kernels_executed = dev->device->kernels_executed.load(std::memory_order_relaxed);
   s.dma_copy_ns = dev->device->dma_copy_ns.load(std::memory_order_relaxed);
+  s.kernel_ns = dev->device->kernel_ns.load(std::memory_order_relaxed);
+  s.kernel_blocks = dev->device->kernel_blocks.load(std::memory_order_relaxed);
   s.dma_copy_bytes = dev->device->dma_copy_bytes.load(std::memory_order_relaxed);
   s.memory = dev->device->memory().Stats();
   s.streams = dev->device->live_streams();
   s.events = dev->device->live_events.load(std::memory_order_relaxed);
   return s;
+}
+
+std::uint64_t Runtime::KernelWallNs(int device) const {
+  auto dev = Dev(device);
+  return dev.ok() ? (*dev)->device->kernel_ns.load(std::memory_order_relaxed) : 0;
 }
 
 }  // namespace npuflow::npu_sim

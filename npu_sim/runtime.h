@@ -177,6 +177,9 @@ class Runtime {
   // or unit / channel index.
   Status InjectFault(int device, FaultTarget target, int index, Fault fault);
   StatusOr<DeviceStats> Stats(int device) const;
+  // DeviceStats::kernel_ns alone, without the locks Stats takes (0 for an unknown device): cheap
+  // enough to read around every step.
+  std::uint64_t KernelWallNs(int device) const;
 
   // Host-visible device memory, the simulator's GPUDirect-Storage-style path: the bytes
   // [ptr, ptr + bytes) of a live allocation, range checked, the allocation kept alive while the

@@ -71,6 +71,7 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
   // The stream's task was aborted before these blocks started: skip them (the report is stale).
   GateScope gate(job.gate, job.epoch);
   if (!gate.entered()) status = Status::Aborted("device {} stream {} task {} ({}): aborted", device_->id(), job.stream_id, job.task, job.name);
+  const auto wall0 = std::chrono::steady_clock::now();
   for (std::uint32_t b = run.first; status.ok() && b < run.first + run.count; ++b) {
     KernelContext kctx(&device_->memory(), job.args, b, job.block_dim, job.tiling_key);
     status = job.def->run(kctx);
@@ -81,6 +82,10 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
     }
     t += job.def->cost ? std::max<VTime>(job.def->cost(kctx, device_->chip()), 0) : 0;
   }
+  device_->kernel_ns.fetch_add(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wall0).count()),
+      std::memory_order_relaxed);
+  device_->kernel_blocks.fetch_add(run.count, std::memory_order_relaxed);
   const VTime start = busy_.Reserve(run.at, t);
   t += start;
   if (track_) {

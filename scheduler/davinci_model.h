@@ -59,6 +59,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/adaptive_wait.h"
 #include "base/aes_gcm.h"
 #include "base/status.h"
 #include "graph/model_file/compiled_model.h"
@@ -357,6 +358,9 @@ class DavinciModel {
   // The execution path's actor (invalid on the caller path, and until Init has finished), and
   // per instance the io that runs it on its own I/O blocks.
   actors::Address<ModelMsg> actor_;
+  // The synchronous executions' wait (NnExecute through the actor): sleeps through most of a
+  // step, spins through its expected end (actors/adaptive_wait.h).
+  actors::AdaptiveWait exec_wait_;
   std::vector<std::vector<std::uint64_t>> own_io_;
   std::mutex host_streams_mu_;  // Instance::host_streams: made by a host-scheduled run, aborted by Unload
 };

@@ -151,7 +151,7 @@ Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
   // Weights still streaming in when this is sent: the run may start before they land, so its
   // success waits for the load's verdict (a load that records its latches even when it fails).
   const bool weights_settled = weights_landed_.load(std::memory_order_acquire);
-  StatusOr<npu_sim::VTime> end = actor_.Ask<npu_sim::VTime>(model_msg::Execute{std::move(req)}).Get();
+  StatusOr<npu_sim::VTime> end = exec_wait_.Get(actor_.Ask<npu_sim::VTime>(model_msg::Execute{std::move(req)}));
   if (!end.ok()) {
     // The actor's own errors name the model; the device's, answered to us directly, do not.
     const std::string self = fmt::format("model {}", id_);

@@ -72,6 +72,11 @@ StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(Gpt2File file, const En
   // sink, or once for n_ctx when a gate fails); the prompt goes to RT2.0 below.
   scheduler::Options session_options = options.session_options;
   session_options["npuflow.runtime"] = "v1";
+  // One stream unless asked otherwise: a decode step is one row through a chain of layers, so the
+  // side branches multi-stream mode finds (K and V into the cache beside Q) are a few microseconds
+  // of work each, less than the event pair that joins them again (2 layers x 64: 6 streams and 9
+  // events a step). Parallelism inside the step comes from each kernel's blocks.
+  session_options.emplace("ge.enableSingleStream", "true");
   NPUFLOW_ASSIGN_OR_RETURN(engine->session_, scheduler::Session::Create(session_options));
   scheduler::Session& s = *engine->session_;
   NPUFLOW_RETURN_IF_ERROR(s.AddGraph(1, std::move(g)));
@@ -200,6 +205,7 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
   NPUFLOW_RETURN_IF_ERROR(sampling.Validate());
   Sampler sampler(sampling);
   npu_sim::Runtime& rt = scheduler::ModelManager::Get()->runtime();
+  const int device = stream >= 0 && stream < streams() ? models_[static_cast<std::size_t>(stream)]->device() : 0;
 
   Generation g;
   g.prompt.assign(prompt.begin(), prompt.end());
@@ -222,8 +228,16 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
   }
   while (true) {
     if (!prefilled) {
+      const bool decoding = !g.ids.empty();
+      const std::uint64_t k0 = decoding ? rt.KernelWallNs(device) : 0;
+      const auto s0 = decoding ? Clock::now() : Clock::time_point{};
       NPUFLOW_RETURN_IF_ERROR(
           Step(stream, token, n_past, logits).WithContext(fmt::format("stream {} step {}", stream, n_past)));
+      if (decoding) {
+        g.decode_step_wall_ms += std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
+        g.decode_kernel_wall_ms += static_cast<double>(rt.KernelWallNs(device) - k0) / 1e6;
+        ++g.decode_steps;
+      }
       ++n_past;
       ++g.steps;
     }

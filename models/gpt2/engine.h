@@ -70,6 +70,13 @@ struct Generation {
   double virtual_ms = 0;          // the same span on the caller's virtual host clock (GenerateConcurrently:
                                   // the generation's own host client, "generation i")
   double decode_virtual_ms = 0;
+  // The decode steps after the first generated token alone (no sampling): their wall time, and the
+  // device's kernel wall time meanwhile (npu_sim's DeviceStats::kernel_ns: every stream of the
+  // device, so with one generation at a time the step's own kernels). Their difference is what
+  // the runtime costs per step beyond its kernels.
+  double decode_step_wall_ms = 0;
+  double decode_kernel_wall_ms = 0;
+  int decode_steps = 0;
   int steps = 0;                  // executions: decode steps (prompt tokens + generated - 1), or with a
                                   // batch prefill 1 + generated - 1
   // When it happened (for figures over several streams): wall, and virtual (host clock, ns).

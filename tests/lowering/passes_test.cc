@@ -5,6 +5,8 @@
 #include <string>
 
 #include "lowering/compiler.h"
+#include "lowering/model_text.h"
+#include "graph/ir/text_format.h"
 
 namespace npuflow::lowering {
 namespace {
@@ -227,6 +229,22 @@ TEST(Passes, GenTasksEmitsPerStreamLists) {
 #   1 event_wait e0 (c)
 #   2 kernel c op.Add block_dim=1 tiling_key=0 args=[fm+0, fm+512, output+0, none, tiling+512]
 )");
+}
+
+// `npuflow info` counts what one execution runs: every stream's tasks by kind, and the kernel blocks.
+TEST(Passes, DescribeModelCountsWhatAnExecutionRuns) {
+  for (bool single : {false, true}) {
+    auto g = graph::ParseGraphText(kDiamond, "diamond");
+    ASSERT_TRUE(g.ok()) << g.status();
+    CompileOptions options;
+    if (single) options.stream_mode = CompileOptions::StreamMode::kSingle;
+    auto m = CompileV1(std::move(*g), options);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const std::string text = DescribeModel(*m);
+    const std::string want = single ? "per execution: 3 tasks, kernel 3; 3 AICore kernel blocks"
+                                    : "per execution: 5 tasks, kernel 3, event_record 1, event_wait 1; 3 AICore kernel blocks";
+    EXPECT_NE(text.find(want), std::string::npos) << text;
+  }
 }
 
 TEST(Passes, ValidateNamesACycle) {

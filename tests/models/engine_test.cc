@@ -108,6 +108,29 @@ TEST_F(Gpt2EngineTest, F16LogitsMatchThePlainForwardPass) {
   ExpectMatchesReference(**engine, path, 2e-3);
 }
 
+// The decode step is one stream with no event tasks (its side branches are too small to pay for
+// an event pair), unless the session asks for several; and a generation reports its decode steps'
+// wall time and the kernels' share of it.
+TEST_F(Gpt2EngineTest, TheDecodeStepIsOneStreamWithoutEventsAndReportsItsKernelTime) {
+  Init();
+  const std::string path = Make("one.bin", {.layers = 2, .embd = 64, .heads = 4, .ctx = 32, .vocab = 300, .seed = 3});
+  auto engine = Gpt2Engine::Create(path, {});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->decode_model().streams.size(), 1u);
+  EXPECT_EQ((*engine)->decode_model().event_count, 0u);
+  auto g = (*engine)->Generate(0, std::vector<int>{11}, 8, gpt2::SamplingOptions{.greedy = true});
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->ids.size(), 8u);
+  EXPECT_EQ(g->decode_steps, 7);  // the steps after the first generated token
+  EXPECT_GT(g->decode_kernel_wall_ms, 0);
+  engine->reset();
+
+  auto multi = Gpt2Engine::Create(path, {.session_options = {{"ge.enableSingleStream", "false"}}});
+  ASSERT_TRUE(multi.ok()) << multi.status();
+  EXPECT_GT((*multi)->decode_model().streams.size(), 1u);
+  EXPECT_GT((*multi)->decode_model().event_count, 0u);
+}
+
 TEST_F(Gpt2EngineTest, SeparateLmHeadIsUsed) {
   Init();
   const std::string path =
