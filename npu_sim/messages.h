@@ -270,6 +270,9 @@ struct RunBlocks {
   std::uint32_t first = 0;
   std::uint32_t count = 0;
   VTime at = 0;
+  // The job's only part: the unit answers the stream itself (UnitDone), one hop fewer than through
+  // the cluster; most kernels of a decode step are one block.
+  bool whole = false;
 };
 
 // ---- to the DMA engine ------------------------------------------------------------------------

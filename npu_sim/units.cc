@@ -94,6 +94,14 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
                            {TraceArg{"stream", job.stream_id}, TraceArg{"task", job.task},
                             TraceArg{"block_dim", job.block_dim}, TraceArg{"tiling_key", job.tiling_key}}});
   }
+  if (run.whole) {
+    // What the cluster does with the last part (ClusterActor::On(BlocksDone)), for the only one.
+    UnitDone report{job.epoch, job.task, std::max(job.end, t), std::move(status)};
+    const StreamAddr stream = job.stream;
+    job.in_use.store(false, std::memory_order_release);  // the last look: the stream may reuse it
+    stream.Send(std::move(report));
+    return;
+  }
   cluster_.Send(BlocksDone{run.job, t, std::move(status)});
 }
 
@@ -110,7 +118,7 @@ void ClusterActor::On(RunKernel& run, Ctx&) {
   std::uint32_t first = 0;
   for (std::uint32_t p = 0; p < parts; ++p) {
     const std::uint32_t count = job->block_dim / parts + (p < job->block_dim % parts ? 1 : 0);
-    units_[(next_unit_ + p) % n].Send(RunBlocks{job, first, count, run.at});
+    units_[(next_unit_ + p) % n].Send(RunBlocks{job, first, count, run.at, parts == 1});
     first += count;
   }
   next_unit_ = (next_unit_ + parts) % n;
