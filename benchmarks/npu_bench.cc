@@ -2,9 +2,9 @@
 //   NOPs through one stream       vs a plain loop over the same task vector. A NOP runs inline in
 //                                 the stream's task loop (that is the design: no message), so this
 //                                 is the loop's cost per task.
-//   tiny kernels through a stream vs raw flow-graph nodes doing the same 4 hops with the same
+//   tiny kernels through a stream vs raw flow-graph nodes doing the same 3 hops with the same
 //                                 thread handoff (HandoffRing). A kernel is a full round trip:
-//                                 stream -> AICore cluster -> unit -> cluster -> stream.
+//                                 stream -> AICore cluster -> unit -> stream (one block).
 //   H2D of 1 GiB in 10 MiB chunks vs plain memcpy of the same chunks on as many threads as the
 //                                 runtime's workers (which run the DMA channels side by side)
 //   the same NOPs, traced         vs the untraced NOPs (what recording a trace event costs)
@@ -121,8 +121,9 @@ void BM_NpuTinyKernels(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kKernels));
 }
 
-// The raw side of a kernel round trip: the same four hops (stream -> AICore cluster -> unit ->
-// cluster -> stream) between four serial function_nodes, scheduled as actors::System schedules
+// The raw side of a kernel round trip: the same three hops a one-block kernel makes (stream ->
+// AICore cluster -> unit -> stream; four, through the cluster again, until issue 21) between three
+// serial function_nodes, scheduled as actors::System schedules
 // them. A message to an idle actor is handed off: the receiver's drain runs next on the sending
 // thread, and after kMaxHandoffs drains in a row the chain continues as a spawned task through the
 // next node's try_put (actors/cell.h, CellBase::RunDrains). Each hop here is one indirect call to
@@ -130,10 +131,10 @@ void BM_NpuTinyKernels(benchmark::State& state) {
 // arena like the runtime's (2 workers, the host thread outside). A plain try_put from inside a
 // body would spawn every hop instead, where the idle worker steals it and the hop crosses cores:
 // that measures oneTBB's spawn, not what the runtime does. The difference from the simulator is
-// what a kernel costs beyond its four hops: mailboxes, envelopes, the KernelJob, virtual time.
+// what a kernel costs beyond its three hops: mailboxes, envelopes, the KernelJob, virtual time.
 class HandoffRing {
  public:
-  static constexpr int kNodes = 4;
+  static constexpr int kNodes = 3;
 
   HandoffRing() : parallelism_(tbb::global_control::max_allowed_parallelism, kWorkers + 1), arena_(kWorkers, 0) {
     arena_.execute([&] {
@@ -191,12 +192,12 @@ class HandoffRing {
   tbb::task_arena arena_;
   std::unique_ptr<tbb::flow::graph> graph_;
   std::array<std::unique_ptr<tbb::flow::function_node<long, tbb::flow::continue_msg>>, kNodes> nodes_;
-  std::array<Body, kNodes> bodies_ = {&Hop, &Hop, &Hop, &Hop};
+  std::array<Body, kNodes> bodies_ = {&Hop, &Hop, &Hop};
   long left_ = 0;  // written and read only by the thread that runs the current chain
   std::atomic<int> done_{0};
 };
 
-void BM_RawFourHopHandoffs(benchmark::State& state) {
+void BM_RawKernelHopHandoffs(benchmark::State& state) {
   HandoffRing ring;
   for (auto _ : state) ring.Run(static_cast<long>(kKernels) * HandoffRing::kNodes);
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kKernels));
@@ -284,7 +285,7 @@ void RegisterNpuBenchmarks() {
            {"BM_NpuNopStreamTraced", BM_NpuNopStreamTraced},
            {"BM_RawTaskLoop", BM_RawTaskLoop},
            {"BM_NpuTinyKernels", BM_NpuTinyKernels},
-           {"BM_RawFourHopHandoffs", BM_RawFourHopHandoffs},
+           {"BM_RawKernelHopHandoffs", BM_RawKernelHopHandoffs},
            {"BM_H2DPairedWithMemcpy", BM_H2DPairedWithMemcpy}}) {
     benchmark::RegisterBenchmark(name, fn)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
@@ -301,8 +302,8 @@ std::vector<Figure> NpuFigures(const Results& r) {
       {"nop_tasks_vs_target", nops, "task/s", 20e6, "the npu_sim issue's floor, 20 M/s", "ratio >= 1", true},
       {"traced_nop_tasks_per_s", Counter(r, "BM_NpuNopStreamTraced", "items_per_second"), "task/s", nops,
        "the same NOPs untraced, same run", ""},
-      {"tiny_kernels_per_s", kernels, "kernel/s", Counter(r, "BM_RawFourHopHandoffs", "items_per_second"),
-       "raw flow-graph nodes, the same 4 hops (stream -> cluster -> unit -> cluster -> stream), same handoff",
+      {"tiny_kernels_per_s", kernels, "kernel/s", Counter(r, "BM_RawKernelHopHandoffs", "items_per_second"),
+       "raw flow-graph nodes, the same 3 hops (stream -> cluster -> unit -> stream), same handoff",
        "value >= 5e5"},
       {"tiny_kernels_vs_target", kernels, "kernel/s", 500e3, "the npu_sim issue's floor, 500 k/s", "ratio >= 1", true},
       {"h2d_1gib_10mib_chunks", h2d, "GB/s", memcpy_bw,
