@@ -16,6 +16,8 @@ PassRegistry& PassRegistry::Global() {
     r->Register({"const-fold", "nodes whose inputs are all Const become Const", &ConstFoldPass});
     r->Register({"dead-code-elimination", "removes nodes that neither reach NetOutput nor update a Variable",
                  &DeadCodeEliminationPass});
+    r->Register({"fuse-epilogues", "a Gelu or residual Add that only finishes a MatMul becomes its epilogue",
+                 &FuseEpiloguesPass});
     r->Register({"external-weights",
                  "ge.externalWeight: Consts to weight files (FileConstant), or FileConstants back to Consts",
                  &ExternalWeightsPass});
@@ -43,7 +45,7 @@ StatusOr<const PassDef*> PassRegistry::Find(std::string_view name) const {
 
 const std::vector<std::string>& V1Pipeline() {
   static const std::vector<std::string> pipeline = {
-      "validate",         "infer-shapes",   "const-fold",     "dead-code-elimination", "external-weights",
+      "validate",         "infer-shapes",   "const-fold",     "dead-code-elimination", "external-weights", "fuse-epilogues",
       "mark-tiling-sink", "assign-engines", "assign-streams", "insert-events",         "plan-memory",
       "gen-tasks"};
   return pipeline;

@@ -3,7 +3,7 @@
 // of the CompiledModel. `npuflow compile --dump-after=<pass>` prints the graph after it.
 //
 // The v1 pipeline, in order (V1Pipeline()):
-//   validate -> infer-shapes -> const-fold -> dead-code-elimination -> external-weights ->
+//   validate -> infer-shapes -> const-fold -> dead-code-elimination -> external-weights -> fuse-epilogues ->
 //   mark-tiling-sink -> assign-engines -> assign-streams -> insert-events -> plan-memory -> gen-tasks
 //
 // Annotations (the contract between passes; a later pass reads only these and the graph):
@@ -89,6 +89,7 @@ Status ValidatePass(PassContext& ctx);            // validate.cc
 Status InferShapesPass(PassContext& ctx);         // infer_shapes.cc
 Status ConstFoldPass(PassContext& ctx);           // const_fold.cc
 Status DeadCodeEliminationPass(PassContext& ctx); // dead_code.cc
+Status FuseEpiloguesPass(PassContext& ctx);        // fuse_epilogues.cc
 Status ExternalWeightsPass(PassContext& ctx);     // external_weights.cc
 Status AssignEnginesPass(PassContext& ctx);       // assign_engines.cc
 Status AssignStreamsPass(PassContext& ctx);       // assign_streams.cc

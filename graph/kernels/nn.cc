@@ -4,7 +4,8 @@
 // Each kernel reads its KernelParams (graph/kernels/kernel_abi.h), checks them against what the op
 // promises, and does the share of the work items that BlockRange gives its block, so every
 // block_dim >= 1 gives the same bytes. The ints / floats per op (filled by graph/ops/nn.cc):
-//   MatMul       ints[0] transpose_a, ints[1] transpose_b, ints[2] has bias
+//   MatMul       ints[0] transpose_a, ints[1] transpose_b, ints[2] has bias, ints[3] has a residual (the
+//                last input, added after the activation), ints[4] activation (0 none, 1 gelu)
 //   BatchMatMul  ints[0] transpose_a, ints[1] transpose_b
 //   Softmax      ints[0] axis (normalized)
 //   LayerNorm    floats[0] epsilon
@@ -34,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "graph/kernels/activations.h"
 #include "graph/kernels/kernel_abi.h"
 #include "graph/kernels/matmul.h"
 #include "graph/kernels/device_kernels.h"
@@ -158,6 +160,8 @@ VTime ShareCost(const KernelContext& ctx, const ChipSpec& chip, std::int64_t ite
 struct GemmProblem {
   std::int64_t batch = 1, m = 0, n = 0, k = 0;
   bool ta = false, tb = false, bias = false;
+  bool residual = false;  // the epilogue (MatMul): act(a x b + bias) + residual
+  int activation = 0;     // 0 none, 1 gelu
   std::int64_t tiles_m = 0, tiles_n = 0;
   std::int64_t items() const { return batch * tiles_m * tiles_n; }
 };
@@ -180,7 +184,7 @@ std::int64_t BroadcastBatch(const KernelTensor& in, const KernelTensor& out, std
 }
 
 StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, bool batched) {
-  NPUFLOW_RETURN_IF_ERROR(NeedArity(p, kernel, 2, batched ? 2 : 3));
+  NPUFLOW_RETURN_IF_ERROR(NeedArity(p, kernel, 2, batched ? 2 : 4));
   const KernelTensor &a = p.input(0), &b = p.input(1), &c = p.output(0);
   NPUFLOW_RETURN_IF_ERROR(NeedFloat(kernel, "a", a));
   NPUFLOW_RETURN_IF_ERROR(NeedFloat(kernel, "b", b));  // may be narrower than a (f16 weights)
@@ -189,8 +193,13 @@ StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, b
   g.ta = p.ints[0] != 0;
   g.tb = p.ints[1] != 0;
   g.bias = !batched && p.ints[2] != 0;
-  if (g.bias != (p.num_inputs == 3))
-    return Status::ParamInvalid("{}: params say bias {} but there are {} inputs", kernel, g.bias, p.num_inputs);
+  g.residual = !batched && p.ints[3] != 0;
+  g.activation = batched ? 0 : static_cast<int>(p.ints[4]);
+  if (p.num_inputs != 2 + (g.bias ? 1u : 0u) + (g.residual ? 1u : 0u))
+    return Status::ParamInvalid("{}: params say bias {} and residual {} but there are {} inputs", kernel, g.bias,
+                                g.residual, p.num_inputs);
+  if (g.activation < 0 || g.activation > 1)
+    return Status::ParamInvalid("{}: activation {}: expected 0 (none) or 1 (gelu)", kernel, g.activation);
   const std::uint32_t min_rank = batched ? 3 : 2, max_rank = batched ? kMaxKernelRank : 2;
   if (a.rank < min_rank || a.rank > max_rank || b.rank < min_rank || b.rank > max_rank ||
       c.rank != std::max(a.rank, b.rank))
@@ -217,6 +226,14 @@ StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, b
     NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(kernel, "bias", bias, a));
     if (bias.rank != 1 || bias.dims[0] != g.n) return Mismatch(kernel, "bias", bias, "[N]");
   }
+  if (g.residual) {
+    const KernelTensor& r = p.input(p.num_inputs - 1);
+    if (r.data_type() != DataType::kFloat32 || c.data_type() != DataType::kFloat32)
+      return Status::Unsupported("{}: a fused residual needs f32 output and residual", kernel);
+    if (r.rank != 2 || r.dims[0] != g.m || r.dims[1] != g.n) return Mismatch(kernel, "the residual", r, "[M, N]");
+  }
+  if (g.activation != 0 && c.data_type() != DataType::kFloat32)
+    return Status::Unsupported("{}: a fused activation needs an f32 output", kernel);
   g.batch = Product(c, 0, c.rank - 2);
   g.tiles_m = (g.m + kGemmTileM - 1) / kGemmTileM;
   g.tiles_n = (g.n + kGemmTileN - 1) / kGemmTileN;
@@ -228,6 +245,22 @@ StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, b
 bool IsGemv(const GemmProblem& g, const KernelParams& p) {
   return g.batch == 1 && g.m == 1 && p.input(0).data_type() == DataType::kFloat32 &&
          p.output(0).data_type() == DataType::kFloat32;
+}
+
+// The epilogue over rows [m0, m1) x columns [j0, j1) of an f32 output with row stride n, after
+// the bias: the activation, then the residual (same layout as the output). The same functions as
+// op.Gelu and op.Add, in the same order, so the fused kernel gives the unfused pair's bits.
+void Epilogue(const GemmProblem& g, float* c, const float* residual, std::int64_t m0, std::int64_t m1,
+              std::int64_t j0, std::int64_t j1) {
+  for (std::int64_t i = m0; i < m1; ++i) {
+    float* row = c + i * g.n;
+    if (g.activation == 1)
+      for (std::int64_t j = j0; j < j1; ++j) row[j] = GeluF(row[j]);
+    if (residual != nullptr) {
+      const float* r = residual + i * g.n;
+      for (std::int64_t j = j0; j < j1; ++j) row[j] = r[j] + row[j];
+    }
+  }
 }
 
 Status RunGemm(KernelContext& ctx, std::string_view kernel, bool batched) {
@@ -248,7 +281,20 @@ Status RunGemm(KernelContext& ctx, std::string_view kernel, bool batched) {
     }
     const GemmMatrix bm{b.data, b.dtype, g.tb ? g.k : g.n, g.tb};
     Gemv(reinterpret_cast<const float*>(a.data), bm, bias, reinterpret_cast<float*>(c.data), g.k, j0, j1);
+    if (g.activation != 0 || g.residual) {
+      const float* residual = nullptr;
+      if (g.residual) {
+        NPUFLOW_ASSIGN_OR_RETURN(RawTensor raw, MapInput(view, p.num_inputs - 1));
+        residual = reinterpret_cast<const float*>(raw.data);
+      }
+      Epilogue(g, reinterpret_cast<float*>(c.data), residual, 0, 1, j0, j1);
+    }
     return Status::Ok();
+  }
+  const float* residual = nullptr;
+  if (g.residual) {
+    NPUFLOW_ASSIGN_OR_RETURN(RawTensor raw, MapInput(view, p.num_inputs - 1));
+    residual = reinterpret_cast<const float*>(raw.data);
   }
   const auto [begin, end] = BlockRange(g.items(), view.block_idx(), view.block_dim());
   if (begin == end) return Status::Ok();
@@ -271,6 +317,9 @@ Status RunGemm(KernelContext& ctx, std::string_view kernel, bool batched) {
     const GemmMatrix bm{b.at(ib * g.k * g.n), b.dtype, g.tb ? g.k : g.n, g.tb};
     const GemmOutput cm{c.at(batch * g.m * g.n), c.dtype, g.n};
     GemmTile(am, bm, bias, cm, g.k, m0, std::min(g.m, m0 + kGemmTileM), n0, std::min(g.n, n0 + kGemmTileN), scratch);
+    if (g.activation != 0 || g.residual)  // MatMul only (batch 1): f32 output, checked in ReadGemm
+      Epilogue(g, reinterpret_cast<float*>(c.data), residual, m0, std::min(g.m, m0 + kGemmTileM), n0,
+               std::min(g.n, n0 + kGemmTileN));
   }
   return Status::Ok();
 }
@@ -290,7 +339,8 @@ VTime GemmCost(const KernelContext& ctx, const ChipSpec& chip, bool batched) {
   if (IsGemv(*g, p)) {
     // The GEMV reads B once, A once per block, and writes one row; split by output columns.
     const double bytes = static_cast<double>(g->k) * static_cast<double>(g->n) * esize_b +
-                         static_cast<double>(g->k) * esize_a + static_cast<double>(g->n) * esize_a;
+                         static_cast<double>(g->k) * esize_a + static_cast<double>(g->n) * esize_a *
+                                                                  (g->residual ? 2.0 : 1.0);
     return ShareCost(ctx, chip, g->n, bytes, flops);
   }
   // A tile reads its rows of A and columns of B and writes itself.

@@ -1,8 +1,12 @@
 // Neural-network ops: shape inference, reference kernels, host tiling and kernel params.
 //
-//   MatMul(a, b [, bias])   attrs transpose_a, transpose_b (bool, default false). a [M, K], b [K, N]
-//                           after the transposes, bias [N]; out [M, N]. Float dtypes; a, bias and
-//                           out equal, b any float dtype (f32 activations x f16 weights).
+//   MatMul(a, b [, bias] [, residual])  attrs transpose_a, transpose_b (bool, default false).
+//                           a [M, K], b [K, N] after the transposes, bias [N]; out [M, N]. Float
+//                           dtypes; a, bias and out equal, b any float dtype (f32 activations x
+//                           f16 weights). The epilogue, which lowering's fuse-epilogues pass sets
+//                           (a graph may also say it): attr fused_activation ("" or "gelu", on
+//                           a x b + bias), then attr fused_residual (bool): the last input, [M, N]
+//                           like out, is added. out = act(a x b + bias) + residual.
 //   BatchMatMul(a, b)       same attrs; a [..., M, K], b [..., K, N], rank >= 3, the batch dims
 //                           broadcast (NumPy); out [batch..., M, N].
 //   Softmax(x)              attr axis (int, default -1); numerically stable (max subtracted).
@@ -23,7 +27,8 @@
 //
 // Every op runs on AICore with device kernel DeviceKernelName(type) (graph/kernels/nn.cc). Kernel
 // params (KernelParams::ints / floats; the tensors' shapes and dtypes are in the params too):
-//   MatMul       ints[0] transpose_a, ints[1] transpose_b, ints[2] has bias (0 / 1)
+//   MatMul       ints[0] transpose_a, ints[1] transpose_b, ints[2] has bias (0 / 1), ints[3] has a
+//                residual (0 / 1), ints[4] activation (0 none, 1 gelu)
 //   BatchMatMul  ints[0] transpose_a, ints[1] transpose_b
 //   Softmax      ints[0] axis, normalized to [0, rank)
 //   LayerNorm    floats[0] epsilon
@@ -116,13 +121,30 @@ std::int64_t Product(const Shape& s, std::size_t begin, std::size_t end) {
 // ---- MatMul / BatchMatMul ---------------------------------------------------------------------------
 struct MatMulFlags {
   bool ta = false, tb = false;
+  bool residual = false;  // the last input is added after the activation (MatMul only)
+  int activation = 0;     // 0 none, 1 gelu (MatMul only)
 };
 
 StatusOr<MatMulFlags> ReadMatMulFlags(const OpDesc& op) {
   MatMulFlags f;
   NPUFLOW_ASSIGN_OR_RETURN(f.ta, op.AttrOr<bool>("transpose_a", false));
   NPUFLOW_ASSIGN_OR_RETURN(f.tb, op.AttrOr<bool>("transpose_b", false));
+  if (op.type() == "MatMul") {
+    NPUFLOW_ASSIGN_OR_RETURN(f.residual, op.AttrOr<bool>("fused_residual", false));
+    NPUFLOW_ASSIGN_OR_RETURN(std::string act, op.AttrOr<std::string>("fused_activation", std::string()));
+    if (act == "gelu") {
+      f.activation = 1;
+    } else if (!act.empty()) {
+      return Status::ParamInvalid("node '{}' (MatMul): fused_activation '{}': expected \"\" or \"gelu\"", op.name(), act);
+    }
+  }
   return f;
+}
+
+// GPT-2's GELU (the tanh approximation), as the reference Gelu computes it.
+float RefGeluOf(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
 // The output's [M, N] from the last two dims of a and b, checking that their K agree.
@@ -148,13 +170,26 @@ Status InferMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, std::vec
                                 in[0].shape.ToString(), in[1].shape.ToString());
   NPUFLOW_ASSIGN_OR_RETURN(MatMulFlags f, ReadMatMulFlags(op));
   NPUFLOW_ASSIGN_OR_RETURN(auto mn, InferMatrixDims(op, in[0], in[1], f));
-  if (in.size() == 3) {
+  const std::size_t plain = in.size() - (f.residual ? 1 : 0);  // inputs before the residual
+  if (plain < 2 || plain > 3)
+    return Status::ParamInvalid("node '{}' (MatMul): {} inputs with fused_residual {}: expected a, b [, bias]{}",
+                                op.name(), in.size(), f.residual, f.residual ? ", residual" : "");
+  if (plain == 3) {
     NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(op, "a", in[0], "bias", in[2]));
     if (in[2].shape.rank() != 1 || !DimsCompatible(in[2].shape.dim(0), mn.second))
       return Status::ParamInvalid("node '{}' (MatMul): bias {} does not match N = {} of a {} x b {}", op.name(),
                                   in[2].shape.ToString(), DimString(mn.second), in[0].shape.ToString(),
                                   in[1].shape.ToString());
     mn.second = MergeDims(mn.second, in[2].shape.dim(0));
+  }
+  if (f.residual) {
+    const TensorDesc& r = in.back();
+    NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(op, "a", in[0], "residual", r));
+    if (r.shape.rank() != 2 || !DimsCompatible(r.shape.dim(0), mn.first) || !DimsCompatible(r.shape.dim(1), mn.second))
+      return Status::ParamInvalid("node '{}' (MatMul): residual {} does not match the output [{}, {}]", op.name(),
+                                  r.shape.ToString(), DimString(mn.first), DimString(mn.second));
+    mn.first = MergeDims(mn.first, r.shape.dim(0));
+    mn.second = MergeDims(mn.second, r.shape.dim(1));
   }
   out.push_back(TensorDesc{in[0].dtype, Shape({mn.first, mn.second})});
   return Status::Ok();
@@ -186,7 +221,9 @@ Status InferBatchMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, std
 Status RefMatMulCommon(const OpDesc& op, const std::vector<const Tensor*>& in, Tensor& c) {
   NPUFLOW_ASSIGN_OR_RETURN(MatMulFlags f, ReadMatMulFlags(op));
   const Tensor &a = *in[0], &b = *in[1];
-  const Tensor* bias = in.size() == 3 ? in[2] : nullptr;
+  const std::size_t plain = in.size() - (f.residual ? 1 : 0);
+  const Tensor* bias = plain == 3 ? in[2] : nullptr;
+  const Tensor* residual = f.residual ? in.back() : nullptr;
   const Shape &sa = a.desc.shape, &sb = b.desc.shape, &sc = c.desc.shape;
   const std::size_t ra = sa.rank(), rb = sb.rank(), rc = sc.rank();
   const std::int64_t m = sc.dim(rc - 2).size, n = sc.dim(rc - 1).size;
@@ -221,6 +258,8 @@ Status RefMatMulCommon(const OpDesc& op, const std::vector<const Tensor*>& in, T
           acc += x * y;
         }
         if (bias) acc += LoadF(*bias, static_cast<std::size_t>(j));
+        if (f.activation == 1) acc = RefGeluOf(acc);
+        if (residual) acc += LoadF(*residual, c0 + static_cast<std::size_t>(i * n + j));
         StoreF(c, c0 + static_cast<std::size_t>(i * n + j), acc);
       }
     }
@@ -260,7 +299,9 @@ Status ParamsMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, KernelP
   NPUFLOW_ASSIGN_OR_RETURN(MatMulFlags f, ReadMatMulFlags(op));
   p.ints[0] = f.ta;
   p.ints[1] = f.tb;
-  p.ints[2] = in.size() == 3 ? 1 : 0;
+  p.ints[2] = in.size() - (f.residual ? 1 : 0) == 3 ? 1 : 0;
+  p.ints[3] = f.residual ? 1 : 0;
+  p.ints[4] = f.activation;
   return Status::Ok();
 }
 
@@ -590,7 +631,7 @@ StatusOr<TilingInfo> TileKvCacheWrite(const OpDesc& op, const std::vector<Tensor
 }  // namespace
 
 void RegisterNnOps(OpRegistry& r) {
-  r.Register({.type = "MatMul", .min_inputs = 2, .max_inputs = 3, .engine = OpEngine::kAICore, .infer = &InferMatMul,
+  r.Register({.type = "MatMul", .min_inputs = 2, .max_inputs = 4, .engine = OpEngine::kAICore, .infer = &InferMatMul,
               .reference = &RefMatMul, .tiling = &TileMatMul, .params = &ParamsMatMul,
               .device_kernel = DeviceKernelName("MatMul")});
   r.Register({.type = "BatchMatMul", .min_inputs = 2, .max_inputs = 2, .engine = OpEngine::kAICore,

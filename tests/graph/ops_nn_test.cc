@@ -187,6 +187,77 @@ TEST(MatMul, DeviceMatchesReferenceOnRandomShapes) {
   }
 }
 
+// The epilogue lowering's fuse-epilogues pass sets: act(a x b + bias) + residual. The device
+// against the reference, on the GEMV (one row) and GEMM paths, f32 and f16 weights, any block_dim;
+// and its bits against the unfused pair (MatMul, then Gelu / Add) run on the device, which the
+// fusion must not change (greedy ids stay the same).
+TEST(MatMul, FusedEpilogueMatchesTheReferenceAndTheUnfusedPairBitForBit) {
+  std::mt19937 rng(7);
+  struct Case {
+    std::int64_t m, k, n;
+    bool bias, gelu, residual;
+    DataType wtype;
+  };
+  for (const Case& c : std::vector<Case>{{1, 64, 300, true, true, false, DataType::kFloat32},
+                                         {1, 64, 300, true, false, true, DataType::kFloat32},
+                                         {1, 96, 1030, true, true, true, DataType::kFloat16},
+                                         {1, 33, 17, false, false, true, DataType::kFloat32},
+                                         {37, 129, 300, true, true, false, DataType::kFloat32},
+                                         {133, 65, 129, false, false, true, DataType::kFloat32},
+                                         {140, 70, 260, true, true, true, DataType::kFloat32},
+                                         {4, 8, 16, true, true, false, DataType::kFloat32}}) {
+    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.k << "x" << c.n << " bias " << c.bias << " gelu " << c.gelu
+                                      << " residual " << c.residual << " " << DataTypeName(c.wtype));
+    const bool tb = c.wtype == DataType::kFloat32 && c.m % 2 == 0 ? false : true;  // both layouts of b
+    std::vector<Tensor> in = {RandomTensor(F32Desc(Shape{c.m, c.k}), rng),
+                              RandomTensor(TensorDesc{c.wtype, tb ? Shape{c.n, c.k} : Shape{c.k, c.n}}, rng)};
+    if (c.bias) in.push_back(RandomTensor(F32Desc(Shape{c.n}), rng));
+    const Tensor residual = RandomTensor(F32Desc(Shape{c.m, c.n}), rng);
+    std::vector<Tensor> fused_in = in;
+    if (c.residual) fused_in.push_back(residual);
+    OpDesc fused = Op("MatMul", {{"transpose_b", tb}});
+    if (c.gelu) fused.SetAttr("fused_activation", std::string("gelu"));
+    if (c.residual) fused.SetAttr("fused_residual", true);
+    ExpectDeviceMatchesReference(fused, fused_in, 2e-3f, 1e-4f);
+
+    // The unfused pair on the device.
+    auto mm = RunOpOnDevice(Op("MatMul", {{"transpose_b", tb}}), in);
+    ASSERT_TRUE(mm.ok()) << mm.status();
+    Tensor want = (*mm)[0];
+    if (c.gelu) {
+      auto g = RunOpOnDevice(Op("Gelu"), {want});
+      ASSERT_TRUE(g.ok()) << g.status();
+      want = (*g)[0];
+    }
+    if (c.residual) {
+      auto a = RunOpOnDevice(Op("Add"), {residual, want});
+      ASSERT_TRUE(a.ok()) << a.status();
+      want = (*a)[0];
+    }
+    for (std::uint32_t blocks : {1u, 3u}) {
+      auto got = RunOpOnDevice(fused, fused_in, {.block_dim = blocks});
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ((*got)[0].data, want.data) << "block_dim " << blocks;
+    }
+  }
+}
+
+TEST(MatMul, BadEpiloguesAreErrorsNamingTheNode) {
+  OpDesc relu = Op("MatMul");
+  relu.SetAttr("fused_activation", std::string("relu"));
+  Status s = InferStatus(relu, {F32Desc(Shape{1, 4}), F32Desc(Shape{4, 3})});
+  EXPECT_TRUE(Contains(s.message(), "fused_activation 'relu'")) << s;
+  OpDesc res = Op("MatMul");
+  res.SetAttr("fused_residual", true);
+  s = InferStatus(res, {F32Desc(Shape{1, 4}), F32Desc(Shape{4, 3}), F32Desc(Shape{3})});  // bias, no residual
+  EXPECT_TRUE(Contains(s.message(), "residual [3] does not match the output [1, 3]")) << s;
+  s = InferStatus(res, {F32Desc(Shape{1, 4}), F32Desc(Shape{4, 3})});
+  EXPECT_TRUE(Contains(s.message(), "2 inputs with fused_residual true")) << s;
+  auto ok = InferOne(res, {F32Desc(Shape{2, 4}), F32Desc(Shape{4, 3}), F32Desc(Shape{3}), F32Desc(Shape{2, 3})});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->shape, (Shape{2, 3}));
+}
+
 TEST(MatMul, HalfAndBFloat16StorageAccumulateInF32) {
   std::mt19937 rng(2);
   for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
@@ -259,7 +330,7 @@ TEST(MatMul, ShapeInferenceErrorsNameTheNodeAndShapes) {
           .message(),
       "node 'n' (MatMul): a must be a float tensor (f32, f16, bf16), got i32[2, 3]");
   EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3})}).message(),
-            "node 'n' (MatMul): 1 inputs, expected 2 to 3");
+            "node 'n' (MatMul): 1 inputs, expected 2 to 4");
 }
 
 TEST(MatMul, TilingUsesOneBlockPerOutputTileUpToTheCores) {

@@ -231,6 +231,44 @@ TEST(Passes, GenTasksEmitsPerStreamLists) {
 )");
 }
 
+// fuse-epilogues: the GELU and the residual Add that only finish a MatMul become its epilogue;
+// an Add that broadcasts, and a Gelu whose MatMul has a second reader, stay.
+// A [rows, cols] f32 Const of 0.5s.
+std::string Const2(const std::string& name, int rows, int cols) {
+  std::string vals;
+  for (int i = 0; i < rows * cols; ++i) vals += "float_val: 0.5 ";
+  return "node { name: \"" + name + "\" op: \"Const\" attr { key: \"value\" value { tensor { dtype: DT_FLOAT " +
+         "shape { dim { size: " + std::to_string(rows) + " } dim { size: " + std::to_string(cols) + " } } " + vals +
+         "} } } }\n";
+}
+const std::string kMlp = Data("x", {1, 4}) + Const2("w1", 2, 4) + Const("b1", {1, 2}) + Const2("w2", 2, 4) +
+                         Const("row", {1, 2, 3, 4}) +
+                         Op("fc", "MatMul", {"x", "w1", "b1"}, "attr { key: \"transpose_b\" value { b: true } } ") +
+                         Op("act", "Gelu", {"fc"}) +
+                         Op("proj", "MatMul", {"act", "w2"}) +
+                         Op("res", "Add", {"x", "proj"}) +
+                         Op("bcast", "Add", {"res", "row"}) +
+                         Op("out", "NetOutput", {"bcast"});
+
+TEST(Passes, FuseEpiloguesTakesGeluAndResidualIntoTheMatMul) {
+  const std::string text = RunText(kMlp, Upto("fuse-epilogues"));
+  EXPECT_NE(text.find("fc = MatMul(x, w1, b1) -> f32[1, 2] {_fused=[\"act\"], fused_activation=\"gelu\", transpose_b=true}"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("proj = MatMul(fc, w2, x) -> f32[1, 4] {_fused=[\"res\"], fused_residual=true}"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("bcast = Add(proj, row)"), std::string::npos) << text;  // [1, 4] + [4]: broadcasts, stays
+  EXPECT_EQ(text.find("act = Gelu"), std::string::npos) << text;
+  EXPECT_EQ(text.find("res = Add"), std::string::npos) << text;
+}
+
+TEST(Passes, FuseEpiloguesLeavesAMatMulWithTwoReaders) {
+  const std::string g = Data("x", {1, 4}) + Const2("w", 4, 4) + Op("mm", "MatMul", {"x", "w"}) +
+                        Op("act", "Gelu", {"mm"}) + Op("sum", "Add", {"act", "mm"}) + Op("out", "NetOutput", {"sum"});
+  const std::string text = RunText(g, Upto("fuse-epilogues"));
+  EXPECT_NE(text.find("act = Gelu(mm)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("fused_"), std::string::npos) << text;
+}
+
 // `npuflow info` counts what one execution runs: every stream's tasks by kind, and the kernel blocks.
 TEST(Passes, DescribeModelCountsWhatAnExecutionRuns) {
   for (bool single : {false, true}) {
