@@ -2,8 +2,8 @@
 // node becomes: a wait per received event, its kernel (block_dim and tiling_key from the op's
 // host tiling; its KernelParams written into the tiling-data segment; args in kernel_abi order),
 // a record per sent event, and a copy into each model output block it feeds but does not write in
-// place. Outputs that come straight from a Data, Const or Variable are copied at the start of
-// stream 0.
+// place. A view (`_view`, plan-memory) has no kernel: its waits and records only. Outputs that
+// come straight from a Data, Const or Variable are copied at the start of stream 0.
 //
 // A node mark-tiling-sink marked (`_tiling_sink`) is tiled on the device instead (seed 003):
 //   attached stream "tiling" (the last stream, AICPU):
@@ -197,7 +197,7 @@ Status TaskGenerator::EmitCopies(int key, graph::StreamDef& stream) {
   return Status::Ok();
 }
 
-// A node on a stream: its waits, its kernel, its records, then the output copies it owes.
+// A node on a stream: its waits, its kernel (none for a view), its records, then the output copies it owes.
 Status TaskGenerator::EmitNode(int pos) {
   const graph::Node& node = *index_.node(pos);
   const int s = StreamOf(node);
@@ -209,6 +209,10 @@ Status TaskGenerator::EmitNode(int pos) {
     engine_set_[s] = 1;
   }
   NPUFLOW_RETURN_IF_ERROR(EmitEvents(node, "_recv_events", TaskType::kEventWait, stream));
+  if (node.op().AttrOr<bool>("_view", false).value_or(false)) {  // plan-memory placed it in its input's bytes
+    NPUFLOW_RETURN_IF_ERROR(EmitEvents(node, "_send_events", TaskType::kEventRecord, stream));
+    return EmitCopies(pos, stream);
+  }
   if (def->device_kernel.empty())
     return Status::Unsupported("node '{}' ({}) has no device kernel", node.name(), node.type());
   in_descs_.clear();

@@ -16,7 +16,8 @@
 // access is ordered before its producer starts by stream order or events (see insert-events), so
 // streams running side by side never share bytes. An op with `inplace` writes its output over
 // its input when that input has no other reader; over a Variable always (that is how a KV cache
-// is updated).
+// is updated). A view (OpDef::view: a Reshape, a contiguous Split) is placed inside its input's
+// bytes, which stay taken until the view's last reader; it is marked `_view` and runs no task.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -168,6 +169,8 @@ class MemoryPlanner {
                               std::uint64_t size);
   StatusOr<MemRef> PlaceVariable(const graph::Node& node, std::uint64_t raw, std::uint64_t size);
   StatusOr<int> InplaceSource(int pos, int i, const graph::OpDef& def, std::uint64_t size) const;
+  bool ViewOffsets(int pos, const graph::OpDef& def, std::vector<std::int64_t>& at) const;
+  void PlaceView(int pos, int i, std::int64_t offset, std::vector<std::string>& mem_attr);
   Status PlaceWorkspace(int pos, const graph::OpDef& def, int stream);
   void ReleaseReads(int pos, int outs, int stream);
   void ReleaseIfDone(int buf);
@@ -291,9 +294,17 @@ Status MemoryPlanner::PlaceNode(int pos) {
   if (stream < 0 && def->engine != graph::OpEngine::kHostLocal)
     return Status::ParamInvalid("node '{}' ({}) has no _stream: plan-memory runs after assign-streams", node.name(),
                                 type);
-  for (int i = 0; i < outs; ++i) NPUFLOW_RETURN_IF_ERROR(PlaceOutput(pos, i, *def, stream, mem_attr));
-  if (stream >= 0 && def->tiling != nullptr) NPUFLOW_RETURN_IF_ERROR(PlaceWorkspace(pos, *def, stream));
+  std::vector<std::int64_t> view_at;
+  const bool view = stream >= 0 && outs > 0 && ViewOffsets(pos, *def, view_at);
+  for (int i = 0; i < outs; ++i) {
+    if (view)
+      PlaceView(pos, i, view_at[i], mem_attr);
+    else
+      NPUFLOW_RETURN_IF_ERROR(PlaceOutput(pos, i, *def, stream, mem_attr));
+  }
+  if (!view && stream >= 0 && def->tiling != nullptr) NPUFLOW_RETURN_IF_ERROR(PlaceWorkspace(pos, *def, stream));
   if (!mem_attr.empty()) node.op().SetAttr("_mem", std::move(mem_attr));
+  if (view || node.op().HasAttr("_view")) node.op().SetAttr("_view", view);
   ReleaseReads(pos, outs, stream);
   return Status::Ok();
 }
@@ -388,6 +399,8 @@ StatusOr<int> MemoryPlanner::InplaceSource(int pos, int i, const graph::OpDef& d
   const int p = index_.pos(in.node);
   const int ib = buffer_of_[p][in.index];
   const Buffer& src = buffers_[ib];
+  // A view that starts inside its buffer is not the buffer: writing over it would write elsewhere.
+  if (!(model_.memory.tensors[tensor_of_[p][in.index]].ref == src.ref)) return -1;
   // Over a Variable: only an op that writes it, reading the Variable itself (an update of
   // an update is a new tensor, as the interpreter sees it).
   if (src.ref.segment == Segment::kVariables && def.updates_inplace_input && in.node->type() == "Variable") {
@@ -406,6 +419,47 @@ StatusOr<int> MemoryPlanner::InplaceSource(int pos, int i, const graph::OpDef& d
     return ib;
   }
   return -1;
+}
+
+// The node's outputs as views of its input (OpDef::view), when every output is one: the input's
+// bytes are a feature map's (not a Variable a later kernel updates, not a block a user or the
+// loader supplies), no output is a model output (that has a block of its own), and an output an
+// AICPU tiling task keeps the address of views fixed bytes.
+bool MemoryPlanner::ViewOffsets(int pos, const graph::OpDef& def, std::vector<std::int64_t>& at) const {
+  const graph::Node& node = *index_.node(pos);
+  if (def.view == nullptr || node.inputs().size() != 1) return false;
+  const graph::Endpoint& in = node.inputs()[0];
+  const int p = index_.pos(in.node);
+  const int ib = buffer_of_[p][in.index];
+  if (ib < 0 || buffers_[ib].arena == nullptr) return false;
+  const graph::TensorPlacement& src = model_.memory.tensors[tensor_of_[p][in.index]];
+  const std::vector<graph::TensorDesc> in_descs{in.node->outputs()[in.index]};
+  const int outs = static_cast<int>(node.outputs().size());
+  at.assign(outs, -1);
+  for (int i = 0; i < outs; ++i) {
+    if (output_block_.count({pos, i})) return false;
+    if (keeps_address_[pos][i] && src.ref.segment != Segment::kFixedFeatureMap) return false;
+    const auto raw = node.outputs()[i].bytes();
+    const std::int64_t offset = def.view(node.op(), in_descs, node.outputs(), i);
+    if (!raw || offset < 0 || static_cast<std::uint64_t>(offset) + *raw > src.bytes) return false;
+    at[i] = offset;
+  }
+  return true;
+}
+
+// Output `i` of a view: `offset` bytes into its input, whose bytes now also wait for this output's readers.
+void MemoryPlanner::PlaceView(int pos, int i, std::int64_t offset, std::vector<std::string>& mem_attr) {
+  const graph::Node& node = *index_.node(pos);
+  const graph::Endpoint& in = node.inputs()[0];
+  const int p = index_.pos(in.node);
+  const int ib = buffer_of_[p][in.index];
+  const MemRef src = model_.memory.tensors[tensor_of_[p][in.index]].ref;
+  const MemRef ref{src.segment, src.offset + static_cast<std::uint64_t>(offset)};
+  buffers_[ib].remaining += UsesOf(pos, i);
+  buffer_of_[pos][i] = ib;
+  tensor_of_[pos][i] = static_cast<int>(model_.memory.tensors.size());
+  model_.memory.tensors.push_back({node.name(), i, ref, node.outputs()[i].bytes().value_or(0), pos, pos});
+  mem_attr.push_back(fmt::format("{}+{}", graph::SegmentName(ref.segment), ref.offset));
 }
 
 // The kernel's workspace: fixed, alive while the kernel runs.

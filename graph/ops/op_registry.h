@@ -71,12 +71,19 @@ struct OpDef {
 
   // Output i may be written in place over input inplace[i] (-1: never). The memory planner gives
   // both the same bytes when the input has no other consumer; the device kernel then skips the
-  // copy (Reshape is then a view).
+  // copy. (A Reshape is placed as a view first: see `view`.)
   std::vector<int> inplace;
   // The op writes its in-place input rather than only viewing it: over a Variable that is an
   // update, which dead-code elimination keeps, the memory plan makes in the Variable's own bytes
   // and the interpreter persists (KvCacheWrite).
   bool updates_inplace_input = false;
+  // A view: output `output` is input 0's bytes from the returned byte offset on, unchanged (a
+  // Reshape; a Split whose pieces are contiguous), or -1 when this instance is not one. Static
+  // shapes only. plan-memory places a node whose outputs are all views inside its input's bytes
+  // (marking it `_view`) and gen-tasks gives it no task: nothing runs for it on the device.
+  using ViewFn = std::int64_t (*)(const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                                  const std::vector<TensorDesc>& outputs, int output);
+  ViewFn view = nullptr;
   // A collective communication (HCCL-like) op. A model holding one is never unloaded to free
   // device resources for another (seed 002, 3.5.1): that would break the communication group.
   bool communication = false;

@@ -578,10 +578,35 @@ StatusOr<TilingInfo> TileByOutputs(const OpDesc& op, const std::vector<TensorDes
 
 }  // namespace
 
+// Reshape moves no data: its output is its input's bytes.
+std::int64_t ViewReshape(const OpDesc&, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out, int) {
+  return in.size() == 1 && out.size() == 1 && in[0].bytes() && in[0].bytes() == out[0].bytes() ? 0 : -1;
+}
+
+// A Split whose dims before the axis are all 1 cuts its input into consecutive byte ranges:
+// piece k starts where pieces 0..k-1 end.
+std::int64_t ViewSplit(const OpDesc& op, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out,
+                       int output) {
+  if (in.size() != 1 || output < 0 || static_cast<std::size_t>(output) >= out.size() || !in[0].bytes()) return -1;
+  auto axis_attr = op.Attr<std::int64_t>("axis");
+  if (!axis_attr.ok()) return -1;
+  auto axis = NormalizeAxis(op, *axis_attr, in[0].shape);
+  if (!axis.ok()) return -1;
+  for (std::size_t k = 0; k < *axis; ++k)
+    if (!in[0].shape.dim(k).is_static() || in[0].shape.dim(k).size != 1) return -1;
+  std::uint64_t offset = 0;
+  for (int k = 0; k < output; ++k) {
+    auto bytes = out[static_cast<std::size_t>(k)].bytes();
+    if (!bytes) return -1;
+    offset += *bytes;
+  }
+  return static_cast<std::int64_t>(offset);
+}
+
 void RegisterTensorOps(OpRegistry& r) {
   r.Register({.type = "Reshape", .min_inputs = 1, .max_inputs = 1, .required_attrs = {"shape"},
               .infer = &InferReshape, .reference = &RefCopy, .tiling = &TileByOutputs<&InferReshape>,
-              .device_kernel = DeviceKernelName("Reshape"), .inplace = {0}});
+              .device_kernel = DeviceKernelName("Reshape"), .inplace = {0}, .view = &ViewReshape});
   r.Register({.type = "Transpose", .min_inputs = 1, .max_inputs = 1, .required_attrs = {"perm"},
               .infer = &InferTranspose, .reference = &RefTranspose, .tiling = &TileByOutputs<&InferTranspose>,
               .params = &ParamsTranspose, .device_kernel = DeviceKernelName("Transpose")});
@@ -590,7 +615,7 @@ void RegisterTensorOps(OpRegistry& r) {
               .params = &ParamsAxis, .device_kernel = DeviceKernelName("Concat")});
   r.Register({.type = "Split", .min_inputs = 1, .max_inputs = 1, .required_attrs = {"axis"},
               .infer = &InferSplit, .reference = &RefSplit, .tiling = &TileByOutputs<&InferSplit>,
-              .params = &ParamsAxis, .device_kernel = DeviceKernelName("Split")});
+              .params = &ParamsAxis, .device_kernel = DeviceKernelName("Split"), .view = &ViewSplit});
   r.Register({.type = "Slice", .min_inputs = 1, .max_inputs = 1, .required_attrs = {"begin", "end"},
               .infer = &InferSlice, .reference = &RefSlice, .tiling = &TileByOutputs<&InferSlice>,
               .params = &ParamsSlice, .device_kernel = DeviceKernelName("Slice")});

@@ -14,6 +14,7 @@
 #include "graph/ir/tensor_access.h"
 #include "graph/ir/text_format.h"
 #include "lowering/compiler.h"
+#include "lowering/memory_plan.h"
 #include "npu_sim/runtime.h"
 
 namespace npuflow::lowering {
@@ -217,6 +218,59 @@ TEST(Execute, KvCacheDecodeStepUpdatesTheVariableInPlace) {
     const std::size_t n = (*got)[i].data.size() / 4;
     for (std::size_t k = 0; k < n; ++k)
       ASSERT_NEAR(graph::LoadF((*got)[i], k), graph::LoadF((*want)[i], k), 1e-5f) << "output " << i << " element " << k;
+  }
+}
+
+TEST(Execute, ViewsRunNoTaskAndReadTheirInputsBytes) {
+  // x's 12 floats split three ways along a last axis with nothing before it: three views at x+0,
+  // x+16 and x+32. `a` reshapes a view (a view of a view), `mid` reshapes x (a view) for a Split
+  // that is not contiguous (a kernel), `b` reshapes a view into a model output (a copy: an output
+  // has its own block), `t` reads x beside the views.
+  const char* text = R"pb(
+    node { name: "d" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 1 } dim { size: 12 } } } } }
+    node { name: "x" op: "Relu" input: "d" }
+    node { name: "s" op: "Split" input: "x" attr { key: "axis" value { i: -1 } } attr { key: "num_split" value { i: 3 } } }
+    node { name: "a" op: "Reshape" input: "s:0" attr { key: "shape" value { ints { val: 2 val: 2 } } } }
+    node { name: "u" op: "Tanh" input: "a" }
+    node { name: "b" op: "Reshape" input: "s:1" attr { key: "shape" value { ints { val: 4 } } } }
+    node { name: "sum" op: "Add" input: "s:2" input: "s:1" }
+    node { name: "t" op: "Gelu" input: "x" }
+    node { name: "mid" op: "Reshape" input: "x" attr { key: "shape" value { ints { val: 2 val: 6 } } } }
+    node { name: "n" op: "Split" input: "mid" attr { key: "axis" value { i: -1 } } attr { key: "num_split" value { i: 2 } } }
+    node { name: "out" op: "NetOutput" input: "u" input: "b" input: "sum" input: "t" input: "n:0" input: "n:1" }
+  )pb";
+  graph::RegisterBuiltinOps();
+  for (auto mode : {CompileOptions::StreamMode::kSingle, CompileOptions::StreamMode::kMulti}) {
+    SCOPED_TRACE(mode == CompileOptions::StreamMode::kSingle ? "single stream" : "multi stream");
+    CompileOptions options;
+    options.stream_mode = mode;
+    options.max_parallel = 3;
+    auto g = graph::ParseGraphText(text, "views.pbtxt");
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto model = CompileV1(std::move(*g), options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_TRUE(VerifyMemoryPlan(*model).ok()) << VerifyMemoryPlan(*model);
+    std::map<std::string, int> kernels;
+    for (const auto& stream : model->streams)
+      for (const auto& task : stream.tasks)
+        if (task.type == graph::TaskType::kKernel) ++kernels[task.node];
+    for (const char* view : {"s", "a", "mid"}) {
+      EXPECT_EQ(kernels.count(view), 0u) << view;
+      EXPECT_TRUE(model->graph->FindNode(view)->op().AttrOr<bool>("_view", false).value()) << view;
+    }
+    for (const char* kernel : {"x", "u", "b", "sum", "t", "n"}) EXPECT_EQ(kernels[kernel], 1) << kernel;
+    std::map<std::pair<std::string, int>, MemRef> at;
+    for (const auto& t : model->memory.tensors) at[{t.node, t.output}] = t.ref;
+    const MemRef x = at[{"x", 0}];
+    for (int k = 0; k < 3; ++k)
+      EXPECT_EQ(at[(std::pair<std::string, int>{"s", k})], (MemRef{x.segment, x.offset + 16u * k})) << "s:" << k;
+    EXPECT_EQ(at[(std::pair<std::string, int>{"a", 0})], x);
+    EXPECT_EQ(at[(std::pair<std::string, int>{"mid", 0})], x);
+
+    auto again = graph::ParseGraphText(text, "views.pbtxt");
+    ASSERT_TRUE(again.ok()) << again.status();
+    ExpectSameAsInterpreter(std::move(*again), options, 11);
   }
 }
 
