@@ -13,6 +13,14 @@
 // and op.Add (graph/kernels/activations.h), so the fused kernel gives the unfused pair's bits.
 // The removed node's consumers read the MatMul; the MatMul keeps its name and lists what it
 // absorbed in `_fused`.
+//
+// Then the prologue, once no epilogue fuses any more:
+//   LayerNorm -> MatMul      a LayerNorm whose one f32 row [1, K] goes to that MatMul alone, as
+//                            its a (not transposed): the MatMul reads the LayerNorm's x, gets
+//                            gamma and beta as its last inputs, fused_norm true and
+//                            fused_norm_epsilon (GPT-2's ln_1 -> c_attn, ln_2 -> c_fc and ln_f ->
+//                            logits in the decode step). Each GEMV block normalizes the row with
+//                            op.LayerNorm's own function, so the bits do not change.
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -107,15 +115,46 @@ StatusOr<bool> FuseOne(ComputeGraph& g, Node* mm) {
   return true;
 }
 
-}  // namespace
+StatusOr<bool> FuseNorm(ComputeGraph& g, Node* ln) {
+  if (ln->type() != "LayerNorm" || ln->outputs().size() != 1 || ln->inputs().size() != 3 || HasControlEdges(g, ln))
+    return false;
+  const graph::TensorDesc& out = ln->outputs()[0];
+  if (out.dtype != graph::DataType::kFloat32 || !out.shape.is_static() || out.shape.rank() != 2 ||
+      out.shape.dim(0).size != 1)
+    return false;
+  for (int i : {1, 2}) {
+    const graph::Endpoint& e = ln->inputs()[i];
+    if (e.node->outputs()[e.index].dtype != graph::DataType::kFloat32) return false;
+  }
+  Node* mm = OnlyReader(g, ln);
+  if (mm == nullptr || mm->type() != "MatMul" || mm->inputs()[0].node != ln || HasControlEdges(g, mm)) return false;
+  NPUFLOW_ASSIGN_OR_RETURN(bool ta, mm->op().AttrOr<bool>("transpose_a", false));
+  NPUFLOW_ASSIGN_OR_RETURN(bool norm, mm->op().AttrOr<bool>("fused_norm", false));
+  if (ta || norm) return false;
+  NPUFLOW_ASSIGN_OR_RETURN(double eps, ln->op().AttrOr<double>("epsilon", 1e-5));
+  const graph::Endpoint x = ln->inputs()[0], gamma = ln->inputs()[1], beta = ln->inputs()[2];
+  NPUFLOW_RETURN_IF_ERROR(g.SetInput(mm, 0, x));
+  NPUFLOW_RETURN_IF_ERROR(g.AddInput(mm, gamma));
+  NPUFLOW_RETURN_IF_ERROR(g.AddInput(mm, beta));
+  mm->op().SetAttr("fused_norm", true);
+  mm->op().SetAttr("fused_norm_epsilon", eps);
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<std::string> fused,
+                           mm->op().AttrOr<std::vector<std::string>>("_fused", std::vector<std::string>{}));
+  fused.push_back(ln->name());
+  mm->op().SetAttr("_fused", fused);
+  g.ClearInputs(ln);
+  NPUFLOW_RETURN_IF_ERROR(g.RemoveNode(ln));
+  return true;
+}
 
-Status FuseEpiloguesPass(PassContext& ctx) {
-  // A MatMul may take a Gelu and then an Add (act, then residual): repeat until nothing fuses.
+// Runs `fuse` on the nodes in topological order until it fuses nothing.
+template <typename Fn>
+Status FuseAll(ComputeGraph& g, Fn fuse) {
   for (bool changed = true; changed;) {
     changed = false;
-    NPUFLOW_ASSIGN_OR_RETURN(std::vector<Node*> order, ctx.graph.TopologicalOrder());
+    NPUFLOW_ASSIGN_OR_RETURN(std::vector<Node*> order, g.TopologicalOrder());
     for (Node* n : order) {
-      NPUFLOW_ASSIGN_OR_RETURN(bool fused, FuseOne(ctx.graph, n));
+      NPUFLOW_ASSIGN_OR_RETURN(bool fused, fuse(g, n));
       if (fused) {
         changed = true;
         break;  // the order is stale
@@ -123,6 +162,15 @@ Status FuseEpiloguesPass(PassContext& ctx) {
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status FuseEpiloguesPass(PassContext& ctx) {
+  // A MatMul may take a Gelu and then an Add (act, then residual); its inputs are then a, b
+  // [, bias] [, residual], and the prologue's gamma and beta come last.
+  NPUFLOW_RETURN_IF_ERROR(FuseAll(ctx.graph, FuseOne));
+  return FuseAll(ctx.graph, FuseNorm);
 }
 
 }  // namespace npuflow::lowering

@@ -5,7 +5,9 @@
 // promises, and does the share of the work items that BlockRange gives its block, so every
 // block_dim >= 1 gives the same bytes. The ints / floats per op (filled by graph/ops/nn.cc):
 //   MatMul       ints[0] transpose_a, ints[1] transpose_b, ints[2] has bias, ints[3] has a residual (the
-//                last input, added after the activation), ints[4] activation (0 none, 1 gelu)
+//                input after a, b [, bias], added after the activation), ints[4] activation (0 none,
+//                1 gelu), ints[5] LayerNorm prologue (the last two inputs gamma, beta; one f32 row
+//                only, GEMV path) with floats[0] its epsilon
 //   BatchMatMul  ints[0] transpose_a, ints[1] transpose_b
 //   Softmax      ints[0] axis (normalized)
 //   LayerNorm    floats[0] epsilon
@@ -156,12 +158,30 @@ VTime ShareCost(const KernelContext& ctx, const ChipSpec& chip, std::int64_t ite
   return BlockCost(chip, bytes * share, flops * share);
 }
 
+// One row through LayerNorm: out[i] = (row[i] - mean) * rstd * gamma[i] + beta[i] (out may be row).
+// op.LayerNorm and the MatMul prologue (a fused LayerNorm) call this one compiled function, so the
+// fused kernel gives the unfused pair's bits.
+[[gnu::noinline]] void NormalizeRow(const float* row, std::size_t d, const float* gamma, const float* beta, float eps,
+                                    float* out) {
+  float mean = 0;
+  for (std::size_t i = 0; i < d; ++i) mean += row[i];
+  mean /= static_cast<float>(d);
+  float var = 0;
+  for (std::size_t i = 0; i < d; ++i) var += (row[i] - mean) * (row[i] - mean);
+  var /= static_cast<float>(d);
+  const float inv = 1.f / std::sqrt(var + eps);
+  for (std::size_t i = 0; i < d; ++i) out[i] = (row[i] - mean) * inv * gamma[i] + beta[i];
+}
+
 // ---- MatMul / BatchMatMul ---------------------------------------------------------------------------
 struct GemmProblem {
   std::int64_t batch = 1, m = 0, n = 0, k = 0;
   bool ta = false, tb = false, bias = false;
   bool residual = false;  // the epilogue (MatMul): act(a x b + bias) + residual
   int activation = 0;     // 0 none, 1 gelu
+  bool norm = false;      // the prologue (MatMul): a is LayerNorm(a, gamma, beta) first
+  float norm_eps = 0;
+  std::uint32_t residual_input = 0, gamma_input = 0;  // where the epilogue's and prologue's inputs are
   std::int64_t tiles_m = 0, tiles_n = 0;
   std::int64_t items() const { return batch * tiles_m * tiles_n; }
 };
@@ -184,7 +204,7 @@ std::int64_t BroadcastBatch(const KernelTensor& in, const KernelTensor& out, std
 }
 
 StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, bool batched) {
-  NPUFLOW_RETURN_IF_ERROR(NeedArity(p, kernel, 2, batched ? 2 : 4));
+  NPUFLOW_RETURN_IF_ERROR(NeedArity(p, kernel, 2, batched ? 2 : 6));
   const KernelTensor &a = p.input(0), &b = p.input(1), &c = p.output(0);
   NPUFLOW_RETURN_IF_ERROR(NeedFloat(kernel, "a", a));
   NPUFLOW_RETURN_IF_ERROR(NeedFloat(kernel, "b", b));  // may be narrower than a (f16 weights)
@@ -195,9 +215,13 @@ StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, b
   g.bias = !batched && p.ints[2] != 0;
   g.residual = !batched && p.ints[3] != 0;
   g.activation = batched ? 0 : static_cast<int>(p.ints[4]);
-  if (p.num_inputs != 2 + (g.bias ? 1u : 0u) + (g.residual ? 1u : 0u))
-    return Status::ParamInvalid("{}: params say bias {} and residual {} but there are {} inputs", kernel, g.bias,
-                                g.residual, p.num_inputs);
+  g.norm = !batched && p.ints[5] != 0;
+  g.norm_eps = p.floats[0];
+  if (p.num_inputs != 2 + (g.bias ? 1u : 0u) + (g.residual ? 1u : 0u) + (g.norm ? 2u : 0u))
+    return Status::ParamInvalid("{}: params say bias {}, residual {} and norm {} but there are {} inputs", kernel,
+                                g.bias, g.residual, g.norm, p.num_inputs);
+  g.residual_input = g.bias ? 3 : 2;
+  g.gamma_input = p.num_inputs - 2;
   if (g.activation < 0 || g.activation > 1)
     return Status::ParamInvalid("{}: activation {}: expected 0 (none) or 1 (gelu)", kernel, g.activation);
   const std::uint32_t min_rank = batched ? 3 : 2, max_rank = batched ? kMaxKernelRank : 2;
@@ -227,13 +251,21 @@ StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, b
     if (bias.rank != 1 || bias.dims[0] != g.n) return Mismatch(kernel, "bias", bias, "[N]");
   }
   if (g.residual) {
-    const KernelTensor& r = p.input(p.num_inputs - 1);
+    const KernelTensor& r = p.input(g.residual_input);
     if (r.data_type() != DataType::kFloat32 || c.data_type() != DataType::kFloat32)
       return Status::Unsupported("{}: a fused residual needs f32 output and residual", kernel);
     if (r.rank != 2 || r.dims[0] != g.m || r.dims[1] != g.n) return Mismatch(kernel, "the residual", r, "[M, N]");
   }
   if (g.activation != 0 && c.data_type() != DataType::kFloat32)
     return Status::Unsupported("{}: a fused activation needs an f32 output", kernel);
+  if (g.norm) {
+    if (g.m != 1 || g.ta || a.rank != 2 || a.data_type() != DataType::kFloat32 || c.data_type() != DataType::kFloat32)
+      return Status::Unsupported("{}: a fused LayerNorm needs a to be one f32 row [1, K] (not transposed), got {}",
+                                 kernel, DimsString(a));
+    for (std::uint32_t i : {g.gamma_input, g.gamma_input + 1})
+      if (p.input(i).data_type() != DataType::kFloat32 || p.input(i).rank != 1 || p.input(i).dims[0] != g.k)
+        return Mismatch(kernel, i == g.gamma_input ? "gamma" : "beta", p.input(i), "f32 [K]");
+  }
   g.batch = Product(c, 0, c.rank - 2);
   g.tiles_m = (g.m + kGemmTileM - 1) / kGemmTileM;
   g.tiles_n = (g.n + kGemmTileN - 1) / kGemmTileN;
@@ -279,21 +311,33 @@ Status RunGemm(KernelContext& ctx, std::string_view kernel, bool batched) {
       NPUFLOW_ASSIGN_OR_RETURN(RawTensor raw, MapInput(view, 2));
       bias = reinterpret_cast<const float*>(raw.data);  // bias has a's dtype: f32
     }
+    const float* row = reinterpret_cast<const float*>(a.data);
+    if (g.norm) {
+      // The prologue: each block normalizes the row itself (K floats against its K x columns of B).
+      NPUFLOW_ASSIGN_OR_RETURN(RawTensor gamma, MapInput(view, g.gamma_input));
+      NPUFLOW_ASSIGN_OR_RETURN(RawTensor beta, MapInput(view, g.gamma_input + 1));
+      thread_local std::vector<float> normed;
+      normed.resize(static_cast<std::size_t>(g.k));
+      NormalizeRow(row, static_cast<std::size_t>(g.k), reinterpret_cast<const float*>(gamma.data),
+                   reinterpret_cast<const float*>(beta.data), g.norm_eps, normed.data());
+      row = normed.data();
+    }
     const GemmMatrix bm{b.data, b.dtype, g.tb ? g.k : g.n, g.tb};
-    Gemv(reinterpret_cast<const float*>(a.data), bm, bias, reinterpret_cast<float*>(c.data), g.k, j0, j1);
+    Gemv(row, bm, bias, reinterpret_cast<float*>(c.data), g.k, j0, j1);
     if (g.activation != 0 || g.residual) {
       const float* residual = nullptr;
       if (g.residual) {
-        NPUFLOW_ASSIGN_OR_RETURN(RawTensor raw, MapInput(view, p.num_inputs - 1));
+        NPUFLOW_ASSIGN_OR_RETURN(RawTensor raw, MapInput(view, g.residual_input));
         residual = reinterpret_cast<const float*>(raw.data);
       }
       Epilogue(g, reinterpret_cast<float*>(c.data), residual, 0, 1, j0, j1);
     }
     return Status::Ok();
   }
+  if (g.norm) return Status::Internal("{}: a fused LayerNorm outside the GEMV path", kernel);  // ReadGemm refuses it
   const float* residual = nullptr;
   if (g.residual) {
-    NPUFLOW_ASSIGN_OR_RETURN(RawTensor raw, MapInput(view, p.num_inputs - 1));
+    NPUFLOW_ASSIGN_OR_RETURN(RawTensor raw, MapInput(view, g.residual_input));
     residual = reinterpret_cast<const float*>(raw.data);
   }
   const auto [begin, end] = BlockRange(g.items(), view.block_idx(), view.block_dim());
@@ -339,9 +383,11 @@ VTime GemmCost(const KernelContext& ctx, const ChipSpec& chip, bool batched) {
   if (IsGemv(*g, p)) {
     // The GEMV reads B once, A once per block, and writes one row; split by output columns.
     const double bytes = static_cast<double>(g->k) * static_cast<double>(g->n) * esize_b +
-                         static_cast<double>(g->k) * esize_a + static_cast<double>(g->n) * esize_a *
-                                                                  (g->residual ? 2.0 : 1.0);
-    return ShareCost(ctx, chip, g->n, bytes, flops);
+                         static_cast<double>(g->k) * esize_a * (g->norm ? 3.0 : 1.0) +
+                         static_cast<double>(g->n) * esize_a * (g->residual ? 2.0 : 1.0);
+    // A fused LayerNorm: every block normalizes the row (8 flops an element, as op.LayerNorm's cost).
+    const double norm_flops = g->norm ? 8.0 * static_cast<double>(g->k) : 0.0;
+    return ShareCost(ctx, chip, g->n, bytes, flops) + (g->norm ? BlockCost(chip, 0, norm_flops) : 0);
   }
   // A tile reads its rows of A and columns of B and writes itself.
   const double tile_m = static_cast<double>(std::min<std::int64_t>(g->m, kGemmTileM));
@@ -435,21 +481,15 @@ Status LayerNormKernel(KernelContext& ctx) {
   NPUFLOW_ASSIGN_OR_RETURN(RawTensor y, MapOutput(view, 0));
   const float eps = view.params().floats[0];
   const auto d = static_cast<std::size_t>(s.width);
-  std::vector<float> scratch(3 * d);
+  thread_local std::vector<float> scratch;  // grows once per unit thread: no allocation per kernel
+  scratch.resize(3 * d);
   const float* gamma = gamma_raw.RowF32(0, s.width, scratch.data());
   const float* beta = beta_raw.RowF32(0, s.width, scratch.data() + d);
   float* row = scratch.data() + 2 * d;
   for (std::int64_t r = begin; r < end; ++r) {
     for (std::size_t i = 0; i < d; ++i) row[i] = x.LoadF(r * s.width + static_cast<std::int64_t>(i));
-    float mean = 0;
-    for (std::size_t i = 0; i < d; ++i) mean += row[i];
-    mean /= static_cast<float>(d);
-    float var = 0;
-    for (std::size_t i = 0; i < d; ++i) var += (row[i] - mean) * (row[i] - mean);
-    var /= static_cast<float>(d);
-    const float inv = 1.f / std::sqrt(var + eps);
-    for (std::size_t i = 0; i < d; ++i)
-      y.StoreF(r * s.width + static_cast<std::int64_t>(i), (row[i] - mean) * inv * gamma[i] + beta[i]);
+    NormalizeRow(row, d, gamma, beta, eps, row);
+    for (std::size_t i = 0; i < d; ++i) y.StoreF(r * s.width + static_cast<std::int64_t>(i), row[i]);
   }
   return Status::Ok();
 }

@@ -1,12 +1,17 @@
 // Neural-network ops: shape inference, reference kernels, host tiling and kernel params.
 //
-//   MatMul(a, b [, bias] [, residual])  attrs transpose_a, transpose_b (bool, default false).
+//   MatMul(a, b [, bias] [, residual] [, gamma, beta])  attrs transpose_a, transpose_b (bool,
+//                           default false).
 //                           a [M, K], b [K, N] after the transposes, bias [N]; out [M, N]. Float
 //                           dtypes; a, bias and out equal, b any float dtype (f32 activations x
 //                           f16 weights). The epilogue, which lowering's fuse-epilogues pass sets
 //                           (a graph may also say it): attr fused_activation ("" or "gelu", on
 //                           a x b + bias), then attr fused_residual (bool): the last input, [M, N]
-//                           like out, is added. out = act(a x b + bias) + residual.
+//                           like out, is added. out = act(a x b + bias) + residual. The
+//                           prologue (the same pass): attr fused_norm (bool) with
+//                           fused_norm_epsilon (float, default 1e-5): a is one f32 row [1, K]
+//                           (not transposed) and is LayerNorm(a, gamma, beta) first, gamma and
+//                           beta [K] f32, the last two inputs.
 //   BatchMatMul(a, b)       same attrs; a [..., M, K], b [..., K, N], rank >= 3, the batch dims
 //                           broadcast (NumPy); out [batch..., M, N].
 //   Softmax(x)              attr axis (int, default -1); numerically stable (max subtracted).
@@ -28,7 +33,8 @@
 // Every op runs on AICore with device kernel DeviceKernelName(type) (graph/kernels/nn.cc). Kernel
 // params (KernelParams::ints / floats; the tensors' shapes and dtypes are in the params too):
 //   MatMul       ints[0] transpose_a, ints[1] transpose_b, ints[2] has bias (0 / 1), ints[3] has a
-//                residual (0 / 1), ints[4] activation (0 none, 1 gelu)
+//                residual (0 / 1), ints[4] activation (0 none, 1 gelu), ints[5] LayerNorm
+//                prologue (0 / 1) with floats[0] its epsilon
 //   BatchMatMul  ints[0] transpose_a, ints[1] transpose_b
 //   Softmax      ints[0] axis, normalized to [0, rank)
 //   LayerNorm    floats[0] epsilon
@@ -123,6 +129,10 @@ struct MatMulFlags {
   bool ta = false, tb = false;
   bool residual = false;  // the last input is added after the activation (MatMul only)
   int activation = 0;     // 0 none, 1 gelu (MatMul only)
+  bool norm = false;      // a is LayerNorm(a, gamma, beta) first: the last two inputs (MatMul only)
+  double norm_eps = 1e-5;
+  // Inputs: a, b [, bias] [, residual] [, gamma, beta]; how many come before the residual.
+  std::size_t Plain(std::size_t inputs) const { return inputs - (residual ? 1 : 0) - (norm ? 2 : 0); }
 };
 
 StatusOr<MatMulFlags> ReadMatMulFlags(const OpDesc& op) {
@@ -137,6 +147,8 @@ StatusOr<MatMulFlags> ReadMatMulFlags(const OpDesc& op) {
     } else if (!act.empty()) {
       return Status::ParamInvalid("node '{}' (MatMul): fused_activation '{}': expected \"\" or \"gelu\"", op.name(), act);
     }
+    NPUFLOW_ASSIGN_OR_RETURN(f.norm, op.AttrOr<bool>("fused_norm", false));
+    NPUFLOW_ASSIGN_OR_RETURN(f.norm_eps, op.AttrOr<double>("fused_norm_epsilon", 1e-5));
   }
   return f;
 }
@@ -170,10 +182,25 @@ Status InferMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, std::vec
                                 in[0].shape.ToString(), in[1].shape.ToString());
   NPUFLOW_ASSIGN_OR_RETURN(MatMulFlags f, ReadMatMulFlags(op));
   NPUFLOW_ASSIGN_OR_RETURN(auto mn, InferMatrixDims(op, in[0], in[1], f));
-  const std::size_t plain = in.size() - (f.residual ? 1 : 0);  // inputs before the residual
-  if (plain < 2 || plain > 3)
-    return Status::ParamInvalid("node '{}' (MatMul): {} inputs with fused_residual {}: expected a, b [, bias]{}",
-                                op.name(), in.size(), f.residual, f.residual ? ", residual" : "");
+  const std::size_t plain = f.Plain(in.size());  // inputs before the residual
+  if (in.size() < (f.residual ? 1u : 0u) + (f.norm ? 2u : 0u) || plain < 2 || plain > 3)
+    return Status::ParamInvalid("node '{}' (MatMul): {} inputs with fused_residual {} and fused_norm {}: expected a, b "
+                                "[, bias]{}{}",
+                                op.name(), in.size(), f.residual, f.norm, f.residual ? ", residual" : "",
+                                f.norm ? ", gamma, beta" : "");
+  if (f.norm) {
+    if (in[0].dtype != DataType::kFloat32 || f.ta || !in[0].shape.is_static() || in[0].shape.dim(0).size != 1)
+      return Status::ParamInvalid("node '{}' (MatMul): fused_norm needs a to be one f32 row [1, K], not transposed; got "
+                                  "{}{}",
+                                  op.name(), in[0].ToString(), f.ta ? " with transpose_a" : "");
+    for (std::size_t i : {in.size() - 2, in.size() - 1}) {
+      const TensorDesc& v = in[i];
+      if (v.dtype != DataType::kFloat32 || v.shape.rank() != 1 || !DimsCompatible(v.shape.dim(0), in[0].shape.dim(1)))
+        return Status::ParamInvalid("node '{}' (MatMul): fused_norm's {} {} does not match K of a {} (f32 [K])",
+                                    op.name(), i == in.size() - 2 ? "gamma" : "beta", v.ToString(),
+                                    in[0].shape.ToString());
+    }
+  }
   if (plain == 3) {
     NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(op, "a", in[0], "bias", in[2]));
     if (in[2].shape.rank() != 1 || !DimsCompatible(in[2].shape.dim(0), mn.second))
@@ -183,7 +210,7 @@ Status InferMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, std::vec
     mn.second = MergeDims(mn.second, in[2].shape.dim(0));
   }
   if (f.residual) {
-    const TensorDesc& r = in.back();
+    const TensorDesc& r = in[plain];
     NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(op, "a", in[0], "residual", r));
     if (r.shape.rank() != 2 || !DimsCompatible(r.shape.dim(0), mn.first) || !DimsCompatible(r.shape.dim(1), mn.second))
       return Status::ParamInvalid("node '{}' (MatMul): residual {} does not match the output [{}, {}]", op.name(),
@@ -217,13 +244,22 @@ Status InferBatchMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, std
   return Status::Ok();
 }
 
+Status RefLayerNorm(const OpDesc& op, const std::vector<const Tensor*>& in, std::vector<Tensor>& out);
+
 // out[batch][i][j] = sum_k A(i, k) * B(k, j) (+ bias[j]), batch offsets broadcast from out's.
 Status RefMatMulCommon(const OpDesc& op, const std::vector<const Tensor*>& in, Tensor& c) {
   NPUFLOW_ASSIGN_OR_RETURN(MatMulFlags f, ReadMatMulFlags(op));
-  const Tensor &a = *in[0], &b = *in[1];
-  const std::size_t plain = in.size() - (f.residual ? 1 : 0);
+  const std::size_t plain = f.Plain(in.size());
   const Tensor* bias = plain == 3 ? in[2] : nullptr;
-  const Tensor* residual = f.residual ? in.back() : nullptr;
+  const Tensor* residual = f.residual ? in[plain] : nullptr;
+  std::vector<Tensor> normed;
+  if (f.norm) {  // the prologue: a through op.LayerNorm's reference first
+    OpDesc ln(op.name(), "LayerNorm");
+    ln.SetAttr("epsilon", f.norm_eps);
+    normed.push_back(ZeroTensor(in[0]->desc));
+    NPUFLOW_RETURN_IF_ERROR(RefLayerNorm(ln, {in[0], in[in.size() - 2], in[in.size() - 1]}, normed));
+  }
+  const Tensor &a = f.norm ? normed[0] : *in[0], &b = *in[1];
   const Shape &sa = a.desc.shape, &sb = b.desc.shape, &sc = c.desc.shape;
   const std::size_t ra = sa.rank(), rb = sb.rank(), rc = sc.rank();
   const std::int64_t m = sc.dim(rc - 2).size, n = sc.dim(rc - 1).size;
@@ -299,9 +335,11 @@ Status ParamsMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, KernelP
   NPUFLOW_ASSIGN_OR_RETURN(MatMulFlags f, ReadMatMulFlags(op));
   p.ints[0] = f.ta;
   p.ints[1] = f.tb;
-  p.ints[2] = in.size() - (f.residual ? 1 : 0) == 3 ? 1 : 0;
+  p.ints[2] = f.Plain(in.size()) == 3 ? 1 : 0;
   p.ints[3] = f.residual ? 1 : 0;
   p.ints[4] = f.activation;
+  p.ints[5] = f.norm ? 1 : 0;
+  p.floats[0] = static_cast<float>(f.norm_eps);
   return Status::Ok();
 }
 
@@ -631,7 +669,7 @@ StatusOr<TilingInfo> TileKvCacheWrite(const OpDesc& op, const std::vector<Tensor
 }  // namespace
 
 void RegisterNnOps(OpRegistry& r) {
-  r.Register({.type = "MatMul", .min_inputs = 2, .max_inputs = 4, .engine = OpEngine::kAICore, .infer = &InferMatMul,
+  r.Register({.type = "MatMul", .min_inputs = 2, .max_inputs = 6, .engine = OpEngine::kAICore, .infer = &InferMatMul,
               .reference = &RefMatMul, .tiling = &TileMatMul, .params = &ParamsMatMul,
               .device_kernel = DeviceKernelName("MatMul")});
   r.Register({.type = "BatchMatMul", .min_inputs = 2, .max_inputs = 2, .engine = OpEngine::kAICore,

@@ -258,6 +258,77 @@ TEST(MatMul, BadEpiloguesAreErrorsNamingTheNode) {
   EXPECT_EQ(ok->shape, (Shape{2, 3}));
 }
 
+TEST(MatMul, FusedLayerNormMatchesTheReferenceAndTheUnfusedPairBitForBit) {
+  std::mt19937 rng(11);
+  struct Case {
+    std::int64_t k, n;
+    bool bias, gelu, residual;
+    DataType wtype;
+  };
+  for (const Case& c : std::vector<Case>{{64, 300, true, true, false, DataType::kFloat32},
+                                         {96, 1030, true, false, true, DataType::kFloat16},
+                                         {33, 17, false, false, true, DataType::kFloat32},
+                                         {768, 2304, true, false, false, DataType::kFloat16}}) {
+    SCOPED_TRACE(::testing::Message() << "1x" << c.k << "x" << c.n << " bias " << c.bias << " gelu " << c.gelu
+                                      << " residual " << c.residual << " " << DataTypeName(c.wtype));
+    const Tensor x = RandomTensor(F32Desc(Shape{1, c.k}), rng);
+    const Tensor gamma = RandomTensor(F32Desc(Shape{c.k}), rng), beta = RandomTensor(F32Desc(Shape{c.k}), rng);
+    const Tensor b = RandomTensor(TensorDesc{c.wtype, Shape{c.n, c.k}}, rng);
+    const Tensor bias = RandomTensor(F32Desc(Shape{c.n}), rng);
+    const Tensor residual = RandomTensor(F32Desc(Shape{1, c.n}), rng);
+    OpDesc fused = Op("MatMul", {{"transpose_b", true}});
+    fused.SetAttr("fused_norm", true);
+    fused.SetAttr("fused_norm_epsilon", 1e-5);
+    if (c.gelu) fused.SetAttr("fused_activation", std::string("gelu"));
+    if (c.residual) fused.SetAttr("fused_residual", true);
+    std::vector<Tensor> fused_in = {x, b};
+    if (c.bias) fused_in.push_back(bias);
+    if (c.residual) fused_in.push_back(residual);
+    fused_in.push_back(gamma);
+    fused_in.push_back(beta);
+    ExpectDeviceMatchesReference(fused, fused_in, 2e-3f, 1e-4f);
+
+    // The unfused chain on the device: LayerNorm, MatMul, then the epilogue's ops.
+    auto ln = RunOpOnDevice(Op("LayerNorm", {{"epsilon", 1e-5}}), {x, gamma, beta});
+    ASSERT_TRUE(ln.ok()) << ln.status();
+    std::vector<Tensor> mm_in = {(*ln)[0], b};
+    if (c.bias) mm_in.push_back(bias);
+    auto mm = RunOpOnDevice(Op("MatMul", {{"transpose_b", true}}), mm_in);
+    ASSERT_TRUE(mm.ok()) << mm.status();
+    Tensor want = (*mm)[0];
+    if (c.gelu) {
+      auto g = RunOpOnDevice(Op("Gelu"), {want});
+      ASSERT_TRUE(g.ok()) << g.status();
+      want = (*g)[0];
+    }
+    if (c.residual) {
+      auto a = RunOpOnDevice(Op("Add"), {residual, want});
+      ASSERT_TRUE(a.ok()) << a.status();
+      want = (*a)[0];
+    }
+    for (std::uint32_t blocks : {1u, 3u}) {
+      auto got = RunOpOnDevice(fused, fused_in, {.block_dim = blocks});
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ((*got)[0].data, want.data) << "block_dim " << blocks;
+    }
+  }
+}
+
+TEST(MatMul, BadLayerNormProloguesAreErrorsNamingTheNode) {
+  OpDesc norm = Op("MatMul");
+  norm.SetAttr("fused_norm", true);
+  Status s = InferStatus(norm, {F32Desc(Shape{2, 4}), F32Desc(Shape{4, 3}), F32Desc(Shape{4}), F32Desc(Shape{4})});
+  EXPECT_TRUE(Contains(s.message(), "fused_norm needs a to be one f32 row [1, K]")) << s;
+  s = InferStatus(norm, {F32Desc(Shape{1, 4}), F32Desc(Shape{4, 3}), F32Desc(Shape{5}), F32Desc(Shape{4})});
+  EXPECT_TRUE(Contains(s.message(), "fused_norm's gamma f32[5] does not match K of a [1, 4]")) << s;
+  s = InferStatus(norm, {F32Desc(Shape{1, 4}), F32Desc(Shape{4, 3}), F32Desc(Shape{4})});
+  EXPECT_TRUE(Contains(s.message(), "3 inputs with fused_residual false and fused_norm true")) << s;
+  auto ok = InferOne(norm, {F32Desc(Shape{1, 4}), F32Desc(Shape{4, 3}), F32Desc(Shape{3}), F32Desc(Shape{4}),
+                            F32Desc(Shape{4})});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->shape, (Shape{1, 3}));
+}
+
 TEST(MatMul, HalfAndBFloat16StorageAccumulateInF32) {
   std::mt19937 rng(2);
   for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
@@ -330,7 +401,7 @@ TEST(MatMul, ShapeInferenceErrorsNameTheNodeAndShapes) {
           .message(),
       "node 'n' (MatMul): a must be a float tensor (f32, f16, bf16), got i32[2, 3]");
   EXPECT_EQ(InferStatus(Op("MatMul"), {F32Desc(Shape{2, 3})}).message(),
-            "node 'n' (MatMul): 1 inputs, expected 2 to 4");
+            "node 'n' (MatMul): 1 inputs, expected 2 to 6");
 }
 
 TEST(MatMul, TilingUsesOneBlockPerOutputTileUpToTheCores) {

@@ -269,6 +269,23 @@ TEST(Passes, FuseEpiloguesLeavesAMatMulWithTwoReaders) {
   EXPECT_EQ(text.find("fused_"), std::string::npos) << text;
 }
 
+TEST(Passes, FuseEpiloguesTakesALayerNormIntoTheNextMatMulsRow) {
+  // ln's one row goes to mm alone: mm normalizes it itself. ln2 has two readers and stays; a
+  // LayerNorm over two rows stays (the prologue is the GEMV's).
+  const std::string g = Data("x", {1, 4}) + Const("gamma", {1, 1, 1, 1}) + Const("beta", {0, 0, 0, 0}) +
+                        Const2("w", 4, 4) + Op("ln", "LayerNorm", {"x", "gamma", "beta"}, "attr { key: \"epsilon\" value { f: 0.001 } }") +
+                        Op("mm", "MatMul", {"ln", "w"}) + Op("ln2", "LayerNorm", {"mm", "gamma", "beta"}) +
+                        Op("mm2", "MatMul", {"ln2", "w"}) + Op("sum", "Add", {"mm2", "ln2"}) + Data("y", {2, 4}) +
+                        Op("ln3", "LayerNorm", {"y", "gamma", "beta"}) + Op("mm3", "MatMul", {"ln3", "w"}) +
+                        Op("out", "NetOutput", {"sum", "mm3"});
+  const std::string text = RunText(g, Upto("fuse-epilogues"));
+  EXPECT_NE(text.find("mm = MatMul(x, w, gamma, beta) -> f32[1, 4] {_fused=[\"ln\"], fused_norm=true, fused_norm_epsilon=0.001}"),
+            std::string::npos) << text;
+  EXPECT_EQ(text.find("ln = LayerNorm"), std::string::npos) << text;
+  EXPECT_NE(text.find("ln2 = LayerNorm(mm, gamma, beta)"), std::string::npos) << text;
+  EXPECT_NE(text.find("ln3 = LayerNorm(y, gamma, beta)"), std::string::npos) << text;
+}
+
 // `npuflow info` counts what one execution runs: every stream's tasks by kind, and the kernel blocks.
 TEST(Passes, DescribeModelCountsWhatAnExecutionRuns) {
   for (bool single : {false, true}) {
