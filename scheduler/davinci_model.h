@@ -296,6 +296,11 @@ class DavinciModel {
   Status RunHostScheduled(const ExecuteArgs& args);
   // A staged run as one submission: the input copies, the model execute, the output copies.
   void FillStaging(const ExecuteArgs& args, Staging& staging) const;
+  // Host staging for one run: a spare one whose buffers already have the sizes (no allocation, no
+  // zero fill), else a new one. A run gives it back when nothing else holds it any more (a copy
+  // that outlived a timeout still does: that one is dropped when its tasks are).
+  std::shared_ptr<Staging> AcquireStaging();
+  void ReleaseStaging(std::shared_ptr<Staging> staging);
   std::vector<npu_sim::Task> StagedTasks(const std::vector<std::uint64_t>& io, std::uint32_t device_model,
                                          const std::shared_ptr<Staging>& staging) const;
   bool HasGates(int i) const;
@@ -363,6 +368,9 @@ class DavinciModel {
   actors::AdaptiveWait exec_wait_;
   std::vector<std::vector<std::uint64_t>> own_io_;
   std::mutex host_streams_mu_;  // Instance::host_streams: made by a host-scheduled run, aborted by Unload
+  std::mutex staging_mu_;
+  std::vector<std::shared_ptr<Staging>> spare_staging_;  // at most kSpareStaging, under staging_mu_
+  static constexpr std::size_t kSpareStaging = 4;
 };
 
 }  // namespace npuflow::scheduler

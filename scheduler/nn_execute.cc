@@ -140,7 +140,7 @@ Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
     zero_copy = zero_copy && b.host == nullptr;
   }
   if (!zero_copy) {  // the caller's only copy in: into staging the tasks own
-    req.staging = std::make_shared<Staging>();
+    req.staging = AcquireStaging();
     FillStaging(args, *req.staging);
   }
   req.stream = args.stream;
@@ -160,10 +160,31 @@ Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
   }
   host.clock = std::max(host.clock, *end);
   if (!weights_settled) NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
-  if (staging != nullptr)
+  if (staging != nullptr) {
     for (std::size_t i = 0; i < m.outputs.size(); ++i)
       if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());
+    ReleaseStaging(std::move(staging));
+  }
   return Status::Ok();
+}
+
+std::shared_ptr<Staging> DavinciModel::AcquireStaging() {
+  {
+    std::lock_guard<std::mutex> lock(staging_mu_);
+    if (!spare_staging_.empty()) {
+      std::shared_ptr<Staging> s = std::move(spare_staging_.back());
+      spare_staging_.pop_back();
+      return s;
+    }
+  }
+  return std::make_shared<Staging>();
+}
+
+void DavinciModel::ReleaseStaging(std::shared_ptr<Staging> staging) {
+  // Only the caller holds it: the tasks that copied through it are gone, nothing writes it now.
+  if (staging == nullptr || staging.use_count() != 1) return;
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  if (spare_staging_.size() < kSpareStaging) spare_staging_.push_back(std::move(staging));
 }
 
 Status DavinciModel::NnExecuteOnCaller(const ExecuteArgs& args) {
@@ -202,13 +223,15 @@ void DavinciModel::FillStaging(const ExecuteArgs& args, Staging& staging) const 
   const CompiledModel& m = *model_;
   staging.in.resize(m.inputs.size());
   staging.out.resize(m.outputs.size());
+  // A reused staging keeps its capacity: a buffer is empty exactly when its slot is not staged.
   for (std::size_t i = 0; i < m.inputs.size(); ++i) {
+    staging.in[i].clear();
     if (args.inputs[i].host == nullptr || args.inputs[i].bytes == 0) continue;
     const auto* src = static_cast<const std::uint8_t*>(args.inputs[i].host);
     staging.in[i].assign(src, src + args.inputs[i].bytes);
   }
   for (std::size_t i = 0; i < m.outputs.size(); ++i)
-    if (args.outputs[i].host != nullptr && args.outputs[i].bytes > 0) staging.out[i].resize(args.outputs[i].bytes);
+    staging.out[i].resize(args.outputs[i].host != nullptr ? args.outputs[i].bytes : 0);
 }
 
 std::vector<npu_sim::Task> DavinciModel::StagedTasks(const std::vector<std::uint64_t>& io, std::uint32_t device_model,
@@ -250,7 +273,7 @@ Status DavinciModel::ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io
   // a timeout returns at once, and a copy still in flight never touches the caller's buffers
   // after that.
   const CompiledModel& m = *model_;
-  auto staging = std::make_shared<Staging>();
+  std::shared_ptr<Staging> staging = AcquireStaging();
   FillStaging(args, *staging);
   std::vector<npu_sim::Task> tasks = StagedTasks(io, inst.model.id, staging);
   const auto count = static_cast<std::uint32_t>(tasks.size());
@@ -272,6 +295,7 @@ Status DavinciModel::ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io
   }
   for (std::size_t i = 0; i < m.outputs.size(); ++i)
     if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());
+  ReleaseStaging(std::move(staging));
   return Status::Ok();
 }
 

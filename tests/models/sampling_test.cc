@@ -145,6 +145,28 @@ TEST(Sampler, GreedyIsTheArgmaxWithTheLowestIdOnTies) {
   EXPECT_EQ(SampleOk(greedy, std::vector<float>{-kInf, -1e30f}), 1);
 }
 
+TEST(Sampler, GreedyOnLongLogitsIsTheFirstLargest) {
+  // Lengths around the 16-lane blocks, with NaN, -inf and ties: the first index of the largest
+  // logit, as a plain scan finds it.
+  std::mt19937 rng(4);
+  Sampler greedy({.greedy = true});
+  for (std::size_t n : {15u, 16u, 17u, 33u, 1000u, 50257u}) {
+    for (int round = 0; round < 20; ++round) {
+      std::normal_distribution<float> normal(0.0f, 3.0f);  // ties among these are fine here
+      std::vector<float> logits(n);
+      for (float& logit : logits) logit = normal(rng);
+      for (std::size_t i = 0; i < n; i += 7) logits[i] = (i / 7) % 2 ? kNaN : -kInf;
+      const std::size_t a = rng() % n, b = rng() % n;
+      logits[a] = logits[b] = 100.0f + static_cast<float>(round % 3);  // a tie, sometimes in the tail
+      std::int32_t want = -1;
+      for (std::size_t i = 0; i < n; ++i)
+        if (logits[i] > -kInf && (want < 0 || logits[i] > logits[static_cast<std::size_t>(want)]))
+          want = static_cast<std::int32_t>(i);
+      ASSERT_EQ(SampleOk(greedy, logits), want) << "n " << n << " round " << round;
+    }
+  }
+}
+
 TEST(Sampler, AllMaskedOrNoLogitsIsAnError) {
   for (const bool greedy : {true, false}) {
     Sampler sampler({.greedy = greedy});

@@ -179,6 +179,33 @@ TEST_F(SchedulerDavinciModel, AsyncOnAUserStream) {
   EXPECT_EQ(model->NnExecute(host).code(), StatusCode::kParamInvalid);
 }
 
+TEST_F(SchedulerDavinciModel, HostAndDeviceBuffersAlternateOnOneModel) {
+  // Host runs reuse their staging (no allocation per run): a run with device buffers between them
+  // stages nothing, and no run writes an earlier run's host buffers.
+  auto compiled = Compile();
+  auto id = ModelManager::Get()->LoadModelOnline(compiled, {});
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::shared_ptr<DavinciModel> model = ModelManager::Get()->GetModel(*id).value();
+  auto host_run = [&](float v) {
+    const std::vector<Tensor> x = {Input(v)};
+    std::vector<Tensor> outs = ZeroOutputs(compiled->outputs);
+    Status s = model->NnExecute(HostArgs(x, outs));
+    EXPECT_TRUE(s.ok()) << s;
+    return outs;
+  };
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<Tensor> first = host_run(1.f);
+    const std::vector<Tensor> kept = first;
+    DeviceBuffers device = Buffers(*compiled, Input(2.f));
+    ASSERT_TRUE(model->NnExecute(device.args).ok());
+    const std::vector<Tensor> second = host_run(2.f);
+    EXPECT_EQ(ReadOutputs(device), second);
+    EXPECT_EQ(host_run(1.f), kept);
+    EXPECT_EQ(first, kept);  // not written after its run
+    EXPECT_NE(second, kept);
+  }
+}
+
 TEST_F(SchedulerDavinciModel, UserFeatureMemoryTooSmallFailsInitNamingBothSizes) {
   auto compiled = Compile();
   const std::uint64_t fm = compiled->memory.bytes(Segment::kFeatureMap);
