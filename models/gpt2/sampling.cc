@@ -1,6 +1,7 @@
 #include "models/gpt2/sampling.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 
@@ -43,29 +44,41 @@ StatusOr<std::int32_t> Sampler::Sample(std::span<const float> logits) {
 }
 
 StatusOr<std::int32_t> Sampler::SampleGreedy(std::span<const float> logits) const {
-  // Two passes without a branch on the data in the first: the largest logit in 16 lanes (-inf and
-  // NaN count as -inf; `v > m ? v : m` is one max instruction, so the loop vectorizes), then the
-  // first index holding it. The same token as a running "first strictly larger" scan.
-  constexpr std::size_t kLanes = 16;
+  // One pass over 8 lanes (GCC vector extensions: a compare and two selects per 8 logits): each
+  // lane keeps its largest logit and where it first saw it (NaN and -inf never compare larger
+  // than -inf). The token is the first index of the largest logit over the lanes and the tail:
+  // the same as a running "first strictly larger" scan.
+  using Floats = float __attribute__((vector_size(32)));
+  using Ints = std::int32_t __attribute__((vector_size(32)));
+  constexpr int kLanes = 8;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  float lane_max[kLanes];
-  for (float& m : lane_max) m = kNegInf;
   const std::size_t n = logits.size(), whole = n / kLanes * kLanes;
   const float* x = logits.data();
-  for (std::size_t i = 0; i < whole; i += kLanes)
-    for (std::size_t l = 0; l < kLanes; ++l) {
-      const float v = x[i + l] > kNegInf ? x[i + l] : kNegInf;  // NaN fails the comparison
-      lane_max[l] = v > lane_max[l] ? v : lane_max[l];
-    }
+  Floats max = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  Ints at = {}, index = {0, 1, 2, 3, 4, 5, 6, 7};
+  const Ints step = {kLanes, kLanes, kLanes, kLanes, kLanes, kLanes, kLanes, kLanes};
+  for (std::size_t i = 0; i < whole; i += kLanes) {
+    Floats v;
+    std::memcpy(&v, x + i, sizeof(v));
+    const Ints larger = v > max;
+    max = larger ? v : max;
+    at = larger ? index : at;
+    index += step;
+  }
   float best_logit = kNegInf;
-  for (std::size_t i = whole; i < n; ++i)
-    if (x[i] > best_logit) best_logit = x[i];
-  for (float m : lane_max)
-    if (m > best_logit) best_logit = m;
-  if (!(best_logit > kNegInf)) return AllLogitsMasked(n);
-  for (std::size_t i = 0; i < n; ++i)
-    if (x[i] == best_logit) return static_cast<std::int32_t>(i);
-  return AllLogitsMasked(n);  // not reached: best_logit is one of the logits
+  std::int32_t best = -1;
+  for (int l = 0; l < kLanes; ++l)
+    if (max[l] > best_logit || (max[l] == best_logit && best >= 0 && at[l] < best)) {
+      best_logit = max[l];
+      best = at[l];
+    }
+  for (std::size_t i = whole; i < n; ++i)  // later than every lane's index: strictly larger only
+    if (x[i] > best_logit) {
+      best_logit = x[i];
+      best = static_cast<std::int32_t>(i);
+    }
+  if (best < 0) return AllLogitsMasked(n);
+  return best;
 }
 
 StatusOr<std::int32_t> Sampler::SampleTopKTopP(std::span<const float> logits) {
