@@ -91,6 +91,10 @@ StatusOr<bool> FuseOne(ComputeGraph& g, Node* mm) {
   if (u == nullptr || HasControlEdges(g, u) || u->outputs().size() != 1) return false;
   NPUFLOW_ASSIGN_OR_RETURN(bool residual, mm->op().AttrOr<bool>("fused_residual", false));
   NPUFLOW_ASSIGN_OR_RETURN(std::string act, mm->op().AttrOr<std::string>("fused_activation", std::string()));
+  // A MatMul whose graph already says fused_norm ends its inputs with gamma and beta, where the
+  // residual would go: left alone.
+  NPUFLOW_ASSIGN_OR_RETURN(bool norm, mm->op().AttrOr<bool>("fused_norm", false));
+  if (norm) return false;
   const graph::TensorDesc& out = mm->outputs()[0];
   if (u->type() == "Gelu") {
     if (residual || !act.empty()) return false;  // the activation comes before the residual

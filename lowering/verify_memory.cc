@@ -49,6 +49,9 @@ class PlanVerifier {
         if ((a.write || b.write) && !Ordered(a.task, b.task)) return false;
     return true;
   }
+  bool Written(int x) const {
+    return std::any_of(access_[x].begin(), access_[x].end(), [](const Access& a) { return a.write; });
+  }
   std::string NameTask(TaskRef t) const {
     const graph::TaskDef& d = streams_[t.stream].tasks[t.index];
     return fmt::format("stream {} task {} ({} {})", t.stream, t.index, graph::TaskTypeName(d.type), d.node);
@@ -183,8 +186,9 @@ Status PlanVerifier::CheckReadsAfterWrites() const {
 
 // Tensors that share bytes in a segment the device writes. Tensors at exactly the same bytes
 // form a group: a valid plan orders them one after another by producer, so checking each with
-// the next is enough (the order is transitive); groups that partly overlap are checked pair by
-// pair. A 100,000-node chain is then linear, not quadratic.
+// the next ones up to the next written one is enough (the order is transitive through a write;
+// a view, only read, is skipped over); groups that partly overlap are checked pair by pair. A
+// 100,000-node chain is then linear, not quadratic.
 Status PlanVerifier::CheckSharedBytes(Segment seg) const {
   std::vector<int> list;
   for (std::size_t i = 0; i < tensors_.size(); ++i)
@@ -207,8 +211,13 @@ Status PlanVerifier::CheckSharedBytes(Segment seg) const {
     groups.back().end = i + 1;
   }
   for (std::size_t g = 0; g < groups.size(); ++g) {
+    // Each with the next ones up to the first that is written: a view is only read, so the order
+    // through it says nothing about its neighbours' accesses to each other.
     for (std::size_t i = groups[g].begin; i + 1 < groups[g].end; ++i)
-      if (!Before(list[i], list[i + 1])) return Conflict(seg, list[i], list[i + 1]);
+      for (std::size_t j = i + 1; j < groups[g].end; ++j) {
+        if (!Before(list[i], list[j])) return Conflict(seg, list[i], list[j]);
+        if (Written(list[j])) break;
+      }
     for (std::size_t h = g + 1; h < groups.size() && groups[h].offset < groups[g].offset + groups[g].bytes; ++h)
       for (std::size_t i = groups[g].begin; i < groups[g].end; ++i)
         for (std::size_t j = groups[h].begin; j < groups[h].end; ++j)

@@ -129,6 +129,50 @@ TEST(MemoryPlan, InPlaceWritesWaitForReadersOnOtherStreams) {
   EXPECT_FALSE(x->ref == c->ref);
 }
 
+TEST(MemoryPlan, VerifierSeesThroughAViewToItsInputsOtherReaders) {
+  // x is read by b on another stream and, through the view v, by a. Move y (written after a) onto
+  // x's bytes: b's read of x and y's write are not ordered, although x -> v and v -> y each are.
+  const char* text = R"pb(
+    node { name: "d" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 1 } dim { size: 768 } } } } }
+    node { name: "x" op: "Relu" input: "d" }
+    node { name: "v" op: "Reshape" input: "x" attr { key: "shape" value { ints { val: 768 } } } }
+    node { name: "a" op: "Tanh" input: "v" }
+    node { name: "b" op: "Gelu" input: "x" attr { key: "_independent" value { b: true } } }
+    node { name: "y" op: "Relu" input: "a" }
+    node { name: "z" op: "Tanh" input: "y" }
+    node { name: "out" op: "NetOutput" input: "z" input: "b" }
+  )pb";
+  graph::RegisterBuiltinOps();
+  auto g = graph::ParseGraphText(text, "view.pbtxt");
+  ASSERT_TRUE(g.ok()) << g.status();
+  CompileOptions options;
+  options.stream_mode = CompileOptions::StreamMode::kMulti;
+  options.max_parallel = 2;
+  auto model = CompileV1(std::move(*g), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE(VerifyMemoryPlan(*model).ok()) << VerifyMemoryPlan(*model);
+  ASSERT_TRUE(model->graph->FindNode("v")->op().AttrOr<bool>("_view", false).value());
+  ASSERT_NE(model->graph->FindNode("b")->op().AttrOr<std::int64_t>("_stream", -1).value(),
+            model->graph->FindNode("y")->op().AttrOr<std::int64_t>("_stream", -1).value());
+  graph::MemRef x_ref, y_ref;
+  for (const auto& t : model->memory.tensors) {
+    if (t.node == "x" && t.output == 0) x_ref = t.ref;
+    if (t.node == "y" && t.output == 0) y_ref = t.ref;
+  }
+  ASSERT_EQ(x_ref.segment, Segment::kFeatureMap);
+  ASSERT_EQ(y_ref.segment, Segment::kFeatureMap);
+  for (auto& t : model->memory.tensors)
+    if (t.node == "y" && t.output == 0) t.ref = x_ref;
+  for (auto& s : model->streams)
+    for (auto& t : s.tasks)
+      for (auto& arg : t.args)
+        if (arg == y_ref) arg = x_ref;
+  Status broken = VerifyMemoryPlan(*model);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.message().find("share bytes but their uses are not ordered"), std::string_view::npos) << broken;
+}
+
 TEST(MemoryPlan, VerifierCatchesAMissingEvent) {
   graph::RegisterBuiltinOps();
   auto g = synthetic::MakeRandomDag({.nodes = 40, .inputs = 1, .max_fan_in = 2, .locality = 4, .seed = 3});

@@ -286,6 +286,17 @@ TEST(Passes, FuseEpiloguesTakesALayerNormIntoTheNextMatMulsRow) {
   EXPECT_NE(text.find("ln3 = LayerNorm(y, gamma, beta)"), std::string::npos) << text;
 }
 
+TEST(Passes, FuseEpiloguesLeavesAMatMulThatAlreadyHasANormPrologue) {
+  // Its inputs end with gamma and beta: a residual appended after them would be read as gamma.
+  const std::string g = Data("x", {1, 4}) + Data("r", {1, 4}) + Const("gamma", {1, 1, 1, 1}) +
+                        Const("beta", {0, 0, 0, 0}) + Const2("w", 4, 4) +
+                        Op("mm", "MatMul", {"x", "w", "gamma", "beta"}, "attr { key: \"fused_norm\" value { b: true } }") +
+                        Op("sum", "Add", {"mm", "r"}) + Op("out", "NetOutput", {"sum"});
+  const std::string text = RunText(g, Upto("fuse-epilogues"));
+  EXPECT_NE(text.find("sum = Add(mm, r)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("fused_residual"), std::string::npos) << text;
+}
+
 // `npuflow info` counts what one execution runs: every stream's tasks by kind, and the kernel blocks.
 TEST(Passes, DescribeModelCountsWhatAnExecutionRuns) {
   for (bool single : {false, true}) {
