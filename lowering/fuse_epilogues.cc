@@ -9,8 +9,9 @@
 // Only when the MatMul's output goes to that one op alone (once), nothing orders either node by
 // a control edge, the output is f32, and for the Add, x has the output's exact shape (no
 // broadcast) and is ready before the MatMul starts (an input, or something the MatMul already
-// depends on: a residual from a parallel branch would chain the branches). The epilogue runs act(a x b + bias) + residual with the same functions as op.Gelu
-// and op.Add (graph/kernels/activations.h), so the fused kernel gives the unfused pair's bits.
+// depends on: a residual from a parallel branch would chain the branches). The epilogue runs
+// act(a x b + bias) + residual with the same functions as op.Gelu and op.Add
+// (graph/kernels/activations.h), so the fused kernel gives the unfused pair's bits.
 // The removed node's consumers read the MatMul; the MatMul keeps its name and lists what it
 // absorbed in `_fused`.
 //

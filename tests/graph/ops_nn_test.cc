@@ -191,6 +191,30 @@ TEST(MatMul, DeviceMatchesReferenceOnRandomShapes) {
 // against the reference, on the GEMV (one row) and GEMM paths, f32 and f16 weights, any block_dim;
 // and its bits against the unfused pair (MatMul, then Gelu / Add) run on the device, which the
 // fusion must not change (greedy ids stay the same).
+// The fused MatMul on the device, at block_dim 1 and 3, gives the bits of the unfused chain on
+// the device: `plain` on `plain_in`, then Gelu when `gelu`, then Add(residual, .) when given.
+void ExpectFusedMatchesUnfused(const OpDesc& fused, const std::vector<Tensor>& fused_in, const OpDesc& plain,
+                               const std::vector<Tensor>& plain_in, bool gelu, const Tensor* residual) {
+  auto mm = RunOpOnDevice(plain, plain_in);
+  ASSERT_TRUE(mm.ok()) << mm.status();
+  Tensor want = (*mm)[0];
+  if (gelu) {
+    auto g = RunOpOnDevice(Op("Gelu"), {want});
+    ASSERT_TRUE(g.ok()) << g.status();
+    want = (*g)[0];
+  }
+  if (residual != nullptr) {
+    auto a = RunOpOnDevice(Op("Add"), {*residual, want});
+    ASSERT_TRUE(a.ok()) << a.status();
+    want = (*a)[0];
+  }
+  for (std::uint32_t blocks : {1u, 3u}) {
+    auto got = RunOpOnDevice(fused, fused_in, {.block_dim = blocks});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ((*got)[0].data, want.data) << "block_dim " << blocks;
+  }
+}
+
 TEST(MatMul, FusedEpilogueMatchesTheReferenceAndTheUnfusedPairBitForBit) {
   std::mt19937 rng(7);
   struct Case {
@@ -221,24 +245,8 @@ TEST(MatMul, FusedEpilogueMatchesTheReferenceAndTheUnfusedPairBitForBit) {
     ExpectDeviceMatchesReference(fused, fused_in, 2e-3f, 1e-4f);
 
     // The unfused pair on the device.
-    auto mm = RunOpOnDevice(Op("MatMul", {{"transpose_b", tb}}), in);
-    ASSERT_TRUE(mm.ok()) << mm.status();
-    Tensor want = (*mm)[0];
-    if (c.gelu) {
-      auto g = RunOpOnDevice(Op("Gelu"), {want});
-      ASSERT_TRUE(g.ok()) << g.status();
-      want = (*g)[0];
-    }
-    if (c.residual) {
-      auto a = RunOpOnDevice(Op("Add"), {residual, want});
-      ASSERT_TRUE(a.ok()) << a.status();
-      want = (*a)[0];
-    }
-    for (std::uint32_t blocks : {1u, 3u}) {
-      auto got = RunOpOnDevice(fused, fused_in, {.block_dim = blocks});
-      ASSERT_TRUE(got.ok()) << got.status();
-      EXPECT_EQ((*got)[0].data, want.data) << "block_dim " << blocks;
-    }
+    ExpectFusedMatchesUnfused(fused, fused_in, Op("MatMul", {{"transpose_b", tb}}), in, c.gelu,
+                              c.residual ? &residual : nullptr);
   }
 }
 
@@ -293,24 +301,8 @@ TEST(MatMul, FusedLayerNormMatchesTheReferenceAndTheUnfusedPairBitForBit) {
     ASSERT_TRUE(ln.ok()) << ln.status();
     std::vector<Tensor> mm_in = {(*ln)[0], b};
     if (c.bias) mm_in.push_back(bias);
-    auto mm = RunOpOnDevice(Op("MatMul", {{"transpose_b", true}}), mm_in);
-    ASSERT_TRUE(mm.ok()) << mm.status();
-    Tensor want = (*mm)[0];
-    if (c.gelu) {
-      auto g = RunOpOnDevice(Op("Gelu"), {want});
-      ASSERT_TRUE(g.ok()) << g.status();
-      want = (*g)[0];
-    }
-    if (c.residual) {
-      auto a = RunOpOnDevice(Op("Add"), {residual, want});
-      ASSERT_TRUE(a.ok()) << a.status();
-      want = (*a)[0];
-    }
-    for (std::uint32_t blocks : {1u, 3u}) {
-      auto got = RunOpOnDevice(fused, fused_in, {.block_dim = blocks});
-      ASSERT_TRUE(got.ok()) << got.status();
-      EXPECT_EQ((*got)[0].data, want.data) << "block_dim " << blocks;
-    }
+    ExpectFusedMatchesUnfused(fused, fused_in, Op("MatMul", {{"transpose_b", true}}), mm_in, c.gelu,
+                              c.residual ? &residual : nullptr);
   }
 }
 
