@@ -27,7 +27,6 @@
 
 #include <boost/fiber/condition_variable.hpp>
 #include <boost/fiber/context.hpp>
-#include <boost/fiber/mutex.hpp>
 
 #include "base/status.h"
 #include "base/unique_function.h"
@@ -103,13 +102,12 @@ class CoreBase {
   // registered before the publication. Those registering after it see kReady and don't sleep.
   void Publish() {
     std::uint32_t prev = state_.fetch_or(kReady, std::memory_order_acq_rel);
-    if (prev & kThreadWaiter) {
+    if (prev & (kThreadWaiter | kFiberWaiter)) {
+      // A waiter that registered checks ready() under mu_ until it sleeps: taking mu_ here means
+      // it is either asleep (and notified below) or has not checked yet (and sees kReady).
       { std::lock_guard<std::mutex> lock(mu_); }
-      cv_.notify_all();
-    }
-    if (prev & kFiberWaiter) {
-      { std::lock_guard<boost::fibers::mutex> lock(fiber_->mu); }
-      fiber_->cv.notify_all();
+      if (prev & kThreadWaiter) cv_.notify_all();
+      if (prev & kFiberWaiter) fiber_cv_->notify_all();
     }
     if (prev & kContinuation) RunContinuation();
   }
@@ -122,13 +120,16 @@ class CoreBase {
     if (WaitSuspendsFiber()) {
       // Only the future's owner waits, one wait at a time, so the first wait makes the fiber
       // waiter without a race; the completer reads it only after it sees kFiberWaiter.
-      if (!fiber_) fiber_.emplace();
+      if (!fiber_cv_) fiber_cv_.emplace();
       state_.fetch_or(kFiberWaiter, std::memory_order_acq_rel);
-      std::unique_lock<boost::fibers::mutex> lock(fiber_->mu);
+      // The fiber condition variable waits on the plain mutex: it is held only for the check, and
+      // the completer (a worker thread) then never enters Boost.Fiber's own mutex, whose contended
+      // lock would suspend the worker in a scheduler of its own.
+      std::unique_lock<std::mutex> lock(mu_);
       while (!ready()) {
         if (!deadline) {
-          fiber_->cv.wait(lock);
-        } else if (fiber_->cv.wait_until(lock, *deadline) == boost::fibers::cv_status::timeout) {
+          fiber_cv_->wait(lock);
+        } else if (fiber_cv_->wait_until(lock, *deadline) == boost::fibers::cv_status::timeout) {
           return ready();
         }
       }
@@ -150,14 +151,10 @@ class CoreBase {
   std::atomic<std::uint32_t> refs_{1};
 
  private:
-  struct FiberWait {
-    boost::fibers::mutex mu;
-    boost::fibers::condition_variable cv;
-  };
   const std::type_info& value_type_;
-  std::mutex mu_;
+  std::mutex mu_;  // guards nothing; orders a waiter's last check of ready() before its sleep
   std::condition_variable cv_;
-  std::optional<FiberWait> fiber_;  // made in place by the first fiber wait
+  std::optional<boost::fibers::condition_variable_any> fiber_cv_;  // made in place by the first fiber wait
 };
 
 // An owning, intrusive reference to a core.

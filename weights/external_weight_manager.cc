@@ -18,22 +18,24 @@ void RegionLoadState::Set(StatusOr<WeightLoadReport> result) {
     ready_.store(true, std::memory_order_seq_cst);
   }
   cv_.notify_all();
-  // Fiber primitives only when a fiber may wait: they set up Boost.Fiber's scheduler on the calling
-  // thread (a oneTBB worker, here). With both accesses seq_cst, a waiter that Set does not see
-  // here sees ready_ before it sleeps; one it sees is inside wait() once fiber_mu_ is ours.
+  // The fiber condition variable only when a fiber may wait: it sets up Boost.Fiber's scheduler on
+  // the calling thread (a oneTBB worker, here). A fiber waiter marks itself before it checks
+  // result_ under mu_, so either Set sees the mark here or the waiter sees the result.
   if (!fiber_waiter_.load(std::memory_order_seq_cst)) return;
-  { std::lock_guard<boost::fibers::mutex> lock(fiber_mu_); }
   fiber_cv_.notify_all();
 }
 
 StatusOr<WeightLoadReport> RegionLoadState::Wait() const {
-  if (!ready_.load(std::memory_order_acquire) && actors::detail::WaitSuspendsFiber()) {
-    fiber_waiter_.store(true, std::memory_order_seq_cst);
-    std::unique_lock<boost::fibers::mutex> lock(fiber_mu_);
-    fiber_cv_.wait(lock, [&] { return ready_.load(std::memory_order_seq_cst); });
-  }
+  const bool fiber = !ready_.load(std::memory_order_acquire) && actors::detail::WaitSuspendsFiber();
+  if (fiber) fiber_waiter_.store(true, std::memory_order_seq_cst);
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return result_.has_value(); });
+  // A fiber sleeps on the fiber condition variable over the same plain mutex (held only for the
+  // check), so the loader's thread never enters a Boost.Fiber mutex.
+  if (fiber) {
+    fiber_cv_.wait(lock, [&] { return result_.has_value(); });
+  } else {
+    cv_.wait(lock, [&] { return result_.has_value(); });
+  }
   return *result_;
 }
 

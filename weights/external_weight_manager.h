@@ -25,7 +25,6 @@
 #include <vector>
 
 #include <boost/fiber/condition_variable.hpp>
-#include <boost/fiber/mutex.hpp>
 
 #include "base/aes_gcm.h"
 #include "base/status.h"
@@ -50,8 +49,7 @@ class RegionLoadState {
   // condition variable is notified; result_ is never written again.
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  mutable boost::fibers::mutex fiber_mu_;
-  mutable boost::fibers::condition_variable fiber_cv_;
+  mutable boost::fibers::condition_variable_any fiber_cv_;  // a fiber's sleep, over mu_
   std::atomic<bool> ready_{false};
   mutable std::atomic<bool> fiber_waiter_{false};  // a fiber (or fiber-thread main context) waits or waited
   std::optional<StatusOr<WeightLoadReport>> result_;
