@@ -33,7 +33,7 @@ void ForwardFault(actors::Context<Msg>& ctx, const actors::Address<TargetMsg>& t
 
 // ---- UnitActor ------------------------------------------------------------------------------------
 UnitActor::UnitActor(Device* device, Engine engine, int index, actors::Address<ClusterMsg> cluster)
-    : device_(device), engine_(engine), index_(index), cluster_(cluster) {
+    : device_(device), cluster_(cluster) {
   name_ = fmt::format("{} {}", engine == Engine::kAICore ? "aicore" : "aicpu", index);
   if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), name_);
 }

@@ -32,9 +32,7 @@ class UnitActor {
   void On(RunBlocks& run, Ctx& ctx);
   void On(SetUnitFault& m, Ctx& ctx);
   Device* device_;
-  Engine engine_;
-  int index_;
-  std::string name_;
+  std::string name_;  // "aicore 3": the engine and index, for traces and errors
   actors::Address<ClusterMsg> cluster_;
   TraceTrack* track_ = nullptr;
   BusyTimeline busy_;
