@@ -20,10 +20,27 @@ run() {  # run NAME COMMAND...: runs a step, keeps its output for the summary
   [ "$rc" -eq 0 ] || { echo "=== $name failed (exit $rc)"; status=1; }
 }
 
+# Each build directory takes 0.3-1.5 GB. When the disk runs short (below NPUFLOW_MIN_FREE_MB,
+# default 4096, free), a step's build directory is removed once its tests have run, so the next
+# build has room; with room to spare every build stays for the next run.
+min_free_mb=${NPUFLOW_MIN_FREE_MB:-4096}
+free_mb() { df -Pm . | awk 'NR == 2 { print $4 }'; }
+done_with() {  # done_with DIR: a finished step's build directory, removed only when space is short
+  local free; free=$(free_mb)
+  echo "=== disk: ${free} MB free"
+  if [ "$free" -lt "$min_free_mb" ] && [ -d "$1" ]; then
+    echo "=== disk: below ${min_free_mb} MB, removing $1 (rebuilt by the next run)"
+    rm -rf "$1"
+  fi
+}
+
 run build bash scripts/build.sh
 run release bash -c 'cd build && ctest --output-on-failure -j 2 --repeat until-fail:3'
+done_with build
 run tsan bash scripts/check.sh tsan
+done_with build-tsan
 run asan bash scripts/check.sh asan
+done_with build-asan
 run fuzz bash scripts/fuzz.sh all "${NPUFLOW_FUZZ_SECONDS:-15}"
 
 passed=0; failed=0
