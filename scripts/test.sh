@@ -15,8 +15,10 @@ status=0
 run() {  # run NAME COMMAND...: runs a step, keeps its output for the summary
   local name=$1; shift
   echo "=== $name"
+  local start=$SECONDS
   "$@" 2>&1 | tee "$logs/$name.log"
   local rc=${PIPESTATUS[0]}
+  echo "=== $name took $((SECONDS - start)) s"
   [ "$rc" -eq 0 ] || { echo "=== $name failed (exit $rc)"; status=1; }
 }
 
