@@ -21,7 +21,8 @@
 //
 // Rule: a fiber must not hold a std::mutex (or any OS-level lock) across a wait. The wait yields to
 // another fiber of the same thread, which may take the same mutex: a self-deadlock of the thread.
-// Hold fiber mutexes, or release the lock before waiting.
+// Hold fiber mutexes, or release the lock before waiting. (A boost::fibers::condition_variable_any
+// over a std::mutex keeps the rule: it releases the mutex before the fiber sleeps; actors/future.h.)
 #pragma once
 
 #include <cstddef>

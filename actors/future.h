@@ -94,7 +94,7 @@ class CoreBase {
   static constexpr std::uint32_t kReady = 2;          // the value is published
   static constexpr std::uint32_t kContinuation = 4;   // a continuation is registered
   static constexpr std::uint32_t kThreadWaiter = 8;   // a thread may sleep on cv_
-  static constexpr std::uint32_t kFiberWaiter = 16;   // a fiber may sleep on fiber_
+  static constexpr std::uint32_t kFiberWaiter = 16;   // a fiber may sleep on fiber_cv_
 
   bool Claim() { return (state_.fetch_or(kClaimed, std::memory_order_acq_rel) & kClaimed) == 0; }
 
