@@ -5,6 +5,8 @@
 //   tiny kernels through a stream vs raw flow-graph nodes doing the same 3 hops with the same
 //                                 thread handoff (HandoffRing). A kernel is a full round trip:
 //                                 stream -> AICore cluster -> unit -> stream (one block).
+//   20-part kernels, per part     vs the tiny kernels per kernel: what one more part of a kernel
+//                                 costs (a message to a unit, and one more for the last part).
 //   H2D of 1 GiB in 10 MiB chunks vs plain memcpy of the same chunks on as many threads as the
 //                                 runtime's workers (which run the DMA channels side by side)
 //   the same NOPs, traced         vs the untraced NOPs (what recording a trace event costs)
@@ -107,19 +109,27 @@ void BM_RawTaskLoop(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kNops));
 }
 
-void BM_NpuTinyKernels(benchmark::State& state) {
+// `kernels` noop kernels of `block_dim` blocks through one stream; items: blocks (one per part,
+// as long as block_dim is at most the chip's AICore count).
+void RunNoopKernels(benchmark::State& state, std::size_t kernels, std::uint32_t block_dim) {
   npu_sim::RegisterBuiltinKernels();
   const npu_sim::KernelDef* def = npu_sim::KernelRegistry::Global().Find("noop").value();
   std::vector<Task> tasks;
-  tasks.reserve(kKernels);
-  for (std::size_t i = 0; i < kKernels; ++i) tasks.push_back(Task::Kernel(def, 1, {}));
+  tasks.reserve(kernels);
+  for (std::size_t i = 0; i < kernels; ++i) tasks.push_back(Task::Kernel(def, block_dim, {}));
   OneStreamModel m(std::move(tasks));
   if (!m.ok) return state.SkipWithError("runtime setup failed");
   for (auto _ : state) {
     if (!m.rt->ExecuteModel(m.model).ok()) return state.SkipWithError("execute failed");
   }
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kKernels));
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kernels * block_dim));
 }
+
+void BM_NpuTinyKernels(benchmark::State& state) { RunNoopKernels(state, kKernels, 1); }
+
+// The same number of blocks as BM_NpuTinyKernels, as kernels of 20 parts (910B has 24 AICores):
+// what a part costs the simulator, the floor a block's work must pay for.
+void BM_NpuSplitKernels(benchmark::State& state) { RunNoopKernels(state, kKernels / 20, 20); }
 
 // The raw side of a kernel round trip: the same three hops a one-block kernel makes (stream ->
 // AICore cluster -> unit -> stream; four, through the cluster again, until issue 21) between three
@@ -285,6 +295,7 @@ void RegisterNpuBenchmarks() {
            {"BM_NpuNopStreamTraced", BM_NpuNopStreamTraced},
            {"BM_RawTaskLoop", BM_RawTaskLoop},
            {"BM_NpuTinyKernels", BM_NpuTinyKernels},
+           {"BM_NpuSplitKernels", BM_NpuSplitKernels},
            {"BM_RawKernelHopHandoffs", BM_RawKernelHopHandoffs},
            {"BM_H2DPairedWithMemcpy", BM_H2DPairedWithMemcpy}}) {
     benchmark::RegisterBenchmark(name, fn)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -306,6 +317,9 @@ std::vector<Figure> NpuFigures(const Results& r) {
        "raw flow-graph nodes, the same 3 hops (stream -> cluster -> unit -> stream), same handoff",
        "value >= 5e5"},
       {"tiny_kernels_vs_target", kernels, "kernel/s", 500e3, "the npu_sim issue's floor, 500 k/s", "ratio >= 1", true},
+      {"split_kernel_parts_per_s", Counter(r, "BM_NpuSplitKernels", "items_per_second"), "part/s", kernels,
+       "the same number of noop blocks as one-block kernels (tiny_kernels_per_s), same run: 20-part kernels "
+       "pay the stream and the cluster once per 20 parts", "ratio >= 1"},
       {"h2d_1gib_10mib_chunks", h2d, "GB/s", memcpy_bw,
        "plain memcpy, same chunks, into a LargeBuffer like device memory, on as many threads as the "
        "runtime's workers (2), paired rounds", "ratio >= 0.8"},

@@ -235,21 +235,17 @@ struct KernelJob {
   StreamId stream_id = 0;
   std::uint64_t epoch = 0;
   std::uint32_t task = 0;
-  // cluster-owned bookkeeping
-  std::uint32_t parts_left = 0;
-  VTime end = 0;
-  Status status;
+  // The parts' bookkeeping, set by the cluster before it sends them: each part folds its end and
+  // (the first) error in, and the part that finishes last reports the kernel to the stream itself.
+  std::atomic<std::uint32_t> parts_left{0};
+  std::atomic<VTime> end{0};
+  std::atomic<bool> failed{false};  // a part has claimed `status`
+  Status status;                    // written by that part before its parts_left decrement
 };
 struct RunKernel {
   static constexpr std::string_view kKind = "RunKernel";
   KernelJob* job = nullptr;  // the stream's; see KernelJob
   VTime at = 0;
-};
-struct BlocksDone {
-  static constexpr std::string_view kKind = "BlocksDone";
-  KernelJob* job = nullptr;
-  VTime end = 0;
-  Status status;
 };
 struct SetUnitFault {  // Ask<void>, forwarded by the cluster to one unit
   static constexpr std::string_view kKind = "SetFault";
@@ -262,7 +258,7 @@ struct AttachUnits {  // Ask<void>, once, right after spawning
   static constexpr std::string_view kKind = "AttachUnits";
   std::vector<actors::Address<UnitMsg>> units;
 };
-using ClusterMsg = std::variant<RunKernel, BlocksDone, SetUnitFault, AttachUnits>;
+using ClusterMsg = std::variant<RunKernel, SetUnitFault, AttachUnits>;
 
 struct RunBlocks {
   static constexpr std::string_view kKind = "RunBlocks";
@@ -270,9 +266,6 @@ struct RunBlocks {
   std::uint32_t first = 0;
   std::uint32_t count = 0;
   VTime at = 0;
-  // The job's only part: the unit answers the stream itself (UnitDone), one hop fewer than through
-  // the cluster; most kernels of a decode step are one block.
-  bool whole = false;
 };
 
 // ---- to the DMA engine ------------------------------------------------------------------------

@@ -128,7 +128,7 @@ Status Runtime::Init() {
       std::vector<actors::Address<UnitMsg>> units;
       for (int u = 0; u < count; ++u)
         units.push_back(system_->Spawn<UnitActor>(
-            fmt::format("dev{}.{}{}", id, engine == Engine::kAICore ? "aicore" : "aicpu", u), dev, engine, u, cluster));
+            fmt::format("dev{}.{}{}", id, engine == Engine::kAICore ? "aicore" : "aicpu", u), dev, engine, u));
       NPUFLOW_RETURN_IF_ERROR(cluster.Ask(AttachUnits{std::move(units)}).Get());
       return cluster;
     };

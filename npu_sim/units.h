@@ -1,9 +1,10 @@
 // The device's execution units as actors.
 //
-//   ClusterActor   AICoreCluster (or the AICPU group): spreads a kernel's blocks over its units,
-//                  collects their completions, reports the kernel done to its stream.
+//   ClusterActor   AICoreCluster (or the AICPU group): spreads a kernel's blocks over its units
+//                  as parts (contiguous block ranges, one per unit).
 //   UnitActor      one AICore or AICPU unit with its own virtual clock: runs blocks on the CPU
-//                  over device memory, in order.
+//                  over device memory, in order; the unit that ends a kernel's last part reports
+//                  the kernel done to its stream.
 //   DmaEngineActor picks the channel that frees up first (it knows every copy's cost).
 //   DmaChannelActor one copy channel with a virtual clock and the chip's bandwidth.
 #pragma once
@@ -23,7 +24,7 @@ class UnitActor {
  public:
   using Message = UnitMsg;
   using Ctx = actors::Context<Message>;
-  UnitActor(Device* device, Engine engine, int index, actors::Address<ClusterMsg> cluster);
+  UnitActor(Device* device, Engine engine, int index);
   void Receive(Message& msg, Ctx& ctx) {
     std::visit([&](auto& m) { On(m, ctx); }, msg);
   }
@@ -33,7 +34,6 @@ class UnitActor {
   void On(SetUnitFault& m, Ctx& ctx);
   Device* device_;
   std::string name_;  // "aicore 3": the engine and index, for traces and errors
-  actors::Address<ClusterMsg> cluster_;
   TraceTrack* track_ = nullptr;
   BusyTimeline busy_;
   std::uint64_t runs_ = 0;  // RunBlocks handled since the fault was set
@@ -51,7 +51,6 @@ class ClusterActor {
 
  private:
   void On(RunKernel& run, Ctx& ctx);
-  void On(BlocksDone& done, Ctx& ctx);
   void On(AttachUnits& attach, Ctx& ctx);
   void On(SetUnitFault& fault, Ctx& ctx);
   Device* device_;

@@ -238,6 +238,31 @@ TEST(Faults, ADelayMovesVirtualTimeOnly) {
   EXPECT_GE(delayed->HostClock() - base->HostClock(), 1'000'000 - 1);
 }
 
+// A kernel of several parts is reported by the unit that ends its last part (the parts fold their
+// ends and first error into the kernel's job): a delayed part moves the kernel's end, a failed part
+// fails it, naming its unit. Real threads, repeated: which part ends last varies.
+TEST(Faults, AKernelInManyPartsEndsWithItsLatestPartAndFailsWithAnyOfThem) {
+  for (int round = 0; round < 8; ++round) {
+    auto base = MakeRuntime({.workers = 2});
+    Stream s0 = base->CreateStream(0).value();
+    ASSERT_TRUE(base->LaunchKernel(s0, "noop", 8, {}).ok());
+    ASSERT_TRUE(base->SynchronizeStream(s0).ok());
+    // Round-robin from aicore 0: the first kernel's 8 parts run on aicores 0-7, the second's on 8-15.
+    auto rt = MakeRuntime({.workers = 2});
+    Stream s = rt->CreateStream(0).value();
+    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 5, Fault{FaultKind::kDelay, 1, 1'000'000}).ok());
+    ASSERT_TRUE(rt->LaunchKernel(s, "noop", 8, {}).ok());
+    ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+    EXPECT_GE(rt->HostClock() - base->HostClock(), 1'000'000 - 1);
+    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 12, Fault{FaultKind::kFail, 1}).ok());
+    ASSERT_TRUE(rt->LaunchKernel(s, "noop", 8, {}).ok());
+    Status st = rt->SynchronizeStream(s);
+    ASSERT_EQ(st.code(), StatusCode::kFailed) << st;
+    EXPECT_NE(st.message().find("task 1"), std::string_view::npos) << st;
+    EXPECT_NE(st.message().find("aicore 12"), std::string_view::npos) << st;
+  }
+}
+
 // ---- events across streams ---------------------------------------------------------------------------
 // Perturbs every delivery a little, at random, so cross-stream order comes only from events.
 class JitterTap : public actors::DeliveryTap {
