@@ -493,7 +493,7 @@ Status Session::ForkGraph(std::uint32_t origin_id, std::uint32_t fork_id) {
 }
 
 namespace {
-Status Release(Session::GraphNode& node) {
+Status FreeGraphResources(Session::GraphNode& node) {
   Status first;
   if (node.loop) {
     first = node.loop->Stop();
@@ -522,7 +522,7 @@ Status Session::RemoveGraph(std::uint32_t graph_id) {
   NPUFLOW_ASSIGN_OR_RETURN(auto actor, Actor());
   NPUFLOW_ASSIGN_OR_RETURN(NodePtr node, actor.Ask<NodePtr>(session_msg::Remove{graph_id}).Get());
   NPUFLOW_ASSIGN_OR_RETURN(Held held, LeaseNode(std::move(node)));  // after a build or load under way
-  return Release(held.node());
+  return FreeGraphResources(held.node());
 }
 
 Status Session::SetGraphConstMemoryBase(std::uint32_t graph_id, npu_sim::DevicePtr ptr, std::uint64_t size) {
@@ -555,7 +555,7 @@ Status Session::Finalize() {
     std::vector<NodePtr> nodes = fin.ok() ? std::move(fin->nodes) : std::vector<NodePtr>{};
     for (NodePtr& node : nodes) {
       auto held = LeaseNode(std::move(node));
-      Status s = held.ok() ? Release(held->node()) : held.status();
+      Status s = held.ok() ? FreeGraphResources(held->node()) : held.status();
       if (first.ok() && !s.ok()) first = s;
     }
     if (ModelManager* mm = ModelManager::Get()) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the Release build's full suite (3 times, stopping at a
-# failure), the concurrency tests under ThreadSanitizer (3 times), every test under
-# AddressSanitizer + UBSan (the concurrency tests 3 times, the rest once), and every libFuzzer
+# failure), the concurrency tests under ThreadSanitizer (3 times), every test but the "cli" ones
+# under AddressSanitizer + UBSan (the concurrency tests 3 times, the rest once), and every libFuzzer
 # target for NPUFLOW_FUZZ_SECONDS (default 15) from its seeds and the corpus of earlier runs
 # (scripts/fuzz.sh; each target counts as one test). This is what CI runs (.ci/run). Ends with
 # one line "tests: N passed, M failed" over all four runs.

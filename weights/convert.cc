@@ -264,7 +264,7 @@ struct ConstWeight {
 };
 
 // A distinct weight value and where it ends up.
-struct WeightRegion {
+struct PlacedWeight {
   const graph::Tensor* value = nullptr;  // of the first node (in sorted order) holding it
   std::string file;
   std::uint64_t offset = 0;
@@ -328,11 +328,11 @@ std::string CombinedFileName(const ComputeGraph& root, const std::string& model_
 // the right size: a file cut short by a crash before the rename cannot exist, but one cut by hand
 // can).
 Status WritePerWeightFiles(const std::string& dir, const std::vector<std::string>& order,
-                           std::map<std::string, WeightRegion>& regions, Meta& meta, int writers,
+                           std::map<std::string, PlacedWeight>& regions, Meta& meta, int writers,
                            ConvertResult& result) {
   std::vector<std::string> to_write;
   for (const std::string& hash : order) {
-    WeightRegion& r = regions.at(hash);
+    PlacedWeight& r = regions.at(hash);
     r.file = JoinPath(dir, "weight_" + hash);
     r.offset = 0;
     const auto size = FileSize(r.file);
@@ -353,11 +353,11 @@ Status WritePerWeightFiles(const std::string& dir, const std::vector<std::string
 // and zero-padded to the next one. A hash meta.json knows keeps its region while that region's
 // file exists and holds it.
 Status WriteCombinedFile(const std::string& dir, const std::string& file_name, const std::vector<std::string>& order,
-                         std::map<std::string, WeightRegion>& regions, Meta& meta, int writers,
+                         std::map<std::string, PlacedWeight>& regions, Meta& meta, int writers,
                          ConvertResult& result) {
   std::vector<std::string> to_write;
   for (const std::string& hash : order) {
-    WeightRegion& r = regions.at(hash);
+    PlacedWeight& r = regions.at(hash);
     auto m = meta.find(hash);
     if (m != meta.end()) {
       const auto size = FileSize(m->second.file);
@@ -386,7 +386,7 @@ Status WriteCombinedFile(const std::string& dir, const std::string& file_name, c
   auto align = [](std::uint64_t v) { return (v + kCombinedAlignment - 1) / kCombinedAlignment * kCombinedAlignment; };
   std::uint64_t end = align(static_cast<std::uint64_t>(st.st_size));
   for (const std::string& hash : to_write) {
-    WeightRegion& r = regions.at(hash);
+    PlacedWeight& r = regions.at(hash);
     r.file = path;
     r.offset = end;
     end = align(end + r.value->data.size());
@@ -396,7 +396,7 @@ Status WriteCombinedFile(const std::string& dir, const std::string& file_name, c
     s = Status::Failed("cannot extend combined weight file '{}' to {} bytes: {}", path, end, ErrnoText(errno));
   if (s.ok()) {
     std::vector<Status> errors = InParallel(to_write.size(), writers, result.writer_threads, [&](std::size_t i) {
-      const WeightRegion& r = regions.at(to_write[i]);
+      const PlacedWeight& r = regions.at(to_write[i]);
       return WriteAllAt(fd, r.value->data.data(), r.value->data.size(), r.offset, path);
     });
     for (Status& e : errors)
@@ -406,7 +406,7 @@ Status WriteCombinedFile(const std::string& dir, const std::string& file_name, c
     s = Status::Failed("writing combined weight file '{}' failed: {}", path, ErrnoText(errno));
   NPUFLOW_RETURN_IF_ERROR(std::move(s));
   for (const std::string& hash : to_write) {
-    const WeightRegion& r = regions.at(hash);
+    const PlacedWeight& r = regions.at(hash);
     result.bytes_written += r.value->data.size();
     meta[hash] = MetaEntry{r.file, r.offset};
   }
@@ -541,9 +541,9 @@ StatusOr<ConvertResult> ConvertConstToFileConstant(graph::ComputeGraph& root, co
            std::forward_as_tuple(b.node->name(), b.node->graph()->name(), b.node->id());
   });
   std::vector<std::string> order;  // distinct hashes, first appearance in sorted order
-  std::map<std::string, WeightRegion> regions;
+  std::map<std::string, PlacedWeight> regions;
   for (const ConstWeight& c : consts) {
-    if (regions.emplace(c.hash, WeightRegion{c.value, {}, 0}).second) order.push_back(c.hash);
+    if (regions.emplace(c.hash, PlacedWeight{c.value, {}, 0}).second) order.push_back(c.hash);
   }
 
   std::string dir = options.dir;
@@ -570,7 +570,7 @@ StatusOr<ConvertResult> ConvertConstToFileConstant(graph::ComputeGraph& root, co
   // FileConstants aside), and files already written are harmless (meta.json or a later compile
   // finds them).
   for (const ConstWeight& c : consts) {
-    const WeightRegion& r = regions.at(c.hash);
+    const PlacedWeight& r = regions.at(c.hash);
     OpDesc& op = c.node->op();
     graph::TensorDesc desc = c.value->desc;
     const auto length = static_cast<std::int64_t>(c.value->data.size());

@@ -69,7 +69,7 @@ std::string Shape::ToString() const {
   std::string out = "[";
   for (std::size_t i = 0; i < dims_.size(); ++i) {
     if (i) out += ", ";
-    out += dims_[i].is_static() ? std::to_string(dims_[i].size) : dims_[i].symbol;
+    out += dims_[i].ToString();
   }
   return out + "]";
 }

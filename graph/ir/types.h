@@ -29,6 +29,7 @@ struct Dim {
   static Dim Static(std::int64_t n) { return Dim{n, {}}; }
   static Dim Symbolic(std::string name) { return Dim{-1, std::move(name)}; }
   bool is_static() const { return size >= 0; }
+  std::string ToString() const { return is_static() ? std::to_string(size) : symbol; }  // "768", "seq"
   friend bool operator==(const Dim& a, const Dim& b) { return a.size == b.size && a.symbol == b.symbol; }
 };
 

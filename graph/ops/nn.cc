@@ -70,7 +70,6 @@ namespace npuflow::graph {
 namespace {
 
 // ---- shared helpers ---------------------------------------------------------------------------------
-std::string DimString(const Dim& d) { return d.is_static() ? std::to_string(d.size) : d.symbol; }
 
 // Dims that can be equal at run time: the same, or a symbol against a static size.
 bool DimsCompatible(const Dim& a, const Dim& b) { return a == b || a.is_static() != b.is_static(); }
@@ -170,7 +169,7 @@ StatusOr<std::pair<Dim, Dim>> InferMatrixDims(const OpDesc& op, const TensorDesc
   if (!DimsCompatible(ka, kb))
     return Status::ParamInvalid(
         "node '{}' ({}): a {} has K = {} but b {} has K = {} (transpose_a = {}, transpose_b = {})", op.name(),
-        op.type(), a.shape.ToString(), DimString(ka), b.shape.ToString(), DimString(kb), f.ta, f.tb);
+        op.type(), a.shape.ToString(), ka.ToString(), b.shape.ToString(), kb.ToString(), f.ta, f.tb);
   return std::make_pair(m, n);
 }
 
@@ -205,7 +204,7 @@ Status InferMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, std::vec
     NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(op, "a", in[0], "bias", in[2]));
     if (in[2].shape.rank() != 1 || !DimsCompatible(in[2].shape.dim(0), mn.second))
       return Status::ParamInvalid("node '{}' (MatMul): bias {} does not match N = {} of a {} x b {}", op.name(),
-                                  in[2].shape.ToString(), DimString(mn.second), in[0].shape.ToString(),
+                                  in[2].shape.ToString(), mn.second.ToString(), in[0].shape.ToString(),
                                   in[1].shape.ToString());
     mn.second = MergeDims(mn.second, in[2].shape.dim(0));
   }
@@ -214,7 +213,7 @@ Status InferMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, std::vec
     NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(op, "a", in[0], "residual", r));
     if (r.shape.rank() != 2 || !DimsCompatible(r.shape.dim(0), mn.first) || !DimsCompatible(r.shape.dim(1), mn.second))
       return Status::ParamInvalid("node '{}' (MatMul): residual {} does not match the output [{}, {}]", op.name(),
-                                  r.shape.ToString(), DimString(mn.first), DimString(mn.second));
+                                  r.shape.ToString(), mn.first.ToString(), mn.second.ToString());
     mn.first = MergeDims(mn.first, r.shape.dim(0));
     mn.second = MergeDims(mn.second, r.shape.dim(1));
   }
@@ -407,7 +406,7 @@ Status InferLayerNorm(const OpDesc& op, const std::vector<TensorDesc>& in, std::
     const Shape& s = in[i].shape;
     if (s.rank() != 1 || !DimsCompatible(s.dim(0), last))
       return Status::ParamInvalid("node '{}' (LayerNorm): {} {} does not match the last dim {} of x {}", op.name(),
-                                  i == 1 ? "gamma" : "beta", s.ToString(), DimString(last), x.ToString());
+                                  i == 1 ? "gamma" : "beta", s.ToString(), last.ToString(), x.ToString());
   }
   NPUFLOW_RETURN_IF_ERROR(op.AttrOr<double>("epsilon", 1e-5).status());
   out.push_back(in[0]);

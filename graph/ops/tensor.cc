@@ -48,7 +48,6 @@ using Ints = std::vector<std::int64_t>;
 
 std::string IntsString(const Ints& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
 
-std::string DimString(const Dim& d) { return d.is_static() ? std::to_string(d.size) : d.symbol; }
 
 // `axis` (negative counts from the back) as 0..rank-1, or a ParamInvalid naming the node.
 StatusOr<std::size_t> NormalizeAxis(const OpDesc& op, std::int64_t axis, const Shape& shape) {
@@ -205,7 +204,7 @@ Status InferConcat(const OpDesc& op, const std::vector<TensorDesc>& in, std::vec
       return Status::ParamInvalid("node '{}' (Concat): input {} shape {} does not match input 0 shape {} outside axis {}",
                                   op.name(), i, s.ToString(), first.ToString(), axis);
     const Dim& d = s.dim(axis);
-    sizes.push_back(DimString(d));
+    sizes.push_back(d.ToString());
     if (d.is_static()) {
       sum += d.size;
     } else {
@@ -276,14 +275,14 @@ Status InferSplit(const OpDesc& op, const std::vector<TensorDesc>& in, std::vect
     }
     if (!ok || !d.is_static() || sum != d.size)
       return Status::ParamInvalid("node '{}' (Split): attribute 'sizes' {} does not split axis {} of {} (size {})",
-                                  op.name(), IntsString(sizes), axis, x.ToString(), DimString(d));
+                                  op.name(), IntsString(sizes), axis, x.ToString(), d.ToString());
   } else {
     NPUFLOW_ASSIGN_OR_RETURN(std::int64_t num, op.Attr<std::int64_t>("num_split"));
     if (num == 1) {
       pieces.push_back(d);  // one piece: the whole input, symbolic or not
     } else if (num < 1 || !d.is_static() || d.size % num != 0) {
       return Status::ParamInvalid("node '{}' (Split): attribute 'num_split' {} does not divide axis {} of {} (size {})",
-                                  op.name(), num, axis, x.ToString(), DimString(d));
+                                  op.name(), num, axis, x.ToString(), d.ToString());
     } else {
       pieces.assign(static_cast<std::size_t>(num), Dim::Static(d.size / num));
     }
