@@ -118,7 +118,7 @@ void AddDep(exe::ExeNode& n, int node) {
   if (std::find(n.deps.begin(), n.deps.end(), dep) == n.deps.end()) n.deps.push_back(dep);
 }
 
-int StreamOf(const Node& node) {
+int StreamOrZero(const Node& node) {  // graph_index.h's StreamOf gives -1 when unset
   auto s = node.op().AttrOr<std::int64_t>("_stream", 0);
   return s.ok() ? static_cast<int>(*s) : 0;
 }
@@ -271,7 +271,7 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
   common.attrs["num_outputs"] = static_cast<std::int64_t>(nout);
   common.attrs["static"] = is_static;
   common.attrs["value_tiling"] = value_tiling;
-  const int stream = ctx.region == 0 ? StreamOf(node) : 0;
+  const int stream = ctx.region == 0 ? StreamOrZero(node) : 0;
   ctx.streams = std::max(ctx.streams, stream + 1);
   common.attrs["stream"] = static_cast<std::int64_t>(stream);
   // An op that updates a Variable in place writes the Variable's own memory.

@@ -12,6 +12,10 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 variant=${1:-}
 repeat=${NPUFLOW_CHECK_REPEAT:-3}
+# Tests at a time (NPUFLOW_CHECK_JOBS, default 2, as the Release run): each test's actor system
+# starts a worker per core, so on a many-core machine "one per core" would multiply threads and
+# sanitizer memory by the core count.
+jobs=${NPUFLOW_CHECK_JOBS:-2}
 flags="-O1 -g1 -DNDEBUG"
 
 bash scripts/setup.sh
@@ -22,15 +26,15 @@ case "$variant" in
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DNPUFLOW_NATIVE=OFF -DNPUFLOW_UNITY=ON >/dev/null
     # Every test but those labelled "cli" (they run the built programs as processes; the Release
     # run has them), so the apps and the benchmark library are not built here.
-    targets=$(cd build-asan && ctest -N -LE cli | sed -n 's/^ *Test *#[0-9]*: *//p' | sed 's/_caller_path$//' | sort -u)
+    targets=$(cd build-asan && ctest -N -LE '^cli$' | sed -n 's/^ *Test *#[0-9]*: *//p' | sed 's/_caller_path$//' | sort -u)
     cmake --build build-asan -j "$(nproc)" --target $targets
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     # Repetition hunts races, so the concurrency tests run $repeat times; the rest (single-threaded
-    # code) run once. Two tests at a time, as in the Release run.
+    # code) run once. $jobs tests at a time.
     status=0
-    (cd build-asan && ctest --output-on-failure -j "$(nproc)" -L concurrency -LE cli --repeat until-fail:"$repeat") || status=1
-    (cd build-asan && ctest --output-on-failure -j "$(nproc)" -LE 'concurrency|cli') || status=1
+    (cd build-asan && ctest --output-on-failure -j "$jobs" -L '^concurrency$' -LE '^cli$' --repeat until-fail:"$repeat") || status=1
+    (cd build-asan && ctest --output-on-failure -j "$jobs" -LE '^(concurrency|cli)$') || status=1
     exit $status
     ;;
   tsan)
@@ -52,7 +56,7 @@ case "$variant" in
     targets=$(cd build-tsan && ctest -N -L concurrency | sed -n 's/^ *Test *#[0-9]*: *//p')
     cmake --build build-tsan -j "$(nproc)" --target $targets
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/scripts/tsan.supp"
-    (cd build-tsan && ctest --output-on-failure -j "$(nproc)" -L concurrency --repeat until-fail:"$repeat")
+    (cd build-tsan && ctest --output-on-failure -j "$jobs" -L concurrency --repeat until-fail:"$repeat")
     ;;
   *)
     echo "usage: scripts/check.sh asan|tsan" >&2
