@@ -16,9 +16,16 @@
 #include "actors/adaptive_wait.h"
 #include "actors/future.h"
 
+// GCC says __SANITIZE_ADDRESS__; clang 14 (the ASan tree's compiler) only __has_feature.
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
 #define NPUFLOW_FIBERS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NPUFLOW_FIBERS_ASAN 1
+#endif
+#endif
+#if defined(NPUFLOW_FIBERS_ASAN)
+#include <sanitizer/asan_interface.h>
 #endif
 
 namespace npuflow::actors {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sanitizer builds, each in its own directory:
-#   scripts/check.sh asan   AddressSanitizer + UBSan, every test not labelled cli (build-asan/)
+#   scripts/check.sh asan   AddressSanitizer + UBSan (clang), every test not labelled cli (build-asan/)
 #   scripts/check.sh tsan   ThreadSanitizer, the concurrency tests       (build-tsan/)
 # ThreadSanitizer only sees synchronization in instrumented code, so the tsan variant builds
 # oneTBB itself with -fsanitize=thread from Debian's source package (once; cached).
@@ -22,7 +22,13 @@ bash scripts/setup.sh
 
 case "$variant" in
   asan)
-    cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPUFLOW_SANITIZER=address \
+    # With clang (see CMakeLists.txt): every UBSan check at GCC's compile cost without two of them,
+    # and the same tree builds the libFuzzer targets (scripts/test.sh runs them from here). A tree
+    # configured with another compiler (an older checkout) starts over.
+    if [ -f build-asan/CMakeCache.txt ] && ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' build-asan/CMakeCache.txt; then
+      rm -rf build-asan
+    fi
+    CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPUFLOW_SANITIZER=address \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DNPUFLOW_NATIVE=OFF -DNPUFLOW_UNITY=ON >/dev/null
     # Every test but those labelled "cli" (they run the built programs as processes; the Release
     # run has them), so the apps and the benchmark library are not built here.

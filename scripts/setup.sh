@@ -13,7 +13,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev                 # command line, JSON
   libgtest-dev libgmock-dev libbenchmark-dev      # tests and benchmarks
   libcaf-dev libopenblas-dev                      # peers the benchmarks measure in the same run (not the product)
-  clang libclang-rt-14-dev                        # libFuzzer and its sanitizers (scripts/fuzz.sh)
+  clang libclang-rt-14-dev                        # the ASan tree and libFuzzer (check.sh, fuzz.sh)
 )
 
 missing=()

@@ -3,8 +3,8 @@
 # failure), the concurrency tests under ThreadSanitizer (3 times), every test but the "cli" ones
 # under AddressSanitizer + UBSan (the concurrency tests 3 times, the rest once), and every libFuzzer
 # target for NPUFLOW_FUZZ_SECONDS (default 15) from its seeds and the corpus of earlier runs
-# (scripts/fuzz.sh; each target counts as one test). This is what CI runs (.ci/run). Ends with
-# one line "tests: N passed, M failed" over all four runs.
+# (scripts/fuzz.sh, built in the ASan tree; each target counts as one test). This is what CI runs
+# (.ci/run). Ends with one line "tests: N passed, M failed" over all four runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -42,8 +42,10 @@ done_with build
 run tsan bash scripts/check.sh tsan
 done_with build-tsan
 run asan bash scripts/check.sh asan
+# The fuzz targets build in the ASan tree (clang, the same instrumented libraries), not a tree of
+# their own.
+run fuzz env NPUFLOW_FUZZ_BUILD_DIR=build-asan bash scripts/fuzz.sh all "${NPUFLOW_FUZZ_SECONDS:-15}"
 done_with build-asan
-run fuzz bash scripts/fuzz.sh all "${NPUFLOW_FUZZ_SECONDS:-15}"
 
 passed=0; failed=0
 for f in "$logs"/release.log "$logs"/tsan.log "$logs"/asan.log; do
