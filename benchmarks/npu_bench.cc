@@ -2,9 +2,9 @@
 //   NOPs through one stream       vs a plain loop over the same task vector. A NOP runs inline in
 //                                 the stream's task loop (that is the design: no message), so this
 //                                 is the loop's cost per task.
-//   tiny kernels through a stream vs raw flow-graph nodes doing the same 3 hops with the same
+//   tiny kernels through a stream vs raw flow-graph nodes doing the same 2 hops with the same
 //                                 thread handoff (HandoffRing). A kernel is a full round trip:
-//                                 stream -> AICore cluster -> unit -> stream (one block).
+//                                 stream -> unit -> stream (one block).
 //   20-part kernels, per part     vs the tiny kernels per kernel: what one more part of a kernel
 //                                 costs (a message to a unit, and one more for the last part).
 //   H2D of 1 GiB in 10 MiB chunks vs plain memcpy of the same chunks on as many threads as the
@@ -131,8 +131,8 @@ void BM_NpuTinyKernels(benchmark::State& state) { RunNoopKernels(state, kKernels
 // what a part costs the simulator, the floor a block's work must pay for.
 void BM_NpuSplitKernels(benchmark::State& state) { RunNoopKernels(state, kKernels / 20, 20); }
 
-// The raw side of a kernel round trip: the same three hops a one-block kernel makes (stream ->
-// AICore cluster -> unit -> stream; four, through the cluster again, until issue 21) between three
+// The raw side of a kernel round trip: the same two hops a one-block kernel makes (stream -> unit
+// -> stream; until issue 21 four, then three, through the AICore cluster actor) between two
 // serial function_nodes, scheduled as actors::System schedules
 // them. A message to an idle actor is handed off: the receiver's drain runs next on the sending
 // thread, and after kMaxHandoffs drains in a row the chain continues as a spawned task through the
@@ -141,10 +141,10 @@ void BM_NpuSplitKernels(benchmark::State& state) { RunNoopKernels(state, kKernel
 // arena like the runtime's (2 workers, the host thread outside). A plain try_put from inside a
 // body would spawn every hop instead, where the idle worker steals it and the hop crosses cores:
 // that measures oneTBB's spawn, not what the runtime does. The difference from the simulator is
-// what a kernel costs beyond its three hops: mailboxes, envelopes, the KernelJob, virtual time.
+// what a kernel costs beyond its two hops: mailboxes, envelopes, the KernelJob, virtual time.
 class HandoffRing {
  public:
-  static constexpr int kNodes = 3;
+  static constexpr int kNodes = 2;
 
   HandoffRing() : parallelism_(tbb::global_control::max_allowed_parallelism, kWorkers + 1), arena_(kWorkers, 0) {
     arena_.execute([&] {
@@ -202,7 +202,7 @@ class HandoffRing {
   tbb::task_arena arena_;
   std::unique_ptr<tbb::flow::graph> graph_;
   std::array<std::unique_ptr<tbb::flow::function_node<long, tbb::flow::continue_msg>>, kNodes> nodes_;
-  std::array<Body, kNodes> bodies_ = {&Hop, &Hop, &Hop};
+  std::array<Body, kNodes> bodies_ = {&Hop, &Hop};
   long left_ = 0;  // written and read only by the thread that runs the current chain
   std::atomic<int> done_{0};
 };
@@ -314,12 +314,12 @@ std::vector<Figure> NpuFigures(const Results& r) {
       {"traced_nop_tasks_per_s", Counter(r, "BM_NpuNopStreamTraced", "items_per_second"), "task/s", nops,
        "the same NOPs untraced, same run", ""},
       {"tiny_kernels_per_s", kernels, "kernel/s", Counter(r, "BM_RawKernelHopHandoffs", "items_per_second"),
-       "raw flow-graph nodes, the same 3 hops (stream -> cluster -> unit -> stream), same handoff",
+       "raw flow-graph nodes, the same 2 hops (stream -> unit -> stream), same handoff",
        "value >= 5e5"},
       {"tiny_kernels_vs_target", kernels, "kernel/s", 500e3, "the npu_sim issue's floor, 500 k/s", "ratio >= 1", true},
       {"split_kernel_parts_per_s", Counter(r, "BM_NpuSplitKernels", "items_per_second"), "part/s", kernels,
        "the same number of noop blocks as one-block kernels (tiny_kernels_per_s), same run: 20-part kernels "
-       "pay the stream and the cluster once per 20 parts", "ratio >= 1"},
+       "pay the stream once per 20 parts", "ratio >= 1"},
       {"h2d_1gib_10mib_chunks", h2d, "GB/s", memcpy_bw,
        "plain memcpy, same chunks, into a LargeBuffer like device memory, on as many threads as the "
        "runtime's workers (2), paired rounds", "ratio >= 0.8"},

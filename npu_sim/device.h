@@ -53,6 +53,17 @@ class Device {
   // Wired once at creation, read-only afterwards.
   actors::Address<ClusterMsg> aicore;
   actors::Address<ClusterMsg> aicpu;
+  // Each cluster's units. A stream sends a kernel's parts straight to them (SendKernelParts,
+  // units.h): the split into parts is a function the stream calls, not a hop through the cluster
+  // actor, which keeps only the units' faults.
+  struct UnitGroup {
+    std::vector<actors::Address<UnitMsg>> units;
+    // Where the next kernel's parts start, shared by the device's streams (round robin), so
+    // single-block kernels spread over the units.
+    std::atomic<std::uint32_t> next{0};
+  };
+  UnitGroup aicore_units;
+  UnitGroup aicpu_units;
   actors::Address<DmaMsg> dma;
   actors::Address<EventMsg> events;
   RaceDetector* race = nullptr;  // the runtime's race detector; null when it is off

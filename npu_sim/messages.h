@@ -235,17 +235,13 @@ struct KernelJob {
   StreamId stream_id = 0;
   std::uint64_t epoch = 0;
   std::uint32_t task = 0;
-  // The parts' bookkeeping, set by the cluster before it sends them: each part folds its end and
-  // (the first) error in, and the part that finishes last reports the kernel to the stream itself.
+  // The parts' bookkeeping, set by SendKernelParts before it sends them: each part folds its end
+  // and (the first) error in, and the part that finishes last reports the kernel to the stream
+  // itself.
   std::atomic<std::uint32_t> parts_left{0};
   std::atomic<VTime> end{0};
   std::atomic<bool> failed{false};  // a part has claimed `status`
   Status status;                    // written by that part before its parts_left decrement
-};
-struct RunKernel {
-  static constexpr std::string_view kKind = "RunKernel";
-  KernelJob* job = nullptr;  // the stream's; see KernelJob
-  VTime at = 0;
 };
 struct SetUnitFault {  // Ask<void>, forwarded by the cluster to one unit
   static constexpr std::string_view kKind = "SetFault";
@@ -258,7 +254,7 @@ struct AttachUnits {  // Ask<void>, once, right after spawning
   static constexpr std::string_view kKind = "AttachUnits";
   std::vector<actors::Address<UnitMsg>> units;
 };
-using ClusterMsg = std::variant<RunKernel, SetUnitFault, AttachUnits>;
+using ClusterMsg = std::variant<SetUnitFault, AttachUnits>;
 
 struct RunBlocks {
   static constexpr std::string_view kKind = "RunBlocks";

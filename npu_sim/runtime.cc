@@ -125,11 +125,12 @@ Status Runtime::Init() {
     auto wire = [&](Engine engine, int count) -> StatusOr<actors::Address<ClusterMsg>> {
       auto cluster = system_->Spawn<ClusterActor>(
           fmt::format("dev{}.{}", id, engine == Engine::kAICore ? "aicore" : "aicpu"), dev, engine);
-      std::vector<actors::Address<UnitMsg>> units;
+      std::vector<actors::Address<UnitMsg>>& units =
+          (engine == Engine::kAICore ? dev->aicore_units : dev->aicpu_units).units;
       for (int u = 0; u < count; ++u)
         units.push_back(system_->Spawn<UnitActor>(
             fmt::format("dev{}.{}{}", id, engine == Engine::kAICore ? "aicore" : "aicpu", u), dev, engine, u));
-      NPUFLOW_RETURN_IF_ERROR(cluster.Ask(AttachUnits{std::move(units)}).Get());
+      NPUFLOW_RETURN_IF_ERROR(cluster.Ask(AttachUnits{units}).Get());
       return cluster;
     };
     NPUFLOW_ASSIGN_OR_RETURN(dev->aicore, wire(Engine::kAICore, chip.aicore_count));

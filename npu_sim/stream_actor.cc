@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "npu_sim/units.h"
+
 namespace npuflow::npu_sim {
 
 StreamActor::StreamActor(Device* device, StreamId id) : device_(device), id_(id) {
@@ -527,9 +529,9 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
   state_ = State::kWaiting;
   device_->kernels_executed.fetch_add(1, std::memory_order_relaxed);
   if (t.kind == TaskKind::kKernel) {
-    device_->aicore.Send(RunKernel{job, clock_ + chip.kernel_launch_overhead_ns});
+    SendKernelParts(device_->aicore_units, job, clock_ + chip.kernel_launch_overhead_ns);
   } else {
-    device_->aicpu.Send(RunKernel{job, clock_ + chip.aicpu_launch_overhead_ns});
+    SendKernelParts(device_->aicpu_units, job, clock_ + chip.aicpu_launch_overhead_ns);
   }
 }
 

@@ -110,23 +110,6 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
 // ---- ClusterActor ---------------------------------------------------------------------------------
 ClusterActor::ClusterActor(Device* device, Engine engine) : device_(device), engine_(engine) {}
 
-void ClusterActor::On(RunKernel& run, Ctx&) {
-  KernelJob* job = run.job;
-  const std::uint32_t n = static_cast<std::uint32_t>(units_.size());
-  const std::uint32_t parts = std::min<std::uint32_t>(job->block_dim, n);
-  job->parts_left.store(parts, std::memory_order_relaxed);  // the sends below publish these
-  job->end.store(run.at, std::memory_order_relaxed);
-  job->failed.store(false, std::memory_order_relaxed);
-  // Blocks [0, block_dim) split into `parts` contiguous ranges on consecutive units.
-  std::uint32_t first = 0;
-  for (std::uint32_t p = 0; p < parts; ++p) {
-    const std::uint32_t count = job->block_dim / parts + (p < job->block_dim % parts ? 1 : 0);
-    units_[(next_unit_ + p) % n].Send(RunBlocks{job, first, count, run.at});
-    first += count;
-  }
-  next_unit_ = (next_unit_ + parts) % n;
-}
-
 void ClusterActor::On(AttachUnits& attach, Ctx& ctx) {
   units_ = std::move(attach.units);
   ctx.Reply();
@@ -139,6 +122,23 @@ void ClusterActor::On(SetUnitFault& fault, Ctx& ctx) {
     return;
   }
   ForwardFault(ctx, units_[fault.unit], fault);
+}
+
+void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at) {
+  const auto n = static_cast<std::uint32_t>(group.units.size());
+  const std::uint32_t parts = std::min<std::uint32_t>(job->block_dim, n);
+  job->parts_left.store(parts, std::memory_order_relaxed);  // the sends below publish these
+  job->end.store(at, std::memory_order_relaxed);
+  job->failed.store(false, std::memory_order_relaxed);
+  // The streams share the round robin; a relaxed counter is enough (which unit runs a part never
+  // changes a result, only whose virtual clock it takes).
+  const std::uint32_t start = group.next.fetch_add(parts, std::memory_order_relaxed) % n;
+  std::uint32_t first = 0;
+  for (std::uint32_t p = 0; p < parts; ++p) {
+    const std::uint32_t count = job->block_dim / parts + (p < job->block_dim % parts ? 1 : 0);
+    group.units[(start + p) % n].Send(RunBlocks{job, first, count, at});
+    first += count;
+  }
 }
 
 // ---- DMA ------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // The device's execution units as actors.
 //
-//   ClusterActor   AICoreCluster (or the AICPU group): spreads a kernel's blocks over its units
-//                  as parts (contiguous block ranges, one per unit).
+//   ClusterActor   AICoreCluster (or the AICPU group): owns its units and routes faults to them.
+//                  A kernel's blocks are spread over the units as parts (contiguous block ranges,
+//                  one per unit) by SendKernelParts, which the stream calls: no hop through here.
 //   UnitActor      one AICore or AICPU unit with its own virtual clock: runs blocks on the CPU
 //                  over device memory, in order; the unit that ends a kernel's last part reports
 //                  the kernel done to its stream.
@@ -50,14 +51,18 @@ class ClusterActor {
   }
 
  private:
-  void On(RunKernel& run, Ctx& ctx);
   void On(AttachUnits& attach, Ctx& ctx);
   void On(SetUnitFault& fault, Ctx& ctx);
   Device* device_;
   Engine engine_;
   std::vector<actors::Address<UnitMsg>> units_;
-  std::size_t next_unit_ = 0;  // round-robin start, so single-block kernels share the units
 };
+
+// Sends `job`'s blocks [0, block_dim) to `group`'s units as min(block_dim, units) parts of
+// contiguous blocks on consecutive units, starting where the group's round robin is; every part
+// starts at virtual time `at`. Sets the job's part bookkeeping first (the sends publish it). Called
+// by the stream that owns the job: a kernel of n parts is n + 1 messages (n parts, one report).
+void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at);
 
 class DmaChannelActor {
  public:
