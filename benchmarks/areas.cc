@@ -20,8 +20,8 @@ const std::vector<Area>& Areas() {
       {"actors", "actor hop, fan-in, ring, fan-out/fan-in and tap-hook cost vs raw oneTBB nodes and CAF", &RegisterActorBenchmarks,
        &ActorFigures},
       {"npu", "simulated device, one stream: NOPs (run inline in the stream's task loop) vs a plain loop; tiny "
-              "kernels (each a full round trip stream -> AICore cluster -> unit -> back, 4 actor messages) vs raw "
-              "flow-graph nodes doing the same 4 hops with the same handoff; 1 GiB H2D in 10 MiB chunks vs memcpy",
+              "kernels (each a full round trip stream -> AICore unit -> back, 2 actor messages) vs raw "
+              "flow-graph nodes doing the same 2 hops with the same handoff; 1 GiB H2D in 10 MiB chunks vs memcpy",
        &RegisterNpuBenchmarks, &NpuFigures},
       {"compile", "v1 compile time (all passes) of 100k-node chains and 10k-node random DAGs vs linear scaling",
        &RegisterCompileBenchmarks, &CompileFigures},

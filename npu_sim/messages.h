@@ -185,10 +185,10 @@ struct SetStreamFault {  // Ask<void>
 };
 
 // ---- to the AICore cluster / AICPU units -------------------------------------------------------
-// One kernel launch, from the stream to the cluster and its units. Owned by the stream that
+// One kernel launch, from the stream to the units (SendKernelParts). Owned by the stream that
 // launched it and reused (its vectors and name keep their capacity): `in_use` is set by the stream
-// when it fills the job and cleared by the cluster after its last look at it, so a kernel launch
-// allocates nothing once a stream has run its first kernels.
+// when it fills the job and cleared by the unit that ends its last part, after its last look at
+// it, so a kernel launch allocates nothing once a stream has run its first kernels.
 // A stream's gate for the work it sent to units and DMA channels: a unit enters it (with the
 // epoch the work was sent in) before it touches memory and leaves after. A stream that fails or
 // is aborted moves the epoch on and waits until no unit is inside, so no work of the stopped

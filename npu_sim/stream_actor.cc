@@ -535,7 +535,7 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
   }
 }
 
-// A job no cluster holds any more. One kernel runs per stream at a time, so this is the first job
+// A job no unit holds any more. One kernel runs per stream at a time, so this is the first job
 // almost always; a second is made only while an aborted stream's kernel is still out (and one stays
 // taken for good behind a unit that hangs).
 KernelJob* StreamActor::FreeJob() {

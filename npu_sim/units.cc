@@ -93,8 +93,8 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
                            {TraceArg{"stream", job.stream_id}, TraceArg{"task", job.task},
                             TraceArg{"block_dim", job.block_dim}, TraceArg{"tiling_key", job.tiling_key}}});
   }
-  // Fold this part into the job. The last part to finish reports the kernel to the stream: no hop
-  // back through the cluster (a kernel of n parts costs n + 2 messages, not 2n + 2).
+  // Fold this part into the job. The last part to finish reports the kernel to the stream itself
+  // (a kernel of n parts costs n + 1 messages: the stream sent the parts, SendKernelParts).
   VTime end = job.end.load(std::memory_order_relaxed);
   while (t > end && !job.end.compare_exchange_weak(end, t, std::memory_order_relaxed)) {
   }

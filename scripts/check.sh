@@ -4,7 +4,7 @@
 #   scripts/check.sh tsan   ThreadSanitizer, the concurrency tests       (build-tsan/)
 # ThreadSanitizer only sees synchronization in instrumented code, so the tsan variant builds
 # oneTBB itself with -fsanitize=thread from Debian's source package (once; cached).
-# Both build at -O1 with line tables only (-g1): stack reports keep file:line, and the builds take
+# Both build at -O1 with line tables only (-g1; the ASan tree's test files at -O0, see cmake/npuflow.cmake): stack reports keep file:line, and the builds take
 # about half the time of -O2 -g (ASan + UBSan at -O2 -g was 29 of CI's 60 minutes). The layer
 # libraries are unity builds (NPUFLOW_UNITY), and the tests run two at a time.
 set -euo pipefail
@@ -24,8 +24,9 @@ case "$variant" in
   asan)
     # With clang (see CMakeLists.txt): every UBSan check at GCC's compile cost without two of them,
     # and the same tree builds the libFuzzer targets (scripts/test.sh runs them from here). A tree
-    # configured with another compiler (an older checkout) starts over.
-    if [ -f build-asan/CMakeCache.txt ] && ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' build-asan/CMakeCache.txt; then
+    # configured with another compiler (an older checkout), or as a fuzz-only tree, starts over.
+    if [ -f build-asan/CMakeCache.txt ] && { ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' build-asan/CMakeCache.txt ||
+                                             grep -q '^NPUFLOW_FUZZ:BOOL=ON$' build-asan/CMakeCache.txt; }; then
       rm -rf build-asan
     fi
     CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPUFLOW_SANITIZER=address \

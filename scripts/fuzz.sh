@@ -47,7 +47,20 @@ say() { if [ $json -eq 1 ]; then echo "$@" >&2; else echo "$@"; fi; }
 
 bash scripts/setup.sh >&2 || exit 1
 
-if [ ! -f "$BUILD/build.ninja" ]; then
+# The ASan tree (NPUFLOW_FUZZ_BUILD_DIR=build-asan, as CI runs it) holds the targets when
+# scripts/check.sh asan configured it with clang; this script never configures that tree itself.
+asan_tree=0
+if [ "$(basename "$BUILD")" = build-asan ] ||
+   { [ -f "$BUILD/CMakeCache.txt" ] && grep -q '^NPUFLOW_SANITIZER:STRING=address$' "$BUILD/CMakeCache.txt"; }; then
+  asan_tree=1
+fi
+if [ $asan_tree -eq 1 ]; then
+  if [ ! -f "$BUILD/build.ninja" ] || ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' "$BUILD/CMakeCache.txt" ||
+     ! grep -q '^NPUFLOW_SANITIZER:STRING=address$' "$BUILD/CMakeCache.txt"; then
+    echo "fuzz.sh: $BUILD is not a clang ASan tree with the fuzz targets: run 'bash scripts/check.sh asan' first (it configures one)" >&2
+    exit 1
+  fi
+elif [ ! -f "$BUILD/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DNPUFLOW_FUZZ=ON -DNPUFLOW_NATIVE=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" >&2 || exit 1
 fi
