@@ -4,8 +4,9 @@
 #   scripts/check.sh tsan   ThreadSanitizer, the concurrency tests       (build-tsan/)
 # ThreadSanitizer only sees synchronization in instrumented code, so the tsan variant builds
 # oneTBB itself with -fsanitize=thread from Debian's source package (once; cached).
-# Both build at -O1 with line tables only (-g1; the ASan tree's test files at -O0, see cmake/npuflow.cmake): stack reports keep file:line, and the builds take
-# about half the time of -O2 -g (ASan + UBSan at -O2 -g was 29 of CI's 60 minutes). The layer
+# Both build at -O1 with line tables only (-g1; the ASan tree's test files at -O0, see
+# cmake/npuflow.cmake): stack reports keep file:line, and the builds take about half the time of
+# -O2 -g (ASan + UBSan at -O2 -g was 29 of CI's 60 minutes). The layer
 # libraries are unity builds (NPUFLOW_UNITY), and the tests run two at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
