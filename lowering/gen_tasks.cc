@@ -235,7 +235,7 @@ Status TaskGenerator::EmitTilingSink(const graph::Node& node, const graph::OpDef
   const graph::TensorPlacement* ws = places_.Find(node, kWorkspaceOutput);
   const std::uint64_t workspace = std::max(tiling.workspace_bytes, ws == nullptr ? std::uint64_t{0} : ws->bytes);
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<std::uint8_t> context,
-                           graph::EncodeTilingContext(node.op(), in_descs_, workspace, chip_.aicore_count));
+                           graph::EncodeTilingContext(node.op(), in_descs_, workspace, graph::TileTargetOf(chip_)));
   std::vector<std::uint8_t>& seg = model_.tiling_data;
   const std::uint64_t ctx = (seg.size() + kParamsAlign - 1) / kParamsAlign * kParamsAlign;
   seg.resize(ctx);
@@ -300,13 +300,9 @@ StatusOr<graph::TilingInfo> TaskGenerator::Tile(const graph::Node& node, const g
   }
   if (depend_storage.size() == def.tiling_depend_inputs.size())
     for (const graph::Tensor& t : depend_storage) depend.push_back(&t);
-  graph::TilingInfo tiling;
-  if (def.tiling != nullptr) {
-    auto t = def.tiling(node.op(), in_descs_, depend, chip_.aicore_count);
-    if (!t.ok()) return t.status().WithContext(fmt::format("tiling node '{}'", node.name()));
-    tiling = *t;
-  }
-  return tiling;
+  auto t = graph::TileOp(def, node.op(), in_descs_, depend, graph::TileTargetOf(chip_));
+  if (!t.ok()) return t.status().WithContext(fmt::format("tiling node '{}'", node.name()));
+  return *t;
 }
 
 // Writes the kernel's KernelParams into the tiling-data segment; returns their offset.

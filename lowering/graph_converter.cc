@@ -267,6 +267,9 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
   for (const auto& [key, value] : node.op().attrs())
     if (key.rfind('_', 0) != 0) common.attrs["op." + key] = value;  // compiler annotations stay behind
   common.attrs["core_count"] = static_cast<std::int64_t>(ctx.chip.aicore_count);
+  // The block-split cost model (graph::TileOp): dispatch ns, GB/s, GFLOP/s.
+  common.attrs["block_costs"] =
+      std::vector<double>{ctx.chip.block_dispatch_ns, ctx.chip.block_host_gbps, ctx.chip.block_host_gflops};
   common.attrs["num_inputs"] = static_cast<std::int64_t>(nin);
   common.attrs["num_outputs"] = static_cast<std::int64_t>(nout);
   common.attrs["static"] = is_static;

@@ -467,7 +467,7 @@ Status MemoryPlanner::PlaceWorkspace(int pos, const graph::OpDef& def, int strea
   const graph::Node& node = *index_.node(pos);
   std::vector<graph::TensorDesc> in_descs;
   for (const graph::Endpoint& e : node.inputs()) in_descs.push_back(e.node->outputs()[e.index]);
-  auto tiled = def.tiling(node.op(), in_descs, {}, chip_.aicore_count);
+  auto tiled = graph::TileOp(def, node.op(), in_descs, {}, graph::TileTargetOf(chip_));
   if (!tiled.ok()) return tiled.status().WithContext(fmt::format("tiling node '{}'", node.name()));
   const graph::TilingInfo& tiling = *tiled;
   // Under the tiling sink the device tiles it (seed 003): the host tiling run sizes the

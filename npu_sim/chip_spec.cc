@@ -74,6 +74,12 @@ StatusOr<ChipSpec> ParseChipSpec(std::string_view json_text, std::string_view so
     NPUFLOW_RETURN_IF_ERROR(Read(j, source, "link_bandwidth_gbps", c.link_bandwidth_gbps, 1e-3, 1e9));
   if (j.contains("link_latency_ns"))
     NPUFLOW_RETURN_IF_ERROR(Read(j, source, "link_latency_ns", c.link_latency_ns, 0, 1'000'000'000));
+  if (j.contains("block_dispatch_ns"))
+    NPUFLOW_RETURN_IF_ERROR(Read(j, source, "block_dispatch_ns", c.block_dispatch_ns, 0, 1e9));
+  if (j.contains("block_host_gbps"))
+    NPUFLOW_RETURN_IF_ERROR(Read(j, source, "block_host_gbps", c.block_host_gbps, 1e-3, 1e6));
+  if (j.contains("block_host_gflops"))
+    NPUFLOW_RETURN_IF_ERROR(Read(j, source, "block_host_gflops", c.block_host_gflops, 1e-3, 1e6));
   if (j.contains("max_events")) NPUFLOW_RETURN_IF_ERROR(Read(j, source, "max_events", c.max_events, 1, 1 << 24));
   auto features = j.find("features");
   if (features == j.end() || !features->is_object())

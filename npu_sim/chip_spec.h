@@ -42,6 +42,16 @@ struct ChipSpec {
   // JSON): what a copy to a peer device costs (Runtime::MemcpyPeerAsync).
   double link_bandwidth_gbps = 56;
   VTime link_latency_ns = 3000;
+  // What a kernel block costs npu_sim on the host that runs the simulation (wall time, not
+  // virtual): the source of the threshold that sizes block splits (graph::TileOp). One more part
+  // of a kernel costs `block_dispatch_ns` (a stream -> unit message; measured by `npuflow bench
+  // npu`, split_kernel_parts_per_s: 2.45 M parts/s is 408 ns); a unit works through memory at
+  // `block_host_gbps` and computes at `block_host_gflops` (`npuflow bench ops`: gemv_f32_gbps
+  // 9.2, matmul 1-thread 40 GFLOP/s). No kernel is split finer than a block's work paying for
+  // its dispatch. Optional in the JSON (these defaults); block_dispatch_ns 0 turns the cap off.
+  double block_dispatch_ns = 400;
+  double block_host_gbps = 10;
+  double block_host_gflops = 40;
 
   // Virtual time to move `bytes` at `gbps` GB/s, plus the DMA latency.
   VTime CopyCost(std::uint64_t bytes, double gbps) const;

@@ -330,6 +330,30 @@ StatusOr<TilingInfo> TileMatMul(const OpDesc& op, const std::vector<TensorDesc>&
   return t;
 }
 
+// Work the cost model cannot measure: never caps a split.
+constexpr OpWork kUnknownWork{std::numeric_limits<double>::infinity(), 0};
+
+// Every input's bytes read and the output written once; 2 M N K flops.
+OpWork WorkMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, const std::vector<const Tensor*>&) {
+  auto flags = ReadMatMulFlags(op);
+  std::vector<TensorDesc> out;
+  if (!flags.ok() || !(op.type() == "MatMul" ? InferMatMul(op, in, out) : InferBatchMatMul(op, in, out)).ok())
+    return kUnknownWork;
+  const std::optional<std::uint64_t> out_bytes = out[0].bytes();
+  const std::optional<std::int64_t> out_elements = out[0].shape.num_elements();
+  const Shape& a = in[0].shape;
+  if (!out_bytes || !out_elements || a.rank() < 2) return kUnknownWork;
+  const Dim& k = a.dim(flags->ta ? a.rank() - 2 : a.rank() - 1);
+  if (!k.is_static()) return kUnknownWork;
+  OpWork w{static_cast<double>(*out_bytes), 2.0 * static_cast<double>(*out_elements) * static_cast<double>(k.size)};
+  for (const TensorDesc& d : in) {
+    const std::optional<std::uint64_t> bytes = d.bytes();
+    if (!bytes) return kUnknownWork;
+    w.bytes += static_cast<double>(*bytes);
+  }
+  return w;
+}
+
 Status ParamsMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, KernelParams& p) {
   NPUFLOW_ASSIGN_OR_RETURN(MatMulFlags f, ReadMatMulFlags(op));
   p.ints[0] = f.ta;
@@ -620,6 +644,23 @@ StatusOr<TilingInfo> TileAttention(const OpDesc& op, const std::vector<TensorDes
   return t;
 }
 
+// q read and the output written; the first valid_len rows of both caches read (all S_max rows
+// when valid_len is not known); 4 flops per (query row, cache row, element): scores and sums.
+OpWork WorkAttention(const OpDesc&, const std::vector<TensorDesc>& in, const std::vector<const Tensor*>& depend) {
+  const Shape& qs = in[0].shape;
+  const std::size_t r = qs.rank();
+  if (r < 2 || !qs.is_static() || in[1].shape.rank() != r || !in[1].shape.dim(r - 2).is_static()) return kUnknownWork;
+  const std::int64_t bh = Product(qs, 0, r - 2), t_rows = qs.dim(r - 2).size, d = qs.dim(r - 1).size;
+  std::int64_t len = in[1].shape.dim(r - 2).size;
+  if (!depend.empty() && depend[0] != nullptr && depend[0]->desc.dtype == DataType::kInt32 &&
+      depend[0]->data.size() >= 4)
+    len = std::clamp<std::int64_t>(LoadI(*depend[0], 0), 0, len);
+  const double elem = static_cast<double>(DataTypeSize(in[0].dtype));
+  const double q = static_cast<double>(bh * t_rows * d);
+  const double cache_rows = static_cast<double>(bh * len * d);
+  return {elem * (2 * q + 2 * cache_rows), 4.0 * q * static_cast<double>(len)};
+}
+
 Status ParamsAttention(const OpDesc& op, const std::vector<TensorDesc>& in, KernelParams& p) {
   const Shape& qs = in[0].shape;
   NPUFLOW_ASSIGN_OR_RETURN(p.floats[0], AttentionScale(op, qs.dim(qs.rank() - 1).size));
@@ -669,10 +710,11 @@ StatusOr<TilingInfo> TileKvCacheWrite(const OpDesc& op, const std::vector<Tensor
 
 void RegisterNnOps(OpRegistry& r) {
   r.Register({.type = "MatMul", .min_inputs = 2, .max_inputs = 6, .engine = OpEngine::kAICore, .infer = &InferMatMul,
-              .reference = &RefMatMul, .tiling = &TileMatMul, .params = &ParamsMatMul,
-              .device_kernel = DeviceKernelName("MatMul")});
+              .reference = &RefMatMul, .tiling = &TileMatMul, .work = &WorkMatMul,
+              .params = &ParamsMatMul, .device_kernel = DeviceKernelName("MatMul")});
   r.Register({.type = "BatchMatMul", .min_inputs = 2, .max_inputs = 2, .engine = OpEngine::kAICore,
-              .infer = &InferBatchMatMul, .reference = &RefMatMul, .tiling = &TileMatMul, .params = &ParamsMatMul,
+              .infer = &InferBatchMatMul, .reference = &RefMatMul, .tiling = &TileMatMul, .work = &WorkMatMul,
+              .params = &ParamsMatMul,
               .device_kernel = DeviceKernelName("BatchMatMul")});
   r.Register({.type = "Softmax", .min_inputs = 1, .max_inputs = 1, .engine = OpEngine::kAICore,
               .infer = &InferSoftmax, .reference = &RefSoftmax, .tiling = &TileSoftmax, .params = &ParamsSoftmax,
@@ -685,7 +727,7 @@ void RegisterNnOps(OpRegistry& r) {
               .device_kernel = DeviceKernelName("Gather")});
   r.Register({.type = "Attention", .min_inputs = 4, .max_inputs = 4, .engine = OpEngine::kAICore,
               .infer = &InferAttention, .reference = &RefAttention, .tiling = &TileAttention,
-              .tiling_depend_inputs = {3}, .tiling_on_aicpu = true, .params = &ParamsAttention,
+              .work = &WorkAttention, .tiling_depend_inputs = {3}, .tiling_on_aicpu = true, .params = &ParamsAttention,
               .device_kernel = DeviceKernelName("Attention")});
   r.Register({.type = "KvCacheWrite", .min_inputs = 3, .max_inputs = 3, .engine = OpEngine::kAICore,
               .infer = &InferKvCacheWrite, .reference = &RefKvCacheWrite, .tiling = &TileKvCacheWrite,

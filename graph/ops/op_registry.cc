@@ -7,6 +7,7 @@
 #include "npu_sim/builtin_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 
 namespace npuflow::graph {
@@ -64,6 +65,37 @@ Status InferOutputs(const OpDef& def, const OpDesc& op, const std::vector<Tensor
   if (def.infer == nullptr) return Status::Internal("op {} has no shape inference", def.type);
   outputs.clear();
   return def.infer(op, inputs, outputs);
+}
+
+std::optional<OpWork> DefaultWork(const std::vector<TensorDesc>& inputs) {
+  OpWork w;
+  for (const TensorDesc& d : inputs) {
+    const std::optional<std::uint64_t> bytes = d.bytes();
+    if (!bytes) return std::nullopt;
+    w.bytes += 2.0 * static_cast<double>(*bytes);
+  }
+  return w;
+}
+
+std::uint32_t CapBlocks(std::uint32_t block_dim, const OpWork& work, const BlockCosts& costs) {
+  if (block_dim <= 1 || costs.dispatch_ns <= 0) return std::max<std::uint32_t>(block_dim, 1);
+  const double ns = std::max(costs.bytes_per_ns > 0 ? work.bytes / costs.bytes_per_ns : 0.0,
+                             costs.flops_per_ns > 0 ? work.flops / costs.flops_per_ns : 0.0);
+  const double paid = std::floor(ns / costs.dispatch_ns);
+  if (!(paid < static_cast<double>(block_dim))) return block_dim;  // also NaN: leave it
+  return static_cast<std::uint32_t>(std::max(paid, 1.0));
+}
+
+StatusOr<TilingInfo> TileOp(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                            const std::vector<const Tensor*>& depend_values, const TileTarget& target) {
+  if (def.tiling == nullptr) return TilingInfo{};
+  NPUFLOW_ASSIGN_OR_RETURN(TilingInfo t, def.tiling(op, inputs, depend_values, target.core_count));
+  if (t.block_dim > 1 && target.costs.dispatch_ns > 0) {
+    const std::optional<OpWork> work =
+        def.work != nullptr ? std::optional<OpWork>(def.work(op, inputs, depend_values)) : DefaultWork(inputs);
+    if (work) t.block_dim = CapBlocks(t.block_dim, *work, target.costs);
+  }
+  return t;
 }
 
 StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b, std::string_view node) {

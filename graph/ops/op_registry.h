@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "graph/ir/compute_graph.h"
 #include "graph/kernels/kernel_abi.h"
 #include "graph/ir/types.h"
+#include "npu_sim/chip_spec.h"
 
 namespace npuflow::graph {
 
@@ -28,6 +30,32 @@ struct TilingInfo {
   std::uint64_t tiling_key = 0;
   std::uint64_t workspace_bytes = 0;
 };
+
+// What a kernel moves and computes in all its blocks together: the cost model's measure of work.
+struct OpWork {
+  double bytes = 0;
+  double flops = 0;
+};
+
+// The cost model that sizes block splits (TileOp): what one more block costs the device and how
+// fast one core works through a block (npu_sim::ChipSpec's block_* fields, wall time on the host
+// that runs the simulation). dispatch_ns 0: splits are left as the tiling made them.
+struct BlockCosts {
+  double dispatch_ns = 0;
+  double bytes_per_ns = 0;  // GB/s
+  double flops_per_ns = 0;  // GFLOP/s
+};
+
+// What a tiling is for: the cores it spreads blocks over and what a block costs.
+struct TileTarget {
+  int core_count = 1;
+  BlockCosts costs;
+};
+
+// The target of a chip: its AICore count and its block_* costs.
+inline TileTarget TileTargetOf(const npu_sim::ChipSpec& chip) {
+  return {chip.aicore_count, {chip.block_dispatch_ns, chip.block_host_gbps, chip.block_host_gflops}};
+}
 
 // Extra workspace of a custom op's kernel under the tiling sink (seed 003: "+20 KB for custom ops").
 inline constexpr std::uint64_t kCustomOpSinkWorkspaceBytes = 20 * 1024;
@@ -54,6 +82,11 @@ struct OpDef {
   using TilingFn = StatusOr<TilingInfo> (*)(const OpDesc& op, const std::vector<TensorDesc>& inputs,
                                             const std::vector<const Tensor*>& depend_values, int core_count);
   TilingFn tiling = nullptr;
+  // The kernel's work for these inputs (all blocks together), for the block-split cost model;
+  // null: every input's bytes read and as many written, no arithmetic counted.
+  using WorkFn = OpWork (*)(const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                            const std::vector<const Tensor*>& depend_values);
+  WorkFn work = nullptr;
   std::vector<int> tiling_depend_inputs;
   bool tiling_on_aicpu = false;
   // A user's op, not one npuflow ships (GE's custom op). Tiled on the device by the tiling sink it
@@ -110,6 +143,21 @@ void RegisterBuiltinOps();
 // node.
 Status InferOutputs(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,
                     std::vector<TensorDesc>& outputs);
+
+// The op's tiling for `target`: `def.tiling` over the target's cores, then its block_dim capped
+// so that no block does less work than its dispatch costs (a block's work in ns, at the cost
+// model's rates, is at least costs.dispatch_ns; an op whose whole work is less runs as one block).
+// Kernels split their work with BlockRange, so any block_dim up to the tiling's gives the same
+// output. An op without a tiling function gets the default TilingInfo (one block).
+StatusOr<TilingInfo> TileOp(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,
+                            const std::vector<const Tensor*>& depend_values, const TileTarget& target);
+
+// The cap alone: `block_dim` limited to the blocks `work` pays for under `costs` (at least 1).
+std::uint32_t CapBlocks(std::uint32_t block_dim, const OpWork& work, const BlockCosts& costs);
+
+// The default work estimate: every input's static bytes read and as many written (a dynamic
+// input counts nothing: the estimate can only undercount, so a cap from it is skipped).
+std::optional<OpWork> DefaultWork(const std::vector<TensorDesc>& inputs);
 
 // NumPy broadcasting of two shapes, with symbolic dims: equal dims (same size or same symbol)
 // stay, a static 1 yields to the other, a symbol against a static size n > 1 becomes n (checked at

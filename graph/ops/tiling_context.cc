@@ -9,8 +9,12 @@
 
 namespace npuflow::graph {
 
+namespace {
+constexpr std::uint32_t kOldTilingContextMagic = 0x4B4E5354;  // "TSNK": 32 bytes, no block costs
+}  // namespace
+
 StatusOr<std::vector<std::uint8_t>> EncodeTilingContext(const OpDesc& op, const std::vector<TensorDesc>& inputs,
-                                                        std::uint64_t workspace_bytes, int core_count) {
+                                                        std::uint64_t workspace_bytes, const TileTarget& target) {
   proto::GraphDef g;
   g.set_name("tiling_context");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -32,12 +36,19 @@ StatusOr<std::vector<std::uint8_t>> EncodeTilingContext(const OpDesc& op, const 
     return Status::Internal("node '{}': the tiling context's compute-node info did not serialize", op.name());
   TilingContextHeader h;
   h.workspace_bytes = workspace_bytes;
-  h.core_count = static_cast<std::uint32_t>(core_count);
+  h.core_count = static_cast<std::uint32_t>(target.core_count);
+  h.block_dispatch_ns = static_cast<float>(target.costs.dispatch_ns);
+  h.block_host_gbps = static_cast<float>(target.costs.bytes_per_ns);
+  h.block_host_gflops = static_cast<float>(target.costs.flops_per_ns);
   h.info_bytes = static_cast<std::uint32_t>(info.size());
   std::vector<std::uint8_t> out(sizeof(h) + info.size());
   std::memcpy(out.data(), &h, sizeof(h));
   std::memcpy(out.data() + sizeof(h), info.data(), info.size());
   return out;
+}
+
+TileTarget TileTargetOf(const TilingContextHeader& h) {
+  return {static_cast<int>(h.core_count), {h.block_dispatch_ns, h.block_host_gbps, h.block_host_gflops}};
 }
 
 StatusOr<TilingContextInfo> DecodeTilingContext(std::span<const std::uint8_t> bytes) {
@@ -46,6 +57,9 @@ StatusOr<TilingContextInfo> DecodeTilingContext(std::span<const std::uint8_t> by
     return Status::DataCorrupted("tiling context: {} bytes, shorter than its {}-byte header", bytes.size(),
                                  sizeof(TilingContextHeader));
   std::memcpy(&out.header, bytes.data(), sizeof(TilingContextHeader));
+  if (out.header.magic == kOldTilingContextMagic)
+    return Status::DataCorrupted("tiling context: the layout of an older npuflow (magic 0x{:08x}): recompile the model",
+                                 out.header.magic);
   if (out.header.magic != kTilingContextMagic)
     return Status::DataCorrupted("tiling context: magic 0x{:08x}, expected 0x{:08x}", out.header.magic,
                                  kTilingContextMagic);

@@ -18,10 +18,12 @@
 
 #include "base/status.h"
 #include "graph/ir/compute_graph.h"
+#include "graph/ops/op_registry.h"
 
 namespace npuflow::graph {
 
-inline constexpr std::uint32_t kTilingContextMagic = 0x4B4E5354;  // "TSNK"
+// "TS2N" (the layout with the block-split costs; "TSNK" before it is refused: recompile the model).
+inline constexpr std::uint32_t kTilingContextMagic = 0x4E325354;
 // The AICPU kernel that tiles a marked op on the device: args (context, tiling-depend inputs...).
 inline constexpr const char* kAicpuTilingKernel = "aicpu.TilingSink";
 
@@ -32,14 +34,22 @@ struct TilingContextHeader {
   std::uint64_t workspace_bytes = 0;      // the workspace the kernel was given (one host tiling run; + 20 KB for a custom op)
   std::uint32_t core_count = 0;           // the AICore cores the tiling spreads blocks over
   std::uint32_t info_bytes = 0;           // the compute-node info after the header
+  // The block-split cost model (graph::TileTarget's costs), so the device caps splits as the host would.
+  float block_dispatch_ns = 0;
+  float block_host_gbps = 0;
+  float block_host_gflops = 0;
+  std::uint32_t reserved = 0;
 };
-static_assert(sizeof(TilingContextHeader) == 32);
+static_assert(sizeof(TilingContextHeader) == 48);
 inline constexpr std::uint64_t kTilingContextBlockDimOffset = offsetof(TilingContextHeader, block_dim);
 inline constexpr std::uint64_t kTilingContextTilingKeyOffset = offsetof(TilingContextHeader, tiling_key);
 
 // The context's initial bytes for `op` with inputs `inputs`.
 StatusOr<std::vector<std::uint8_t>> EncodeTilingContext(const OpDesc& op, const std::vector<TensorDesc>& inputs,
-                                                        std::uint64_t workspace_bytes, int core_count);
+                                                        std::uint64_t workspace_bytes, const TileTarget& target);
+
+// The target a context's tiling is for: its core count and block costs.
+TileTarget TileTargetOf(const TilingContextHeader& h);
 
 // What the AICPU tiling task reads back: the op and its inputs' descriptors. A context that is
 // not one (bad magic, truncated, info that does not parse) is a DataCorrupted naming what.

@@ -91,7 +91,7 @@ Status TilingSinkRun(npu_sim::KernelContext& ctx) {
     values[j].data.assign(data->begin(), data->end());
     depend.push_back(&values[j]);
   }
-  auto tiling = def->tiling(op, info->inputs, depend, static_cast<int>(h.core_count));
+  auto tiling = TileOp(*def, op, info->inputs, depend, TileTargetOf(h));
   if (!tiling.ok()) return tiling.status().WithContext(fmt::format("{}: node '{}'", kAicpuTilingKernel, op.name()));
   if (tiling->workspace_bytes > h.workspace_bytes)
     return Status::Failed("{}: node '{}' needs {} workspace bytes, the kernel was given {} (one host tiling run)",

@@ -70,7 +70,7 @@ StatusOr<TensorDesc> DescAttr(const ExeNode& node, const std::string& prefix) {
 struct OpInfo {
   const graph::OpDef* def = nullptr;
   graph::OpDesc op;
-  int core_count = 1;
+  graph::TileTarget target;
   const npu_sim::KernelDef* device_kernel = nullptr;
   int num_inputs = 0;
   int num_outputs = 0;
@@ -99,7 +99,15 @@ StatusOr<std::shared_ptr<const void>> PrepareOp(const ExeNode& node) {
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t cores, Attr<std::int64_t>(node, "core_count"));
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t nin, Attr<std::int64_t>(node, "num_inputs"));
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t nout, Attr<std::int64_t>(node, "num_outputs"));
-  info->core_count = static_cast<int>(cores);
+  info->target.core_count = static_cast<int>(cores);
+  // The block-split cost model; a model converted before it had none (splits as tiled).
+  if (node.attrs.contains("block_costs")) {
+    NPUFLOW_ASSIGN_OR_RETURN(std::vector<double> costs, Attr<std::vector<double>>(node, "block_costs"));
+    if (costs.size() != 3 || !(costs[0] >= 0) || !(costs[1] > 0) || !(costs[2] > 0))
+      return Status::ParamInvalid("attribute 'block_costs' of '{}': expected [dispatch_ns >= 0, GB/s > 0, GFLOP/s > 0]",
+                                  name);
+    info->target.costs = {costs[0], costs[1], costs[2]};
+  }
   info->num_inputs = static_cast<int>(nin);
   info->num_outputs = static_cast<int>(nout);
   if (info->def->device_kernel.empty())
@@ -126,9 +134,7 @@ StatusOr<std::shared_ptr<const void>> PrepareOp(const ExeNode& node) {
       f.out_shapes.push_back(t);
       out.push_back(std::move(d));
     }
-    if (info->def->tiling != nullptr) {
-      NPUFLOW_ASSIGN_OR_RETURN(f.tiling, info->def->tiling(info->op, in, {}, info->core_count));
-    }
+    NPUFLOW_ASSIGN_OR_RETURN(f.tiling, graph::TileOp(*info->def, info->op, in, {}, info->target));
     NPUFLOW_ASSIGN_OR_RETURN(f.params, graph::EncodeKernelParams(*info->def, info->op, in, out));
   }
   return std::shared_ptr<const void>(std::move(info));
@@ -220,7 +226,7 @@ std::uint32_t TilingRun(KernelContext* ctx) {
       if (Status s = ReadDependValues(ctx, info, values); !s.ok()) return ctx->Fail(std::move(s));
       for (const graph::Tensor& v : values) depend.push_back(&v);
     }
-    auto tiling = info.def->tiling(info.op, in, depend, info.core_count);
+    auto tiling = graph::TileOp(*info.def, info.op, in, depend, info.target);
     if (!tiling.ok()) return ctx->Fail(tiling.status());
     data.tiling = *tiling;
   }

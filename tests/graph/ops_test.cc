@@ -154,5 +154,75 @@ TEST(Ops, ElementwiseTilingUsesOneBlockPer4096ElementsUpToTheCores) {
   EXPECT_NE(dynamic.status().message().find("static shapes"), std::string_view::npos);
 }
 
+// The block-split cost model: a block must do at least its dispatch's worth of work.
+TEST(Ops, CapBlocksKeepsABlocksWorkAboveItsDispatchCost) {
+  const BlockCosts costs{.dispatch_ns = 400, .bytes_per_ns = 10, .flops_per_ns = 40};
+  EXPECT_EQ(CapBlocks(24, {.bytes = 1e9}, costs), 24u);            // 100 ms of reading: every core
+  EXPECT_EQ(CapBlocks(24, {.bytes = 40'000}, costs), 10u);         // 4 us: ten blocks of 400 ns
+  EXPECT_EQ(CapBlocks(24, {.bytes = 1'000}, costs), 1u);           // 100 ns: one block
+  EXPECT_EQ(CapBlocks(24, {.bytes = 0, .flops = 160'000}, costs), 10u);  // 4 us of arithmetic
+  EXPECT_EQ(CapBlocks(24, {.bytes = 40'000, .flops = 1.6e9}, costs), 24u);  // the larger of the two
+  EXPECT_EQ(CapBlocks(24, {.bytes = 1'000}, BlockCosts{}), 24u);   // no cost model: as tiled
+  EXPECT_EQ(CapBlocks(0, {.bytes = 1'000}, costs), 1u);
+  EXPECT_EQ(CapBlocks(24, {.bytes = std::numeric_limits<double>::infinity()}, costs), 24u);
+  EXPECT_EQ(CapBlocks(24, {.bytes = std::nan("")}, costs), 24u);
+}
+
+TEST(Ops, TileOpCapsTheTilingsSplitByTheTargetsCosts) {
+  RegisterBuiltinOps();
+  const OpDef* add = OpRegistry::Global().Find("Add").value();
+  const OpDesc op("sum", "Add");
+  const std::vector<TensorDesc> in = {TensorDesc{DataType::kFloat32, Shape{10000}},
+                                      TensorDesc{DataType::kFloat32, Shape{10000}}};
+  // 160 KB read and written: 16 us at 10 GB/s, so the tiling's 3 blocks stand at 400 ns a block.
+  TileTarget target{.core_count = 24, .costs = {.dispatch_ns = 400, .bytes_per_ns = 10, .flops_per_ns = 40}};
+  EXPECT_EQ(TileOp(*add, op, in, {}, target)->block_dim, 3u);
+  target.costs.dispatch_ns = 8000;  // a dispatch as dear as half the work: two blocks
+  EXPECT_EQ(TileOp(*add, op, in, {}, target)->block_dim, 2u);
+  target.costs.dispatch_ns = 100'000;
+  EXPECT_EQ(TileOp(*add, op, in, {}, target)->block_dim, 1u);
+  EXPECT_EQ(TileOp(*add, op, in, {}, TileTarget{.core_count = 24})->block_dim, 3u);
+  // A GEMV of 512 x 4096 f32 (8 MB of weights, two blocks of 2048 columns: 4 on 4 cores).
+  const OpDef* mm = OpRegistry::Global().Find("MatMul").value();
+  OpDesc gemv("fc", "MatMul");
+  const std::vector<TensorDesc> gin = {TensorDesc{DataType::kFloat32, Shape{1, 512}},
+                                       TensorDesc{DataType::kFloat32, Shape{512, 4096}}};
+  target.costs.dispatch_ns = 400;
+  const std::uint32_t tiled = mm->tiling(gemv, gin, {}, 24)->block_dim;
+  EXPECT_EQ(TileOp(*mm, gemv, gin, {}, target)->block_dim, tiled);
+  target.costs.dispatch_ns = 300'000;  // 839 us of reading pays for two 300 us dispatches
+  EXPECT_EQ(TileOp(*mm, gemv, gin, {}, target)->block_dim, 2u);
+  // Errors are the tiling's own, unchanged.
+  auto dynamic = TileOp(*add, op, {TensorDesc{DataType::kFloat32, Shape({Dim::Symbolic("n")})}}, {}, target);
+  EXPECT_NE(dynamic.status().message().find("static shapes"), std::string_view::npos);
+  // An op without a tiling function: one block.
+  OpDef untiled = *add;
+  untiled.tiling = nullptr;
+  EXPECT_EQ(TileOp(untiled, op, in, {}, target)->block_dim, 1u);
+}
+
+// Attention's work follows valid_len: a short context is not split into blocks it cannot pay for.
+TEST(Ops, AttentionsWorkFollowsTheValidLength) {
+  RegisterBuiltinOps();
+  const OpDef* att = OpRegistry::Global().Find("Attention").value();
+  ASSERT_NE(att->work, nullptr);
+  const std::vector<TensorDesc> in = {{DataType::kFloat32, Shape{12, 1, 64}},
+                                      {DataType::kFloat32, Shape{12, 1024, 64}},
+                                      {DataType::kFloat32, Shape{12, 1024, 64}},
+                                      {DataType::kInt32, Shape{1}}};
+  Tensor len{in[3], std::vector<std::uint8_t>(4)};
+  const std::int32_t one = 1;
+  std::memcpy(len.data.data(), &one, 4);
+  const OpWork short_work = att->work(OpDesc("a", "Attention"), in, {&len});
+  const OpWork full_work = att->work(OpDesc("a", "Attention"), in, {});
+  EXPECT_DOUBLE_EQ(short_work.bytes, 4.0 * (2 * 12 * 64 + 2 * 12 * 64));
+  EXPECT_DOUBLE_EQ(full_work.bytes, 4.0 * (2 * 12 * 64 + 2 * 12 * 1024 * 64));
+  EXPECT_DOUBLE_EQ(full_work.flops, 4.0 * 12 * 64 * 1024);
+  const TileTarget target{.core_count = 24, .costs = {.dispatch_ns = 400, .bytes_per_ns = 10, .flops_per_ns = 40}};
+  // One cached row: 12 heads' 12 KB is 1.2 us, three blocks' worth; the tiling alone gives 12.
+  EXPECT_EQ(att->tiling(OpDesc("a", "Attention"), in, {&len}, 24)->block_dim, 12u);
+  EXPECT_EQ(TileOp(*att, OpDesc("a", "Attention"), in, {&len}, target)->block_dim, 3u);
+}
+
 }  // namespace
 }  // namespace npuflow::graph

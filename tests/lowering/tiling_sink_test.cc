@@ -266,11 +266,16 @@ TEST(TilingSink, TheSinksEventsAreNumberedAfterInsertEvents) {
 TEST(TilingSink, AContextThatIsNotOneIsAClearError) {
   std::vector<std::uint8_t> bytes(8, 0);
   EXPECT_EQ(graph::DecodeTilingContext(bytes).status().code(), StatusCode::kDataCorrupted);
-  auto good = graph::EncodeTilingContext(graph::OpDesc("att", "Attention"), {}, 0, 8);
+  auto good = graph::EncodeTilingContext(graph::OpDesc("att", "Attention"), {}, 0, graph::TileTarget{.core_count = 8});
   ASSERT_TRUE(good.ok());
   std::vector<std::uint8_t> truncated(good->begin(), good->end() - 1);
   Status s = graph::DecodeTilingContext(truncated).status();
   EXPECT_NE(s.message().find("runs past"), std::string_view::npos) << s;
+  std::vector<std::uint8_t> old_layout = *good;  // the 32-byte header before the block costs
+  const std::uint32_t old_magic = 0x4B4E5354;   // "TSNK"
+  std::memcpy(old_layout.data(), &old_magic, 4);
+  s = graph::DecodeTilingContext(old_layout).status();
+  EXPECT_NE(s.message().find("recompile the model"), std::string_view::npos) << s;
   (*good)[0] ^= 1;
   s = graph::DecodeTilingContext(*good).status();
   EXPECT_NE(s.message().find("magic"), std::string_view::npos) << s;
@@ -292,7 +297,7 @@ TEST(TilingSink, TheAicpuTaskTilesFromTheValueInDeviceMemory) {
                                           {DataType::kFloat32, graph::Shape{12, 1024, 64}},
                                           {DataType::kInt32, graph::Shape{1}}};
   const graph::OpDesc op("h0/attn/mha", "Attention");
-  auto context = graph::EncodeTilingContext(op, inputs, 0, chip.aicore_count);
+  auto context = graph::EncodeTilingContext(op, inputs, 0, graph::TileTargetOf(chip));
   ASSERT_TRUE(context.ok()) << context.status();
   auto ctx = (*rt)->Malloc(0, context->size(), npu_sim::Placement::kHbm);
   auto len = (*rt)->Malloc(0, 4, npu_sim::Placement::kHbm);
@@ -309,7 +314,7 @@ TEST(TilingSink, TheAicpuTaskTilesFromTheValueInDeviceMemory) {
     ASSERT_TRUE((*rt)->MemcpyD2H(0, &h, *ctx, sizeof(h)).ok());
     graph::Tensor value{inputs[3], std::vector<std::uint8_t>(4)};
     std::memcpy(value.data.data(), &valid, 4);
-    auto host = def.tiling(op, inputs, {&value}, chip.aicore_count);
+    auto host = graph::TileOp(def, op, inputs, {&value}, graph::TileTargetOf(chip));
     ASSERT_TRUE(host.ok()) << host.status();
     EXPECT_EQ(h.block_dim, host->block_dim) << "valid_len " << valid;
     EXPECT_EQ(h.tiling_key, host->tiling_key) << "valid_len " << valid;

@@ -72,6 +72,32 @@ TEST(ChipSpec, MalformedFilesNameTheField) {
   EXPECT_EQ(LoadChipSpec("no-such-chip").status().code(), StatusCode::kNotFound);
 }
 
+// The block-split costs are optional (defaults), and checked when given.
+TEST(ChipSpec, BlockCostsAreOptionalAndChecked) {
+  auto b = LoadChipSpec("910B");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->block_dispatch_ns, 400);
+  EXPECT_EQ(b->block_host_gbps, 10);
+  EXPECT_EQ(b->block_host_gflops, 40);
+  const std::string base = R"({"name":"x","aicore_count":2,"aicpu_count":1,"hbm_capacity_bytes":1073741824,
+    "hbm_bandwidth_gbps":100,"h2d_bandwidth_gbps":10,"d2h_bandwidth_gbps":10,"d2d_bandwidth_gbps":50,
+    "dma_latency_ns":100,"dma_channels":2,"host_launch_latency_ns":1000,"event_record_latency_ns":10,
+    "event_wait_latency_ns":10,"nop_latency_ns":5,"kernel_launch_overhead_ns":100,"aicpu_launch_overhead_ns":100,
+    "task_update_latency_ns":50,"aicore_gflops":10,"aicpu_gflops":1,"prefetch_num":4,)";
+  auto defaults = ParseChipSpec(base + R"("features":{"task_update":true}})", "x.json");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->block_dispatch_ns, ChipSpec{}.block_dispatch_ns);
+  auto off = ParseChipSpec(base + R"("block_dispatch_ns":0,"block_host_gbps":2.5,"features":{"task_update":true}})",
+                           "x.json");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->block_dispatch_ns, 0);
+  EXPECT_EQ(off->block_host_gbps, 2.5);
+  auto bad = ParseChipSpec(base + R"("block_host_gflops":0,"features":{"task_update":true}})", "x.json").status();
+  EXPECT_NE(bad.message().find("'block_host_gflops'"), std::string_view::npos) << bad;
+  bad = ParseChipSpec(base + R"("block_dispatch_ns":-1,"features":{"task_update":true}})", "x.json").status();
+  EXPECT_NE(bad.message().find("'block_dispatch_ns'"), std::string_view::npos) << bad;
+}
+
 // ---- memory -----------------------------------------------------------------------------------------
 TEST(DeviceMemory, OverCapacityIsAMemoryAllocationError) {
   DeviceMemory mem(0, 1 << 20);

@@ -353,7 +353,8 @@ TEST_F(TilingSinkRun, ADeterministicTraceShowsTheSinksSequence) {
   }
   // The kernel's stream: the wait for the tiling, 8 NOPs, the kernel (tasks are named after their
   // node). The tiling stream: the AICPU tiling, the update, the record. The AICPU unit ran the
-  // tiling; AICore ran the kernel with the block_dim the update wrote (2: B * H).
+  // tiling; AICore ran the kernel with the block_dim the update wrote: 1, since the tiling's B * H
+  // = 2 blocks of under 400 bytes each do not pay for a second dispatch (graph::TileOp's cap).
   std::string joined;
   for (const std::string& l : all) joined += l + "\n";
   auto ends_with = [](const std::string& l, const std::string& tail) {
@@ -364,12 +365,13 @@ TEST_F(TilingSinkRun, ADeterministicTraceShowsTheSinksSequence) {
     main_lines += l.rfind("stream ", 0) == 0 && ends_with(l, ": event_wait nop nop nop nop nop nop nop nop att");
     tiling_lines += l.rfind("stream ", 0) == 0 && ends_with(l, ": att att:task_update record e0");
     aicpu_lines += l == "aicpu 0: att";
-    aicore_blocks += l.rfind("aicore ", 0) == 0 && l.find(": att [") != std::string::npos;
+    // A split kernel's parts are named "att [b0, b1)", a whole one "att".
+    aicore_blocks += l.rfind("aicore ", 0) == 0 && (ends_with(l, ": att") || l.find(": att [") != std::string::npos);
   }
   EXPECT_EQ(main_lines, 1) << joined;
   EXPECT_EQ(tiling_lines, 1) << joined;
   EXPECT_EQ(aicpu_lines, 1) << joined;
-  EXPECT_EQ(aicore_blocks, 2) << joined;
+  EXPECT_EQ(aicore_blocks, 1) << joined;
 }
 
 // A task update whose tiling context (the AICPU tiling task) or target kernel was never
