@@ -98,8 +98,12 @@ std::vector<std::string> ShippedChips() {
 }
 
 StatusOr<ChipSpec> LoadChipSpec(std::string_view name_or_path) {
-  for (const auto& [name, text] : EmbeddedChips())
-    if (name == name_or_path) return ParseChipSpec(text, name + ".json");
+  for (const auto& [name, text] : EmbeddedChips()) {
+    if (name != name_or_path) continue;
+    NPUFLOW_ASSIGN_OR_RETURN(ChipSpec c, ParseChipSpec(text, name + ".json"));
+    c.source = name;
+    return c;
+  }
   std::ifstream in{std::string(name_or_path)};
   if (!in) {
     std::string known;
@@ -108,7 +112,9 @@ StatusOr<ChipSpec> LoadChipSpec(std::string_view name_or_path) {
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseChipSpec(ss.str(), name_or_path);
+  NPUFLOW_ASSIGN_OR_RETURN(ChipSpec c, ParseChipSpec(ss.str(), name_or_path));
+  c.source = std::string(name_or_path);
+  return c;
 }
 
 }  // namespace npuflow::npu_sim

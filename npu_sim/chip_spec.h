@@ -14,6 +14,11 @@ using VTime = std::int64_t;  // virtual device time, nanoseconds
 
 struct ChipSpec {
   std::string name;
+  // What LoadChipSpec loaded it from (a shipped chip's name, or a JSON file's path), so a compiler
+  // given this device's chip loads the same spec; empty for a spec built in code.
+  std::string source;
+  // `source`, or the name when there is none.
+  const std::string& LoadName() const { return source.empty() ? name : source; }
   int aicore_count = 0;
   int aicpu_count = 0;
   std::uint64_t hbm_capacity_bytes = 0;

@@ -251,7 +251,7 @@ Status Session::Build(GraphNode& node) {
     co.chip = node.options.chip;
   } else {
     NPUFLOW_ASSIGN_OR_RETURN(const npu_sim::ChipSpec* chip, mm->runtime().chip(node.options.device));
-    co.chip = chip->name;
+    co.chip = chip->LoadName();
   }
   co.stream_mode = node.options.single_stream ? graph::CompileOptions::StreamMode::kSingle
                                               : graph::CompileOptions::StreamMode::kMulti;
@@ -371,7 +371,7 @@ StatusOr<std::shared_ptr<PipelineExecutor>> Session::EnsureLoadedPipeline(GraphN
     po.compile.chip = node.options.chip;
   } else {
     NPUFLOW_ASSIGN_OR_RETURN(const npu_sim::ChipSpec* chip, mm->runtime().chip(0));
-    po.compile.chip = chip->name;
+    po.compile.chip = chip->LoadName();
   }
   po.compile.stream_mode = node.options.single_stream ? graph::CompileOptions::StreamMode::kSingle
                                                       : graph::CompileOptions::StreamMode::kMulti;

@@ -100,7 +100,10 @@ StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(Gpt2File file, const En
   if (options.prefill == PrefillMode::kBatch) {
     NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> pg, BuildGpt2PrefillGraph(engine->file_));
     graph::CompileOptions co;
-    co.chip = engine->models_[0]->compiled().chip;
+    // The decode model's device's chip, as it was loaded (a shipped name or a JSON file's path).
+    NPUFLOW_ASSIGN_OR_RETURN(const npu_sim::ChipSpec* chip,
+                             scheduler::ModelManager::Get()->runtime().chip(engine->models_[0]->device()));
+    co.chip = chip->LoadName();
     // One stream: the layers are a chain, so side streams overlapped little (a 128-token prefill
     // took the same time on 8 streams as on one, 2 device workers) while each stream's caching
     // allocator kept its own activations (575 MB peak RSS against 538 MB on one).

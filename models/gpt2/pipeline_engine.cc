@@ -91,7 +91,7 @@ StatusOr<std::unique_ptr<Gpt2PipelineEngine>> Gpt2PipelineEngine::Create(Gpt2Fil
   std::string chip = options.chip;
   if (chip.empty()) {
     NPUFLOW_ASSIGN_OR_RETURN(const npu_sim::ChipSpec* c, mm->runtime().chip(0));
-    chip = c->name;
+    chip = c->LoadName();
   }
   NPUFLOW_ASSIGN_OR_RETURN(npu_sim::ChipSpec spec, npu_sim::LoadChipSpec(chip));
   NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> root, lowering::PartitionStages(*g, options.stages, spec));

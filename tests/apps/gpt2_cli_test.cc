@@ -54,6 +54,27 @@ TEST_F(Gpt2CliTest, GeneratesAndReportsTimings) {
     EXPECT_NE(r.output.find(what), std::string::npos) << what << "\n" << r.output;
 }
 
+// A chip given as a JSON file (--device-chip PATH) serves the whole run: the runtime's device and
+// the session's compiler load the same file (the compiler once looked the chip up by its name).
+// With the block-split cost model off the greedy ids are the shipped 910B's: splits never change
+// a kernel's result.
+TEST_F(Gpt2CliTest, AChipFromAFileServesTheRunAndSplitsDoNotChangeTheIds) {
+  const std::string chip = Path("my910.json");
+  std::ofstream(chip) << R"({"name": "my910", "aicore_count": 24, "aicpu_count": 6,
+    "hbm_capacity_bytes": 68719476736, "hbm_bandwidth_gbps": 1600, "h2d_bandwidth_gbps": 24,
+    "d2h_bandwidth_gbps": 24, "d2d_bandwidth_gbps": 800, "dma_latency_ns": 2000, "dma_channels": 4,
+    "host_launch_latency_ns": 3000, "event_record_latency_ns": 500, "event_wait_latency_ns": 500,
+    "nop_latency_ns": 100, "kernel_launch_overhead_ns": 1500, "aicpu_launch_overhead_ns": 5000,
+    "task_update_latency_ns": 800, "aicore_gflops": 1200, "aicpu_gflops": 4, "prefetch_num": 8,
+    "block_dispatch_ns": 0, "features": {"task_update": true}})";
+  const std::string base = "gpt2 --model " + ShellQuote(model_) + " --prompt-ids '5 17 42 9' -n 6 --greedy --print-ids";
+  CommandRun shipped = Npuflow(base);
+  CommandRun file = Npuflow(base + " --device-chip " + ShellQuote(chip));
+  ASSERT_EQ(shipped.exit_code, 0) << shipped.output;
+  ASSERT_EQ(file.exit_code, 0) << file.output;
+  EXPECT_EQ(IdLines(file.output), IdLines(shipped.output));
+}
+
 // --prefill batch (the default) runs a prompt of several tokens as one RT2.0 graph; a one-token
 // prompt is one decode step, with the same ids as --prefill tokens.
 TEST_F(Gpt2CliTest, PrefillModesGiveTheSameIds) {
