@@ -355,6 +355,9 @@ StatusOr<std::string> WriteChip(const npu_sim::ChipSpec& c, std::uint64_t capaci
                       {"link_latency_ns", c.link_latency_ns},
                       {"max_streams", c.max_streams},
                       {"max_events", c.max_events},
+                      {"block_dispatch_ns", c.block_dispatch_ns},
+                      {"block_host_gbps", c.block_host_gbps},
+                      {"block_host_gflops", c.block_host_gflops},
                       {"features", {{"task_update", c.task_update_supported}}}};
   const std::string path = (std::filesystem::path(dir) / "chip.json").string();
   std::ofstream out(path);

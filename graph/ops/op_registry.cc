@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <utility>
 
 namespace npuflow::graph {
 
@@ -67,20 +68,29 @@ Status InferOutputs(const OpDef& def, const OpDesc& op, const std::vector<Tensor
   return def.infer(op, inputs, outputs);
 }
 
-std::optional<OpWork> DefaultWork(const std::vector<TensorDesc>& inputs) {
+std::optional<OpWork> DefaultWork(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs) {
+  std::vector<TensorDesc> outputs;
+  if (def.infer == nullptr || !InferOutputs(def, op, inputs, outputs).ok()) return std::nullopt;
   OpWork w;
-  for (const TensorDesc& d : inputs) {
-    const std::optional<std::uint64_t> bytes = d.bytes();
-    if (!bytes) return std::nullopt;
-    w.bytes += 2.0 * static_cast<double>(*bytes);
+  for (const std::vector<TensorDesc>* descs : {&inputs, &std::as_const(outputs)}) {
+    for (const TensorDesc& d : *descs) {
+      const std::optional<std::uint64_t> bytes = d.bytes();
+      if (!bytes) return std::nullopt;
+      w.bytes += static_cast<double>(*bytes);
+    }
   }
   return w;
 }
 
 std::uint32_t CapBlocks(std::uint32_t block_dim, const OpWork& work, const BlockCosts& costs) {
-  if (block_dim <= 1 || costs.dispatch_ns <= 0) return std::max<std::uint32_t>(block_dim, 1);
-  const double ns = std::max(costs.bytes_per_ns > 0 ? work.bytes / costs.bytes_per_ns : 0.0,
-                             costs.flops_per_ns > 0 ? work.flops / costs.flops_per_ns : 0.0);
+  if (block_dim <= 1 || !(costs.dispatch_ns > 0)) return std::max<std::uint32_t>(block_dim, 1);
+  // Work that is not a number, or at a rate the model does not have (zero), cannot be priced:
+  // leave the split.
+  if (!(work.bytes >= 0) || !(work.flops >= 0)) return block_dim;
+  if ((work.bytes > 0 && !(costs.bytes_per_ns > 0)) || (work.flops > 0 && !(costs.flops_per_ns > 0)))
+    return block_dim;
+  const double ns = std::max(work.bytes > 0 ? work.bytes / costs.bytes_per_ns : 0.0,
+                             work.flops > 0 ? work.flops / costs.flops_per_ns : 0.0);
   const double paid = std::floor(ns / costs.dispatch_ns);
   if (!(paid < static_cast<double>(block_dim))) return block_dim;  // also NaN: leave it
   return static_cast<std::uint32_t>(std::max(paid, 1.0));
@@ -91,9 +101,14 @@ StatusOr<TilingInfo> TileOp(const OpDef& def, const OpDesc& op, const std::vecto
   if (def.tiling == nullptr) return TilingInfo{};
   NPUFLOW_ASSIGN_OR_RETURN(TilingInfo t, def.tiling(op, inputs, depend_values, target.core_count));
   if (t.block_dim > 1 && target.costs.dispatch_ns > 0) {
-    const std::optional<OpWork> work =
-        def.work != nullptr ? std::optional<OpWork>(def.work(op, inputs, depend_values)) : DefaultWork(inputs);
-    if (work) t.block_dim = CapBlocks(t.block_dim, *work, target.costs);
+    const std::optional<OpWork> work = def.work != nullptr
+                                           ? std::optional<OpWork>(def.work(op, inputs, depend_values))
+                                           : DefaultWork(def, op, inputs);
+    if (work) {
+      std::uint32_t capped = CapBlocks(t.block_dim, *work, target.costs);
+      if (capped < t.block_dim && capped > 1 && t.block_dim % 2 == 0 && capped % 2 == 1) --capped;
+      t.block_dim = capped;
+    }
   }
   return t;
 }

@@ -54,7 +54,9 @@ struct TileTarget {
 
 // The target of a chip: its AICore count and its block_* costs.
 inline TileTarget TileTargetOf(const npu_sim::ChipSpec& chip) {
-  return {chip.aicore_count, {chip.block_dispatch_ns, chip.block_host_gbps, chip.block_host_gflops}};
+  // Through float, as the tiling sink's context stores them, so host and device cap alike.
+  auto f = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  return {chip.aicore_count, {f(chip.block_dispatch_ns), f(chip.block_host_gbps), f(chip.block_host_gflops)}};
 }
 
 // Extra workspace of a custom op's kernel under the tiling sink (seed 003: "+20 KB for custom ops").
@@ -83,7 +85,7 @@ struct OpDef {
                                             const std::vector<const Tensor*>& depend_values, int core_count);
   TilingFn tiling = nullptr;
   // The kernel's work for these inputs (all blocks together), for the block-split cost model;
-  // null: every input's bytes read and as many written, no arithmetic counted.
+  // null: every input's bytes read and every output's written, no arithmetic counted (DefaultWork).
   using WorkFn = OpWork (*)(const OpDesc& op, const std::vector<TensorDesc>& inputs,
                             const std::vector<const Tensor*>& depend_values);
   WorkFn work = nullptr;
@@ -147,6 +149,7 @@ Status InferOutputs(const OpDef& def, const OpDesc& op, const std::vector<Tensor
 // The op's tiling for `target`: `def.tiling` over the target's cores, then its block_dim capped
 // so that no block does less work than its dispatch costs (a block's work in ns, at the cost
 // model's rates, is at least costs.dispatch_ns; an op whose whole work is less runs as one block).
+// A tiling's even block count stays even (GEMV's, so 2 host threads share it evenly).
 // Kernels split their work with BlockRange, so any block_dim up to the tiling's gives the same
 // output. An op without a tiling function gets the default TilingInfo (one block).
 StatusOr<TilingInfo> TileOp(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs,
@@ -155,9 +158,9 @@ StatusOr<TilingInfo> TileOp(const OpDef& def, const OpDesc& op, const std::vecto
 // The cap alone: `block_dim` limited to the blocks `work` pays for under `costs` (at least 1).
 std::uint32_t CapBlocks(std::uint32_t block_dim, const OpWork& work, const BlockCosts& costs);
 
-// The default work estimate: every input's static bytes read and as many written (a dynamic
-// input counts nothing: the estimate can only undercount, so a cap from it is skipped).
-std::optional<OpWork> DefaultWork(const std::vector<TensorDesc>& inputs);
+// The default work estimate: every input's static bytes read and every output's written (the
+// outputs from `def.infer`). Nullopt when a shape is dynamic or inference fails: no cap then.
+std::optional<OpWork> DefaultWork(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs);
 
 // NumPy broadcasting of two shapes, with symbolic dims: equal dims (same size or same symbol)
 // stay, a static 1 yields to the other, a symbol against a static size n > 1 becomes n (checked at

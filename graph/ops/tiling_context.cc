@@ -47,6 +47,15 @@ StatusOr<std::vector<std::uint8_t>> EncodeTilingContext(const OpDesc& op, const 
   return out;
 }
 
+Status CheckTilingContextMagic(std::uint32_t magic, std::string_view what) {
+  if (magic == kTilingContextMagic) return Status::Ok();
+  if (magic == kOldTilingContextMagic)
+    return Status::DataCorrupted("{}: a tiling context of an older npuflow's layout (magic 0x{:08x}, before the "
+                                 "block-split costs): recompile the model",
+                                 what, magic);
+  return Status::DataCorrupted("{}: magic 0x{:08x}, expected 0x{:08x}", what, magic, kTilingContextMagic);
+}
+
 TileTarget TileTargetOf(const TilingContextHeader& h) {
   return {static_cast<int>(h.core_count), {h.block_dispatch_ns, h.block_host_gbps, h.block_host_gflops}};
 }
@@ -57,12 +66,7 @@ StatusOr<TilingContextInfo> DecodeTilingContext(std::span<const std::uint8_t> by
     return Status::DataCorrupted("tiling context: {} bytes, shorter than its {}-byte header", bytes.size(),
                                  sizeof(TilingContextHeader));
   std::memcpy(&out.header, bytes.data(), sizeof(TilingContextHeader));
-  if (out.header.magic == kOldTilingContextMagic)
-    return Status::DataCorrupted("tiling context: the layout of an older npuflow (magic 0x{:08x}): recompile the model",
-                                 out.header.magic);
-  if (out.header.magic != kTilingContextMagic)
-    return Status::DataCorrupted("tiling context: magic 0x{:08x}, expected 0x{:08x}", out.header.magic,
-                                 kTilingContextMagic);
+  NPUFLOW_RETURN_IF_ERROR(CheckTilingContextMagic(out.header.magic, "tiling context"));
   if (out.header.info_bytes > bytes.size() - sizeof(TilingContextHeader))
     return Status::DataCorrupted("tiling context: its compute-node info ({} bytes) runs past its {} bytes",
                                  out.header.info_bytes, bytes.size());

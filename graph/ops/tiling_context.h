@@ -48,6 +48,10 @@ inline constexpr std::uint64_t kTilingContextTilingKeyOffset = offsetof(TilingCo
 StatusOr<std::vector<std::uint8_t>> EncodeTilingContext(const OpDesc& op, const std::vector<TensorDesc>& inputs,
                                                         std::uint64_t workspace_bytes, const TileTarget& target);
 
+// Ok for this layout's magic; for the layout before the block costs ("TSNK") a DataCorrupted that
+// says to recompile the model; for anything else one that names the magic. `what` prefixes it.
+Status CheckTilingContextMagic(std::uint32_t magic, std::string_view what);
+
 // The target a context's tiling is for: its core count and block costs.
 TileTarget TileTargetOf(const TilingContextHeader& h);
 

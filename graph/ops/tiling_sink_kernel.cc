@@ -60,8 +60,7 @@ Status TilingSinkRun(npu_sim::KernelContext& ctx) {
   TilingContextHeader h;
   std::memcpy(&h, head.data(), sizeof(h));
   if (h.magic != kTilingContextMagic)
-    return Status::DataCorrupted("{}: argument 0 is not a tiling context (magic 0x{:08x})", kAicpuTilingKernel,
-                                 h.magic);
+    return CheckTilingContextMagic(h.magic, fmt::format("{}: argument 0 is not a tiling context", kAicpuTilingKernel));
   npu_sim::DeviceMemory::Mapping map;
   NPUFLOW_ASSIGN_OR_RETURN(auto context, ctx.Buffer<std::uint8_t>(0, sizeof(h) + h.info_bytes, map));
   NPUFLOW_ASSIGN_OR_RETURN(std::shared_ptr<const TilingContextInfo> info, Contexts().Get(context));
@@ -110,8 +109,7 @@ Status TilingSinkAccesses(const npu_sim::KernelContext& ctx, std::vector<npu_sim
   TilingContextHeader h;
   std::memcpy(&h, head.data(), sizeof(h));
   if (h.magic != kTilingContextMagic)
-    return Status::DataCorrupted("{}: argument 0 is not a tiling context (magic 0x{:08x})", kAicpuTilingKernel,
-                                 h.magic);
+    return CheckTilingContextMagic(h.magic, fmt::format("{}: argument 0 is not a tiling context", kAicpuTilingKernel));
   out.push_back({ctx.ptr(0), sizeof(h) + h.info_bytes, false});
   out.push_back({ctx.ptr(0), sizeof(h), true});
   npu_sim::DeviceMemory::Mapping map;

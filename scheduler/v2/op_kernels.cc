@@ -103,9 +103,10 @@ StatusOr<std::shared_ptr<const void>> PrepareOp(const ExeNode& node) {
   // The block-split cost model; a model converted before it had none (splits as tiled).
   if (node.attrs.contains("block_costs")) {
     NPUFLOW_ASSIGN_OR_RETURN(std::vector<double> costs, Attr<std::vector<double>>(node, "block_costs"));
-    if (costs.size() != 3 || !(costs[0] >= 0) || !(costs[1] > 0) || !(costs[2] > 0))
-      return Status::ParamInvalid("attribute 'block_costs' of '{}': expected [dispatch_ns >= 0, GB/s > 0, GFLOP/s > 0]",
-                                  name);
+    if (costs.size() != 3 || !(costs[0] >= 0 && costs[0] <= 1e9) || !(costs[1] > 0 && costs[1] <= 1e6) ||
+        !(costs[2] > 0 && costs[2] <= 1e6))
+      return Status::ParamInvalid(
+          "attribute 'block_costs' of '{}': expected [dispatch_ns 0..1e9, GB/s and GFLOP/s above 0 up to 1e6]", name);
     info->target.costs = {costs[0], costs[1], costs[2]};
   }
   info->num_inputs = static_cast<int>(nin);

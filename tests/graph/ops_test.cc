@@ -166,6 +166,8 @@ TEST(Ops, CapBlocksKeepsABlocksWorkAboveItsDispatchCost) {
   EXPECT_EQ(CapBlocks(0, {.bytes = 1'000}, costs), 1u);
   EXPECT_EQ(CapBlocks(24, {.bytes = std::numeric_limits<double>::infinity()}, costs), 24u);
   EXPECT_EQ(CapBlocks(24, {.bytes = std::nan("")}, costs), 24u);
+  // Work at a rate the model lacks cannot be priced: the split stays.
+  EXPECT_EQ(CapBlocks(24, {.bytes = 1'000}, {.dispatch_ns = 400, .bytes_per_ns = 0, .flops_per_ns = 40}), 24u);
 }
 
 TEST(Ops, TileOpCapsTheTilingsSplitByTheTargetsCosts) {
@@ -174,10 +176,10 @@ TEST(Ops, TileOpCapsTheTilingsSplitByTheTargetsCosts) {
   const OpDesc op("sum", "Add");
   const std::vector<TensorDesc> in = {TensorDesc{DataType::kFloat32, Shape{10000}},
                                       TensorDesc{DataType::kFloat32, Shape{10000}}};
-  // 160 KB read and written: 16 us at 10 GB/s, so the tiling's 3 blocks stand at 400 ns a block.
+  // 80 KB read, 40 KB written: 12 us at 10 GB/s, so the tiling's 3 blocks stand at 400 ns a block.
   TileTarget target{.core_count = 24, .costs = {.dispatch_ns = 400, .bytes_per_ns = 10, .flops_per_ns = 40}};
   EXPECT_EQ(TileOp(*add, op, in, {}, target)->block_dim, 3u);
-  target.costs.dispatch_ns = 8000;  // a dispatch as dear as half the work: two blocks
+  target.costs.dispatch_ns = 6000;  // a dispatch as dear as half the work: two blocks
   EXPECT_EQ(TileOp(*add, op, in, {}, target)->block_dim, 2u);
   target.costs.dispatch_ns = 100'000;
   EXPECT_EQ(TileOp(*add, op, in, {}, target)->block_dim, 1u);
@@ -192,6 +194,13 @@ TEST(Ops, TileOpCapsTheTilingsSplitByTheTargetsCosts) {
   EXPECT_EQ(TileOp(*mm, gemv, gin, {}, target)->block_dim, tiled);
   target.costs.dispatch_ns = 300'000;  // 839 us of reading pays for two 300 us dispatches
   EXPECT_EQ(TileOp(*mm, gemv, gin, {}, target)->block_dim, 2u);
+  target.costs.dispatch_ns = 250'000;  // three blocks paid for; the tiling's even split stays even
+  EXPECT_EQ(TileOp(*mm, gemv, gin, {}, target)->block_dim, 2u);
+  // A broadcast's work is its output's: [512, 1] + [1, 512] reads 4 KB and writes 1 MB.
+  target.costs.dispatch_ns = 400;
+  const std::vector<TensorDesc> bcast = {TensorDesc{DataType::kFloat32, Shape{512, 1}},
+                                         TensorDesc{DataType::kFloat32, Shape{1, 512}}};
+  EXPECT_EQ(TileOp(*add, op, bcast, {}, target)->block_dim, add->tiling(op, bcast, {}, 24)->block_dim);
   // Errors are the tiling's own, unchanged.
   auto dynamic = TileOp(*add, op, {TensorDesc{DataType::kFloat32, Shape({Dim::Symbolic("n")})}}, {}, target);
   EXPECT_NE(dynamic.status().message().find("static shapes"), std::string_view::npos);
@@ -219,9 +228,11 @@ TEST(Ops, AttentionsWorkFollowsTheValidLength) {
   EXPECT_DOUBLE_EQ(full_work.bytes, 4.0 * (2 * 12 * 64 + 2 * 12 * 1024 * 64));
   EXPECT_DOUBLE_EQ(full_work.flops, 4.0 * 12 * 64 * 1024);
   const TileTarget target{.core_count = 24, .costs = {.dispatch_ns = 400, .bytes_per_ns = 10, .flops_per_ns = 40}};
-  // One cached row: 12 heads' 12 KB is 1.2 us, three blocks' worth; the tiling alone gives 12.
+  // One cached row: 12 heads' 12 KB is 1.2 us, three blocks' worth, and the tiling's even 12
+  // stays even: 2.
   EXPECT_EQ(att->tiling(OpDesc("a", "Attention"), in, {&len}, 24)->block_dim, 12u);
-  EXPECT_EQ(TileOp(*att, OpDesc("a", "Attention"), in, {&len}, target)->block_dim, 3u);
+  EXPECT_EQ(CapBlocks(12, short_work, target.costs), 3u);
+  EXPECT_EQ(TileOp(*att, OpDesc("a", "Attention"), in, {&len}, target)->block_dim, 2u);
 }
 
 }  // namespace
