@@ -268,8 +268,8 @@ Status ConvertComputeOp(const Node& node, LowerContext& ctx) {
     if (key.rfind('_', 0) != 0) common.attrs["op." + key] = value;  // compiler annotations stay behind
   common.attrs["core_count"] = static_cast<std::int64_t>(ctx.chip.aicore_count);
   // The block-split cost model (graph::TileOp): dispatch ns, GB/s, GFLOP/s.
-  common.attrs["block_costs"] =
-      std::vector<double>{ctx.chip.block_dispatch_ns, ctx.chip.block_host_gbps, ctx.chip.block_host_gflops};
+  const graph::BlockCosts costs = graph::TileTargetOf(ctx.chip).costs;
+  common.attrs["block_costs"] = std::vector<double>{costs.dispatch_ns, costs.bytes_per_ns, costs.flops_per_ns};
   common.attrs["num_inputs"] = static_cast<std::int64_t>(nin);
   common.attrs["num_outputs"] = static_cast<std::int64_t>(nout);
   common.attrs["static"] = is_static;

@@ -339,19 +339,13 @@ OpWork WorkMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, const std
   std::vector<TensorDesc> out;
   if (!flags.ok() || !(op.type() == "MatMul" ? InferMatMul(op, in, out) : InferBatchMatMul(op, in, out)).ok())
     return kUnknownWork;
-  const std::optional<std::uint64_t> out_bytes = out[0].bytes();
+  const std::optional<double> in_bytes = StaticBytes(in), out_bytes = StaticBytes(out);
   const std::optional<std::int64_t> out_elements = out[0].shape.num_elements();
   const Shape& a = in[0].shape;
-  if (!out_bytes || !out_elements || a.rank() < 2) return kUnknownWork;
+  if (!in_bytes || !out_bytes || !out_elements || a.rank() < 2) return kUnknownWork;
   const Dim& k = a.dim(flags->ta ? a.rank() - 2 : a.rank() - 1);
   if (!k.is_static()) return kUnknownWork;
-  OpWork w{static_cast<double>(*out_bytes), 2.0 * static_cast<double>(*out_elements) * static_cast<double>(k.size)};
-  for (const TensorDesc& d : in) {
-    const std::optional<std::uint64_t> bytes = d.bytes();
-    if (!bytes) return kUnknownWork;
-    w.bytes += static_cast<double>(*bytes);
-  }
-  return w;
+  return {*in_bytes + *out_bytes, 2.0 * static_cast<double>(*out_elements) * static_cast<double>(k.size)};
 }
 
 Status ParamsMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, KernelParams& p) {

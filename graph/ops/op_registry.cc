@@ -5,11 +5,11 @@
 #include "graph/ops/control_flow.h"
 #include "graph/ops/op_library.h"
 #include "npu_sim/builtin_kernels.h"
+#include "npu_sim/chip_spec.h"
 
 #include <algorithm>
 #include <cmath>
 #include <mutex>
-#include <utility>
 
 namespace npuflow::graph {
 
@@ -68,18 +68,27 @@ Status InferOutputs(const OpDef& def, const OpDesc& op, const std::vector<Tensor
   return def.infer(op, inputs, outputs);
 }
 
+TileTarget TileTargetOf(const npu_sim::ChipSpec& chip) {
+  auto f = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  return {chip.aicore_count, {f(chip.block_dispatch_ns), f(chip.block_host_gbps), f(chip.block_host_gflops)}};
+}
+
+std::optional<double> StaticBytes(const std::vector<TensorDesc>& descs) {
+  double total = 0;
+  for (const TensorDesc& d : descs) {
+    const std::optional<std::uint64_t> bytes = d.bytes();
+    if (!bytes) return std::nullopt;
+    total += static_cast<double>(*bytes);
+  }
+  return total;
+}
+
 std::optional<OpWork> DefaultWork(const OpDef& def, const OpDesc& op, const std::vector<TensorDesc>& inputs) {
   std::vector<TensorDesc> outputs;
   if (def.infer == nullptr || !InferOutputs(def, op, inputs, outputs).ok()) return std::nullopt;
-  OpWork w;
-  for (const std::vector<TensorDesc>* descs : {&inputs, &std::as_const(outputs)}) {
-    for (const TensorDesc& d : *descs) {
-      const std::optional<std::uint64_t> bytes = d.bytes();
-      if (!bytes) return std::nullopt;
-      w.bytes += static_cast<double>(*bytes);
-    }
-  }
-  return w;
+  const std::optional<double> in = StaticBytes(inputs), out = StaticBytes(outputs);
+  if (!in || !out) return std::nullopt;
+  return OpWork{*in + *out, 0};
 }
 
 std::uint32_t CapBlocks(std::uint32_t block_dim, const OpWork& work, const BlockCosts& costs) {

@@ -18,7 +18,10 @@
 #include "graph/ir/compute_graph.h"
 #include "graph/kernels/kernel_abi.h"
 #include "graph/ir/types.h"
-#include "npu_sim/chip_spec.h"
+
+namespace npuflow::npu_sim {
+struct ChipSpec;
+}  // namespace npuflow::npu_sim
 
 namespace npuflow::graph {
 
@@ -52,12 +55,9 @@ struct TileTarget {
   BlockCosts costs;
 };
 
-// The target of a chip: its AICore count and its block_* costs.
-inline TileTarget TileTargetOf(const npu_sim::ChipSpec& chip) {
-  // Through float, as the tiling sink's context stores them, so host and device cap alike.
-  auto f = [](double v) { return static_cast<double>(static_cast<float>(v)); };
-  return {chip.aicore_count, {f(chip.block_dispatch_ns), f(chip.block_host_gbps), f(chip.block_host_gflops)}};
-}
+// The target of a chip: its AICore count and its block_* costs, taken through float as the tiling
+// sink's context stores them, so host and device cap alike.
+TileTarget TileTargetOf(const npu_sim::ChipSpec& chip);
 
 // Extra workspace of a custom op's kernel under the tiling sink (seed 003: "+20 KB for custom ops").
 inline constexpr std::uint64_t kCustomOpSinkWorkspaceBytes = 20 * 1024;
@@ -157,6 +157,9 @@ StatusOr<TilingInfo> TileOp(const OpDef& def, const OpDesc& op, const std::vecto
 
 // The cap alone: `block_dim` limited to the blocks `work` pays for under `costs` (at least 1).
 std::uint32_t CapBlocks(std::uint32_t block_dim, const OpWork& work, const BlockCosts& costs);
+
+// The bytes of static tensors together; nullopt if one is dynamic.
+std::optional<double> StaticBytes(const std::vector<TensorDesc>& descs);
 
 // The default work estimate: every input's static bytes read and every output's written (the
 // outputs from `def.infer`). Nullopt when a shape is dynamic or inference fails: no cap then.
