@@ -282,6 +282,7 @@ struct CopyRequest {
   int peer_device = -1;        // kPeerToPeer: Task::peer_device, Task::peer_memory
   DeviceMemory* peer_memory = nullptr;
   WorkGate* gate = nullptr;    // the stream's: see WorkGate
+  HostWindow* host_window = nullptr;  // Task::host_window
 };
 struct AttachChannels;
 using DmaMsg = std::variant<CopyRequest, SetUnitFault, AttachChannels>;

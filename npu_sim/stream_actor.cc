@@ -554,7 +554,7 @@ void StreamActor::StartMemcpy(const Task& t, std::uint32_t task_id) {
   state_ = State::kWaiting;
   device_->dma.Send(CopyRequest{t.copy, t.dst_dev, t.src_dev, t.dst_host, t.src_host, t.bytes,
                                 std::string(t.display_name()), t.keep_alive, self_, epoch_, task_id, clock_,
-                                t.data_in_place, t.peer_device, t.peer_memory, &gate_});
+                                t.data_in_place, t.peer_device, t.peer_memory, &gate_, t.host_window});
 }
 
 // The new values are read from device memory when the update executes. The update completes

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,36 @@ std::string_view CopyKindName(CopyKind kind);
 using StreamId = std::uint32_t;
 using EventId = std::uint32_t;
 
+// A host buffer whose owner may give it up while a copy into it is still queued: a synchronous
+// caller writes its outputs straight into its own buffers, and returns (timed out, or its answer
+// came from a system shutting down) without knowing whether a copy is still on its way. A
+// device-to-host copy with a window writes only while the window is open, under its lock, so once
+// Close() has returned nothing writes the buffer again; a copy that finds it closed fails
+// (Aborted) and moves nothing.
+class HostWindow {
+ public:
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  // Runs `write` under the lock if the window is open; false (nothing run) once it is closed.
+  template <typename F>
+  bool WriteIfOpen(F&& write) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!open_) return false;
+    write();
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  bool open_ = true;
+};
+
 struct Task {
   TaskKind kind = TaskKind::kNop;
   std::string name;  // for traces and errors; empty: the kind's name
@@ -57,6 +88,9 @@ struct Task {
   // The owner of the host memory the copy reads or writes: the DMA engine holds it until the copy
   // is done, so an aborted stream's caller may drop its buffers while a copy is still in flight.
   std::shared_ptr<const void> keep_alive;
+  // kDeviceToHost only: the destination's window (see HostWindow), owned through keep_alive; null:
+  // the destination stays valid until the copy is done.
+  HostWindow* host_window = nullptr;
   // kHostToDevice only: the host has already written the bytes at dst_dev through
   // Runtime::MapForHostWrite (src_host is unused). The copy checks the range, moves nothing and
   // costs the same virtual time: the device-side order (a latch recorded after it) is unchanged.

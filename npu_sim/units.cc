@@ -158,7 +158,12 @@ Status DmaChannelActor::Copy(DeviceMemory& mem, const CopyRequest& req) {
     case CopyKind::kDeviceToHost: {
       if (req.dst_host == nullptr) return Status::ParamInvalid("D2H copy with a null host destination");
       NPUFLOW_ASSIGN_OR_RETURN(auto src, mem.Map(req.src_dev, req.bytes));
-      std::memcpy(req.dst_host, src.data(), req.bytes);
+      if (req.host_window == nullptr) {
+        std::memcpy(req.dst_host, src.data(), req.bytes);
+      } else if (!req.host_window->WriteIfOpen([&] { std::memcpy(req.dst_host, src.data(), req.bytes); })) {
+        return Status::Aborted("D2H copy of {} bytes: its host buffer was given up by its owner (the caller stopped waiting)",
+                               req.bytes);
+      }
       return Status::Ok();
     }
     case CopyKind::kDeviceToDevice: {

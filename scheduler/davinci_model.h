@@ -162,7 +162,9 @@ class DavinciModel {
 
   // One inference (seed 002, 3.3): map (device buffers) or copy (host buffers) the inputs,
   // execute, synchronize with the timeout unless async on a user stream, copy host outputs.
-  // A timeout aborts the device model and returns a Timeout status.
+  // A timeout aborts the device model and returns a Timeout status. Host outputs are written by
+  // the device straight into the caller's buffers, never after this returns; when it returns an
+  // error their contents are unspecified (an output copied before the failure stays written).
   Status NnExecute(const ExecuteArgs& args);
   // Host tensors in, host tensors out: the common case of NnExecute.
   StatusOr<std::vector<Tensor>> Execute(const std::vector<Tensor>& inputs, npu_sim::Timeout timeout = std::nullopt);
@@ -296,11 +298,29 @@ class DavinciModel {
   Status RunHostScheduled(const ExecuteArgs& args);
   // A staged run as one submission: the input copies, the model execute, the output copies.
   void FillStaging(const ExecuteArgs& args, Staging& staging) const;
-  // Host staging for one run: a spare one whose buffers already have the sizes (no allocation, no
-  // zero fill), else a new one. A run gives it back when nothing else holds it any more (a copy
+  void FillOutputs(const ExecuteArgs& args, Staging& staging) const;  // the output half of FillStaging
+  // Host staging for one run: a spare one whose buffers already have their capacity (no
+  // allocation), else a new one. A run gives it back when nothing else holds it any more (a copy
   // that outlived a timeout still does: that one is dropped when its tasks are).
   std::shared_ptr<Staging> AcquireStaging();
   void ReleaseStaging(std::shared_ptr<Staging> staging);
+  // Closes the staging's output window (no copy writes the caller's outputs after this), then
+  // releases it.
+  void CloseStaging(std::shared_ptr<Staging> staging);
+  // Closes a staging when the call that filled it returns, on every path.
+  class StagingCloser {
+   public:
+    StagingCloser(DavinciModel* model, std::shared_ptr<Staging> staging) : model_(model), staging_(std::move(staging)) {}
+    ~StagingCloser() {
+      if (staging_ != nullptr) model_->CloseStaging(std::move(staging_));
+    }
+    StagingCloser(const StagingCloser&) = delete;
+    StagingCloser& operator=(const StagingCloser&) = delete;
+
+   private:
+    DavinciModel* model_;
+    std::shared_ptr<Staging> staging_;
+  };
   std::vector<npu_sim::Task> StagedTasks(const std::vector<std::uint64_t>& io, std::uint32_t device_model,
                                          const std::shared_ptr<Staging>& staging) const;
   bool HasGates(int i) const;

@@ -47,10 +47,20 @@ namespace npuflow::scheduler {
 
 class DavinciModel;
 
-// Host buffers of one staged execution: inputs copied in by the caller before it sends, outputs
-// filled by the device, then copied out by the caller. Owned by the tasks while they run.
+// Host buffers of one staged execution: inputs copied in by the caller before it sends (the
+// caller may reuse its own at once), outputs written by the device straight into the caller's
+// buffers through a window the caller closes before it returns (npu_sim::HostWindow): nothing
+// writes them after that, whatever became of the run. Owned by the tasks while they run.
 struct Staging {
-  std::vector<std::vector<std::uint8_t>> in, out;
+  std::vector<std::vector<std::uint8_t>> in;  // per input (empty: not staged on its own)
+  // Host inputs whose blocks lie together in the input segment go in as one copy: the bytes of
+  // [lowest block, end of the highest) with each input at its offset, into input `block_first`'s
+  // block onwards (empty: none).
+  std::vector<std::uint8_t> block;
+  std::size_t block_first = 0;
+  std::vector<void*> out;  // the caller's output buffers (null: not a host output)
+  std::vector<std::uint64_t> out_bytes;
+  npu_sim::HostWindow window;
 };
 
 // One execution as a message.

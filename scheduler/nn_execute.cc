@@ -147,7 +147,8 @@ Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
   req.timeout = args.timeout;
   npu_sim::HostSide& host = rt_->CurrentHostSide();
   req.host = &host;
-  std::shared_ptr<Staging> staging = req.staging;
+  // No copy writes the caller's outputs once this returns (closed before the staging goes back).
+  StagingCloser closer(this, req.staging);
   // Weights still streaming in when this is sent: the run may start before they land, so its
   // success waits for the load's verdict (a load that records its latches even when it fails).
   const bool weights_settled = weights_landed_.load(std::memory_order_acquire);
@@ -159,12 +160,8 @@ Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
     return end.status().WithContext(self);
   }
   host.clock = std::max(host.clock, *end);
+  // The outputs are in the caller's buffers already (the run's answer came after its copies).
   if (!weights_settled) NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
-  if (staging != nullptr) {
-    for (std::size_t i = 0; i < m.outputs.size(); ++i)
-      if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());
-    ReleaseStaging(std::move(staging));
-  }
   return Status::Ok();
 }
 
@@ -178,6 +175,11 @@ std::shared_ptr<Staging> DavinciModel::AcquireStaging() {
     }
   }
   return std::make_shared<Staging>();
+}
+
+void DavinciModel::CloseStaging(std::shared_ptr<Staging> staging) {
+  staging->window.Close();
+  ReleaseStaging(std::move(staging));
 }
 
 void DavinciModel::ReleaseStaging(std::shared_ptr<Staging> staging) {
@@ -222,22 +224,69 @@ Status DavinciModel::NnExecuteOnCaller(const ExecuteArgs& args) {
 void DavinciModel::FillStaging(const ExecuteArgs& args, Staging& staging) const {
   const CompiledModel& m = *model_;
   staging.in.resize(m.inputs.size());
-  staging.out.resize(m.outputs.size());
+  staging.out.assign(m.outputs.size(), nullptr);
+  staging.out_bytes.assign(m.outputs.size(), 0);
+  staging.window.Open();  // a spare staging is held by no task: no copy can see it reopen
   // A reused staging keeps its capacity: a buffer is empty exactly when its slot is not staged.
+  // Host inputs go to the instance's own blocks, at their offsets in the input segment; when
+  // every input is a host one and their blocks are close together (only alignment between them)
+  // they go in as one copy, one DMA task per execution instead of one per input (a decode step's
+  // token, position and length); the gaps it writes belong to no tensor.
+  std::uint64_t lo = ~std::uint64_t{0}, hi = 0, sum = 0;
+  std::size_t staged = 0, first = 0;
   for (std::size_t i = 0; i < m.inputs.size(); ++i) {
     staging.in[i].clear();
+    if (args.inputs[i].host == nullptr || args.inputs[i].bytes == 0) continue;
+    const std::uint64_t off = m.inputs[i].ref.offset;
+    if (off < lo) {
+      lo = off;
+      first = i;
+    }
+    hi = std::max(hi, off + args.inputs[i].bytes);
+    sum += args.inputs[i].bytes;
+    ++staged;
+  }
+  constexpr std::uint64_t kAlignmentSlack = 512;  // the gap an input's block may leave before the next
+  constexpr std::uint64_t kMaxBlock = 64 * 1024;  // larger inputs: a copy each (no extra host pass)
+  staging.block.clear();
+  if (staged >= 2 && staged == m.inputs.size() && hi - lo <= kMaxBlock && hi - lo <= sum + kAlignmentSlack * (staged - 1)) {
+    staging.block.assign(hi - lo, 0);
+    staging.block_first = first;
+    for (std::size_t i = 0; i < m.inputs.size(); ++i) {
+      if (args.inputs[i].host == nullptr || args.inputs[i].bytes == 0) continue;
+      std::memcpy(staging.block.data() + (m.inputs[i].ref.offset - lo), args.inputs[i].host, args.inputs[i].bytes);
+    }
+    return FillOutputs(args, staging);
+  }
+  for (std::size_t i = 0; i < m.inputs.size(); ++i) {
     if (args.inputs[i].host == nullptr || args.inputs[i].bytes == 0) continue;
     const auto* src = static_cast<const std::uint8_t*>(args.inputs[i].host);
     staging.in[i].assign(src, src + args.inputs[i].bytes);
   }
-  for (std::size_t i = 0; i < m.outputs.size(); ++i)
-    staging.out[i].resize(args.outputs[i].host != nullptr ? args.outputs[i].bytes : 0);
+  FillOutputs(args, staging);
+}
+
+void DavinciModel::FillOutputs(const ExecuteArgs& args, Staging& staging) const {
+  const CompiledModel& m = *model_;
+  for (std::size_t i = 0; i < m.outputs.size(); ++i) {
+    if (args.outputs[i].host == nullptr || args.outputs[i].bytes == 0) continue;
+    staging.out[i] = args.outputs[i].host;
+    staging.out_bytes[i] = args.outputs[i].bytes;
+  }
 }
 
 std::vector<npu_sim::Task> DavinciModel::StagedTasks(const std::vector<std::uint64_t>& io, std::uint32_t device_model,
                                                      const std::shared_ptr<Staging>& staging) const {
   const CompiledModel& m = *model_;
   std::vector<npu_sim::Task> tasks;
+  if (!staging->block.empty()) {
+    npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, staging->block.size());
+    c.src_host = staging->block.data();
+    c.dst_dev = npu_sim::DevicePtr{io[staging->block_first]};
+    c.name = "inputs";
+    c.keep_alive = staging;
+    tasks.push_back(std::move(c));
+  }
   for (std::size_t i = 0; i < m.inputs.size(); ++i) {
     if (staging->in[i].empty()) continue;
     npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kHostToDevice, staging->in[i].size());
@@ -249,10 +298,11 @@ std::vector<npu_sim::Task> DavinciModel::StagedTasks(const std::vector<std::uint
   }
   tasks.push_back(npu_sim::Task::ModelExecute(device_model, std::make_shared<const std::vector<std::uint64_t>>(io)));
   for (std::size_t i = 0; i < m.outputs.size(); ++i) {
-    if (staging->out[i].empty()) continue;
-    npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, staging->out[i].size());
+    if (staging->out[i] == nullptr) continue;
+    npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, staging->out_bytes[i]);
     c.src_dev = npu_sim::DevicePtr{io[m.inputs.size() + i]};
-    c.dst_host = staging->out[i].data();
+    c.dst_host = staging->out[i];
+    c.host_window = &staging->window;
     c.name = "output " + m.outputs[i].name;
     c.keep_alive = staging;
     tasks.push_back(std::move(c));
@@ -269,13 +319,13 @@ bool DavinciModel::HasGates(int i) const {
 Status DavinciModel::ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io, const ExecuteArgs& args,
                                    bool weights_settled) {
   // Host buffers: copied through the instance's own I/O blocks, in one submission with the run.
-  // The copies go through host staging owned by the tasks, as pageable memory is staged for DMA:
-  // a timeout returns at once, and a copy still in flight never touches the caller's buffers
-  // after that.
-  const CompiledModel& m = *model_;
+  // Inputs go through host staging owned by the tasks, as pageable memory is staged for DMA;
+  // outputs are written straight into the caller's buffers through the staging's window, which
+  // is closed before this returns: a copy still in flight never touches them after that.
   std::shared_ptr<Staging> staging = AcquireStaging();
   FillStaging(args, *staging);
   std::vector<npu_sim::Task> tasks = StagedTasks(io, inst.model.id, staging);
+  StagingCloser closer(this, std::move(staging));  // after the abort below, on every path
   const auto count = static_cast<std::uint32_t>(tasks.size());
   NPUFLOW_ASSIGN_OR_RETURN(std::uint32_t first, rt_->Submit(inst.exec_stream, std::move(tasks)));
   Status s = rt_->SynchronizeSubmission(inst.exec_stream, first, count, args.timeout);
@@ -293,9 +343,6 @@ Status DavinciModel::ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io
   } else {
     ElideGates(inst);
   }
-  for (std::size_t i = 0; i < m.outputs.size(); ++i)
-    if (!staging->out[i].empty()) std::memcpy(args.outputs[i].host, staging->out[i].data(), staging->out[i].size());
-  ReleaseStaging(std::move(staging));
   return Status::Ok();
 }
 

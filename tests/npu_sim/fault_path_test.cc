@@ -2,7 +2,7 @@
 // (docs/stress.md, "Runtime bugs found"): records and waits of a failed run stay in that run; a
 // caller of a shared stream hears of its dropped tasks; aborting a stream stops the model run its
 // execute task asked for; an abort returns only when no kernel or copy of the stopped work can
-// still write.
+// still write; a copy into a buffer its owner gave up moves nothing.
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -199,6 +199,38 @@ TEST(FaultPaths, ASynchronousCopyBehindAHungOneTimesOutAndTheNextRuns) {
   EXPECT_NE(s.message().find("default stream was aborted"), std::string_view::npos) << s;
   ASSERT_TRUE(rt->MemcpyH2D(0, p, &v, 4).ok());
   EXPECT_EQ(ReadFloat(*rt, p), 3.f);
+}
+
+// A synchronous caller's outputs are copied straight into its buffers through a HostWindow it
+// closes before it returns: a copy that comes after that moves nothing and fails, naming why.
+TEST(FaultPaths, ACopyIntoAClosedHostWindowMovesNothing) {
+  auto rt = MakeRuntime();
+  Stream s = rt->CreateStream(0).value();
+  DevicePtr p = rt->Malloc(0, 4, Placement::kHbm, "p").value();
+  const float v = 7.f;
+  ASSERT_TRUE(rt->MemcpyH2D(0, p, &v, 4).ok());
+  auto window = std::make_shared<HostWindow>();
+  float dst = -1.f;
+  auto copy = [&] {
+    Task c = Task::Copy(CopyKind::kDeviceToHost, 4);
+    c.src_dev = p;
+    c.dst_host = &dst;
+    c.host_window = window.get();
+    c.keep_alive = window;
+    return c;
+  };
+  window->Close();
+  auto closed = rt->Submit(s, {copy()});
+  ASSERT_TRUE(closed.ok());
+  Status st = rt->SynchronizeSubmission(s, *closed, 1, 10s);
+  EXPECT_EQ(st.code(), StatusCode::kAborted) << st;
+  EXPECT_NE(st.message().find("given up"), std::string_view::npos) << st;
+  EXPECT_EQ(dst, -1.f) << "a copy wrote through a closed window";
+  window->Open();
+  auto open = rt->Submit(s, {copy()});
+  ASSERT_TRUE(open.ok());
+  EXPECT_TRUE(rt->SynchronizeSubmission(s, *open, 1, 10s).ok());
+  EXPECT_EQ(dst, 7.f);
 }
 
 }  // namespace
