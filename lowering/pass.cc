@@ -18,6 +18,9 @@ PassRegistry& PassRegistry::Global() {
                  &DeadCodeEliminationPass});
     r->Register({"fuse-epilogues", "a Gelu or residual Add that only finishes a MatMul becomes its epilogue",
                  &FuseEpiloguesPass});
+    r->Register({"stream-weights",
+                 "stream_weights on the GEMVs when their weights together are too big to stay cached",
+                 &StreamWeightsPass});
     r->Register({"external-weights",
                  "ge.externalWeight: Consts to weight files (FileConstant), or FileConstants back to Consts",
                  &ExternalWeightsPass});
@@ -46,7 +49,7 @@ StatusOr<const PassDef*> PassRegistry::Find(std::string_view name) const {
 const std::vector<std::string>& V1Pipeline() {
   static const std::vector<std::string> pipeline = {
       "validate",         "infer-shapes",   "const-fold",     "dead-code-elimination", "external-weights", "fuse-epilogues",
-      "mark-tiling-sink", "assign-engines", "assign-streams", "insert-events",         "plan-memory",
+      "stream-weights",   "mark-tiling-sink", "assign-engines", "assign-streams", "insert-events",         "plan-memory",
       "gen-tasks"};
   return pipeline;
 }

@@ -4,7 +4,7 @@
 //
 // The v1 pipeline, in order (V1Pipeline()):
 //   validate -> infer-shapes -> const-fold -> dead-code-elimination -> external-weights -> fuse-epilogues ->
-//   mark-tiling-sink -> assign-engines -> assign-streams -> insert-events -> plan-memory -> gen-tasks
+//   stream-weights -> mark-tiling-sink -> assign-engines -> assign-streams -> insert-events -> plan-memory -> gen-tasks
 //
 // Annotations (the contract between passes; a later pass reads only these and the graph):
 //   _engine       string   assign-engines: "AICore", "AICPU" or "host"
@@ -90,6 +90,7 @@ Status InferShapesPass(PassContext& ctx);         // infer_shapes.cc
 Status ConstFoldPass(PassContext& ctx);           // const_fold.cc
 Status DeadCodeEliminationPass(PassContext& ctx); // dead_code.cc
 Status FuseEpiloguesPass(PassContext& ctx);        // fuse_epilogues.cc
+Status StreamWeightsPass(PassContext& ctx);       // stream_weights.cc
 Status ExternalWeightsPass(PassContext& ctx);     // external_weights.cc
 Status AssignEnginesPass(PassContext& ctx);       // assign_engines.cc
 Status AssignStreamsPass(PassContext& ctx);       // assign_streams.cc

@@ -27,6 +27,7 @@
 #endif
 
 #include "graph/ir/half.h"
+#include "graph/kernels/gemv_prefetch.h"
 #include "graph/ir/types.h"
 
 namespace npuflow::graph {
@@ -256,17 +257,15 @@ inline void GemmTile(const GemmMatrix& a, const GemmMatrix& b, const float* bias
 // AVX-512), lanes summed pairwise.
 //
 // The weights are read once per step and never again before the next one, so the GEMV prefetches
-// them kGemvPrefetchBytes ahead as non-temporal (prefetchnta): they pass through L1 without
-// evicting what the rest of the step keeps in L2 and L3 (activations, the KV cache, the runtime's
-// own state). Measured on GPT-2 117M decode at 1 thread, alternating runs: f32 46-52 -> 60-70
-// tokens/s, f16 80-110 -> 115-125; a T0 prefetch at the same distance gained a few percent only.
+// them ahead as non-temporal (prefetchnta): they pass through L1 without evicting what the rest of
+// the step keeps in L2 and L3 (activations, the KV cache, the runtime's own state). Measured on
+// GPT-2 117M decode at 1 thread, alternating runs: f32 46-52 -> 60-70 tokens/s, f16 80-110 ->
+// 115-125; a T0 prefetch at the same distance gained a few percent only. How far ahead: see
+// graph/kernels/gemv_prefetch.h (the MatMul's stream_weights picks the lead).
 
 // Output columns per device block the GEMV's tiling aims for (graph/ops/nn.cc): 768 KiB of f16
 // or 1.5 MiB of f32 weights at K = 768.
 inline constexpr std::int64_t kGemvBlockColumns = 512;
-
-// How far ahead of its loads the GEMV prefetches a weight row (2048 measured about the same).
-inline constexpr int kGemvPrefetchBytes = 4096;
 
 namespace gemm_internal {
 
@@ -307,13 +306,15 @@ template <bool Stream>
   }
 }
 
+// `lead`: the prefetch distance in bytes, when Stream.
 template <bool Stream = false>
-[[gnu::always_inline]] inline float DotF32(const float* __restrict a, const float* __restrict w, std::int64_t k) {
+[[gnu::always_inline]] inline float DotF32(const float* __restrict a, const float* __restrict w, std::int64_t k,
+                                           std::size_t lead = kGemvPrefetchBytes) {
   std::int64_t i = 0;
 #if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
   __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (; i + kGemvLanes <= k; i += kGemvLanes) {
-    PrefetchWeights<Stream>(w + i, kGemvPrefetchBytes);
+    PrefetchWeights<Stream>(w + i, lead);
     for (int l = 0; l < 4; ++l)
       v[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * l), _mm256_loadu_ps(w + i + 8 * l), v[l]);
   }
@@ -321,7 +322,7 @@ template <bool Stream = false>
 #else
   float acc[kGemvLanes] = {};
   for (; i + kGemvLanes <= k; i += kGemvLanes) {
-    PrefetchWeights<Stream>(w + i, kGemvPrefetchBytes);
+    PrefetchWeights<Stream>(w + i, lead);
     for (int l = 0; l < kGemvLanes; ++l) acc[l] += a[i + l] * w[i + l];
   }
   float sum = ReduceLanes(acc);
@@ -340,7 +341,8 @@ template <bool Stream = false>
 #endif
 
 // Always a GEMV's weights: prefetched as a stream.
-[[gnu::always_inline]] inline float DotF16(const float* __restrict a, const std::uint16_t* __restrict w, std::int64_t k) {
+[[gnu::always_inline]] inline float DotF16(const float* __restrict a, const std::uint16_t* __restrict w, std::int64_t k,
+                                           std::size_t lead) {
   std::int64_t i = 0;
 #if defined(__AVX512F__)
   // 64 lanes as 4 x 16 in zmm registers: one conversion per 16 weights instead of per 8 keeps the
@@ -348,7 +350,7 @@ template <bool Stream = false>
   // machine; f32 stays on ymm, where zmm loads were slower).
   __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   for (; i + 64 <= k; i += 64) {
-    PrefetchWeights<true>(w + i, kGemvPrefetchBytes);
+    PrefetchWeights<true>(w + i, lead);
     for (int l = 0; l < 4; ++l) {
       const __m512 wf = HalvesToFloats(w + i + 16 * l);
       v[l] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16 * l), wf, v[l]);
@@ -363,7 +365,7 @@ template <bool Stream = false>
 #elif defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
   __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (; i + kGemvLanes <= k; i += kGemvLanes) {
-    PrefetchWeights<true>(w + i, kGemvPrefetchBytes);
+    PrefetchWeights<true>(w + i, lead);
     for (int l = 0; l < 4; ++l) {
       const __m256 wf = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8 * l)));
       v[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * l), wf, v[l]);
@@ -373,7 +375,7 @@ template <bool Stream = false>
 #else
   float acc[kGemvLanes] = {};
   for (; i + kGemvLanes <= k; i += kGemvLanes) {
-    PrefetchWeights<true>(w + i, kGemvPrefetchBytes);
+    PrefetchWeights<true>(w + i, lead);
     for (int l = 0; l < kGemvLanes; ++l) acc[l] += a[i + l] * HalfToFloat(w[i + l]);
   }
   float sum = ReduceLanes(acc);
@@ -385,16 +387,17 @@ template <bool Stream = false>
 }  // namespace gemm_internal
 
 // c[j] = sum_k a[k] * B(k, j) (+ bias[j]) for j in [j0, j1): a is f32[k], c f32; B f32, f16 or
-// bf16, stored [N][K] when b.transposed (the Linear layout), else [K][N].
+// bf16, stored [N][K] when b.transposed (the Linear layout), else [K][N]. `lead`: the prefetch
+// distance in bytes (GemvPrefetchLead).
 inline void Gemv(const float* a, const GemmMatrix& b, const float* bias, float* c, std::int64_t k, std::int64_t j0,
-                 std::int64_t j1) {
+                 std::int64_t j1, std::size_t lead) {
   using namespace gemm_internal;
   if (b.transposed) {
     for (std::int64_t j = j0; j < j1; ++j) {
       float s;
       switch (b.dtype) {
-        case DataType::kFloat32: s = DotF32<true>(a, static_cast<const float*>(b.data) + j * b.ld, k); break;
-        case DataType::kFloat16: s = DotF16(a, static_cast<const std::uint16_t*>(b.data) + j * b.ld, k); break;
+        case DataType::kFloat32: s = DotF32<true>(a, static_cast<const float*>(b.data) + j * b.ld, k, lead); break;
+        case DataType::kFloat16: s = DotF16(a, static_cast<const std::uint16_t*>(b.data) + j * b.ld, k, lead); break;
         default: {
           s = 0.f;
           const auto* w = static_cast<const std::uint16_t*>(b.data) + j * b.ld;

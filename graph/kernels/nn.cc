@@ -7,7 +7,8 @@
 //   MatMul       ints[0] transpose_a, ints[1] transpose_b, ints[2] has bias, ints[3] has a residual (the
 //                input after a, b [, bias], added after the activation), ints[4] activation (0 none,
 //                1 gelu), ints[5] LayerNorm prologue (the last two inputs gamma, beta; one f32 row
-//                only, GEMV path) with floats[0] its epsilon
+//                only, GEMV path) with floats[0] its epsilon, ints[6] the GEMV's weights stream from
+//                memory (a prefetch lead only, graph/kernels/gemv_prefetch.h)
 //   BatchMatMul  ints[0] transpose_a, ints[1] transpose_b
 //   Softmax      ints[0] axis (normalized)
 //   LayerNorm    floats[0] epsilon
@@ -181,6 +182,7 @@ struct GemmProblem {
   int activation = 0;     // 0 none, 1 gelu
   bool norm = false;      // the prologue (MatMul): a is LayerNorm(a, gamma, beta) first
   float norm_eps = 0;
+  bool stream = false;  // GEMV only: the weights stream from memory (the short prefetch lead)
   std::uint32_t residual_input = 0, gamma_input = 0;  // where the epilogue's and prologue's inputs are
   std::int64_t tiles_m = 0, tiles_n = 0;
   std::int64_t items() const { return batch * tiles_m * tiles_n; }
@@ -217,6 +219,7 @@ StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, b
   g.activation = batched ? 0 : static_cast<int>(p.ints[4]);
   g.norm = !batched && p.ints[5] != 0;
   g.norm_eps = p.floats[0];
+  g.stream = !batched && p.ints[6] != 0;
   if (p.num_inputs != 2 + (g.bias ? 1u : 0u) + (g.residual ? 1u : 0u) + (g.norm ? 2u : 0u))
     return Status::ParamInvalid("{}: params say bias {}, residual {} and norm {} but there are {} inputs", kernel,
                                 g.bias, g.residual, g.norm, p.num_inputs);
@@ -323,7 +326,7 @@ Status RunGemm(KernelContext& ctx, std::string_view kernel, bool batched) {
       row = normed.data();
     }
     const GemmMatrix bm{b.data, b.dtype, g.tb ? g.k : g.n, g.tb};
-    Gemv(row, bm, bias, reinterpret_cast<float*>(c.data), g.k, j0, j1);
+    Gemv(row, bm, bias, reinterpret_cast<float*>(c.data), g.k, j0, j1, GemvPrefetchLead(g.stream));
     if (g.activation != 0 || g.residual) {
       const float* residual = nullptr;
       if (g.residual) {

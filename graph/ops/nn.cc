@@ -11,7 +11,10 @@
 //                           prologue (the same pass): attr fused_norm (bool) with
 //                           fused_norm_epsilon (float, default 1e-5): a is one f32 row [1, K]
 //                           (not transposed) and is LayerNorm(a, gamma, beta) first, gamma and
-//                           beta [K] f32, the last two inputs.
+//                           beta [K] f32, the last two inputs. attr stream_weights (bool, a
+//                           speed choice only; lowering's stream-weights pass sets it): on the
+//                           GEMV path, b streams from memory, so the kernel prefetches it with the
+//                           short lead (graph/kernels/gemv_prefetch.h).
 //   BatchMatMul(a, b)       same attrs; a [..., M, K], b [..., K, N], rank >= 3, the batch dims
 //                           broadcast (NumPy); out [batch..., M, N].
 //   Softmax(x)              attr axis (int, default -1); numerically stable (max subtracted).
@@ -130,6 +133,7 @@ struct MatMulFlags {
   int activation = 0;     // 0 none, 1 gelu (MatMul only)
   bool norm = false;      // a is LayerNorm(a, gamma, beta) first: the last two inputs (MatMul only)
   double norm_eps = 1e-5;
+  bool stream = false;    // a GEMV's weights stream from memory: the short prefetch lead (MatMul only)
   // Inputs: a, b [, bias] [, residual] [, gamma, beta]; how many come before the residual.
   std::size_t Plain(std::size_t inputs) const { return inputs - (residual ? 1 : 0) - (norm ? 2 : 0); }
 };
@@ -148,6 +152,7 @@ StatusOr<MatMulFlags> ReadMatMulFlags(const OpDesc& op) {
     }
     NPUFLOW_ASSIGN_OR_RETURN(f.norm, op.AttrOr<bool>("fused_norm", false));
     NPUFLOW_ASSIGN_OR_RETURN(f.norm_eps, op.AttrOr<double>("fused_norm_epsilon", 1e-5));
+    NPUFLOW_ASSIGN_OR_RETURN(f.stream, op.AttrOr<bool>("stream_weights", false));
   }
   return f;
 }
@@ -356,6 +361,7 @@ Status ParamsMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, KernelP
   p.ints[3] = f.residual ? 1 : 0;
   p.ints[4] = f.activation;
   p.ints[5] = f.norm ? 1 : 0;
+  p.ints[6] = f.stream ? 1 : 0;
   p.floats[0] = static_cast<float>(f.norm_eps);
   return Status::Ok();
 }

@@ -297,6 +297,26 @@ TEST(Passes, FuseEpiloguesLeavesAMatMulThatAlreadyHasANormPrologue) {
   EXPECT_EQ(text.find("fused_residual"), std::string::npos) << text;
 }
 
+// stream-weights: the GEMVs' weights together above graph::kGemvCachedWeightBytes (16 MiB) stream
+// from memory: every GEMV gets stream_weights; a MatMul of two rows is no GEMV; a graph's own
+// stream_weights=false stays; small weights leave the graph as it was.
+TEST(Passes, StreamWeightsMarksTheGemvsWhenTheirWeightsCannotStayCached) {
+  const std::string big = Data("x", {1, 256}) + Data("w", {256, 20000}) + Data("w2", {20000, 4}) +
+                          Data("y", {2, 256}) + Data("w3", {4, 4}) + Op("mm1", "MatMul", {"x", "w"}) +
+                          Op("mm2", "MatMul", {"mm1", "w2"}) + Op("mm3", "MatMul", {"y", "w"}) +
+                          Op("mm4", "MatMul", {"mm2", "w3"}, "attr { key: \"stream_weights\" value { b: false } } ") +
+                          Op("out", "NetOutput", {"mm3", "mm4"});
+  const std::string text = RunText(big, Upto("stream-weights"));
+  EXPECT_NE(text.find("mm1 = MatMul(x, w) -> f32[1, 20000] {stream_weights=true}"), std::string::npos) << text;
+  EXPECT_NE(text.find("mm2 = MatMul(mm1, w2) -> f32[1, 4] {stream_weights=true}"), std::string::npos) << text;
+  EXPECT_NE(text.find("mm3 = MatMul(y, w) -> f32[2, 20000]\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("mm4 = MatMul(mm2, w3) -> f32[1, 4] {stream_weights=false}"), std::string::npos) << text;
+
+  const std::string small = Data("x", {1, 256}) + Data("w", {256, 4000}) + Op("mm", "MatMul", {"x", "w"}) +
+                            Op("out", "NetOutput", {"mm"});
+  EXPECT_EQ(RunText(small, Upto("stream-weights")), RunText(small, Upto("fuse-epilogues")));
+}
+
 // `npuflow info` counts what one execution runs: every stream's tasks by kind, and the kernel blocks.
 TEST(Passes, DescribeModelCountsWhatAnExecutionRuns) {
   for (bool single : {false, true}) {

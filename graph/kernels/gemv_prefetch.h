@@ -1,0 +1,37 @@
+// How far ahead a GEMV prefetches its weights (graph/kernels/matmul.h), and when the compiler
+// marks a MatMul's weights as streaming from memory (lowering/stream_weights.cc).
+//
+// It depends on where the weights can be. Weights that may still sit in the last-level cache from
+// the execution before get a long lead (kGemvPrefetchBytes): the hardware prefetchers do not run far
+// ahead of L3 hits by themselves. Weights that cannot stay cached stream from memory, where a long
+// non-temporal software lead works against the hardware's own stream prefetcher (the lines land in
+// L1 only, so the L2 prefetcher is not trained): a short lead (kGemvStreamPrefetchBytes) leaves the
+// streaming to the hardware and only covers the next lines.
+//
+// Measured 2026-11-29 on the GPT-2 decode step, 1 thread, greedy, builds alternated, kernel us a
+// step (means of 3): 4 x 256 f32 (64 MB of weights) 6,907 with a 4096-byte lead everywhere
+// against 5,447 with 256 (1,024: 6,269; T0 at 1,024: 6,134); 2 x 64 f32 (13 MB) the other way,
+// 780 with 4096 against 1,357 with 256; GPT-2 117M f16 (250 MB) within the noise of both. What
+// decides is the execution's weights in all, not one matrix: 4 x 256's 1 MB layer matrices stream
+// too, flushed by the 51 MB logits: a per-matrix rule gained 13% over the 4 KiB lead, this one 25%
+// (4 x 256 decode tok/s, three alternated rounds each).
+#pragma once
+
+#include <cstddef>
+
+namespace npuflow::graph {
+
+// The lead for weights that may be cached (2048 measured about the same as 4096).
+inline constexpr std::size_t kGemvPrefetchBytes = 4096;
+// The lead for weights that stream from memory (128 and 256 measured alike, 1024 between).
+inline constexpr std::size_t kGemvStreamPrefetchBytes = 256;
+// GEMV weights of one execution above this many bytes in all are taken to stream from memory:
+// this machine's VM keeps less than that of its 32 MiB L3 across a step (a plain re-read of 13 MB
+// or more runs at memory speed).
+inline constexpr std::size_t kGemvCachedWeightBytes = std::size_t{16} << 20;
+
+constexpr std::size_t GemvPrefetchLead(bool stream) {
+  return stream ? kGemvStreamPrefetchBytes : kGemvPrefetchBytes;
+}
+
+}  // namespace npuflow::graph

@@ -1,0 +1,54 @@
+// stream-weights: how the GEMVs of one execution prefetch their weights (graph/kernels/matmul.h).
+//
+// A GEMV (a MatMul of one f32 row, the decode step's shape) reads each weight once per execution.
+// Whether those bytes are still cached when the next execution reads them again depends on how many
+// the execution reads in all, not on one matrix: when the GEMVs' weight operands together exceed
+// graph::kGemvCachedWeightBytes they stream from memory every time, so each of those MatMuls gets
+// `stream_weights=true` and its kernel prefetches with the short lead that leaves the streaming to
+// the hardware prefetcher; below it they keep the long lead that pulls cached lines in early. A
+// choice of speed only: the bits do not change. A graph that already sets stream_weights keeps it.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "graph/kernels/gemv_prefetch.h"
+#include "lowering/pass.h"
+
+namespace npuflow::lowering {
+namespace {
+
+// The GEMV condition of graph/ops/nn.cc's TileMatMul: one f32 row of a, static shapes.
+bool IsGemv(const graph::Node* n) {
+  if (n->type() != "MatMul" || n->inputs().size() < 2 || n->outputs().size() != 1) return false;
+  const graph::TensorDesc& out = n->outputs()[0];
+  const graph::Endpoint& a = n->inputs()[0];
+  if (a.node->outputs()[a.index].dtype != graph::DataType::kFloat32 || !out.shape.is_static() ||
+      out.shape.rank() < 1)
+    return false;
+  std::int64_t rows = 1;
+  for (std::size_t i = 0; i + 1 < out.shape.rank(); ++i) rows *= out.shape.dim(i).size;
+  return rows == 1;
+}
+
+}  // namespace
+
+Status StreamWeightsPass(PassContext& ctx) {
+  std::vector<graph::Node*> gemvs;
+  std::uint64_t bytes = 0;
+  for (graph::Node* n : ctx.graph.nodes()) {
+    if (!IsGemv(n)) continue;
+    const graph::Endpoint& b = n->inputs()[1];
+    const std::optional<std::uint64_t> bytes_b = b.node->outputs()[b.index].bytes();
+    if (!bytes_b) continue;  // not static: not weights
+    bytes += *bytes_b;
+    gemvs.push_back(n);
+  }
+  if (bytes <= graph::kGemvCachedWeightBytes) return Status::Ok();
+  for (graph::Node* n : gemvs) {
+    NPUFLOW_ASSIGN_OR_RETURN(bool set, n->op().AttrOr<bool>("stream_weights", true));
+    if (set) n->op().SetAttr("stream_weights", true);
+  }
+  return Status::Ok();
+}
+
+}  // namespace npuflow::lowering
