@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <random>
@@ -420,6 +421,34 @@ TEST_F(SchedulerRunLoop, ZeroCopyNnExecuteTimeoutThenRunsAgain) {
   auto fine = model_->Execute({x}, std::chrono::seconds(30));
   ASSERT_TRUE(fine.ok()) << fine.status();
   EXPECT_TRUE(IsExpected(*fine, x));
+}
+
+// Host buffers: the output's D2H copy is queued behind a hung kernel when the call times out. The
+// call returns Timeout and the caller's output buffer is never written afterwards (its window is
+// closed before NnExecute returns); the same buffers then run again.
+TEST_F(SchedulerRunLoop, HostBufferNnExecuteTimeoutLeavesTheOutputAlone) {
+  LoadChain({});
+  const Tensor x = Input(2.5f);
+  const float kUntouched = -1234.5f;
+  std::vector<float> out(128, kUntouched);
+  ExecuteArgs args;
+  args.inputs = {DataBuffer::Host(x.data.data(), x.data.size())};
+  args.outputs = {DataBuffer::Host(out.data(), out.size() * sizeof(float))};
+  args.timeout = std::chrono::milliseconds(200);
+
+  Inject(FaultKind::kHang, 2);  // the first kernel: the output's copy waits behind it
+  Status hung = WithDeadline("NnExecute with host buffers on a hung model", [&] { return model_->NnExecute(args); });
+  EXPECT_EQ(hung.code(), StatusCode::kTimeout) << hung;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [&](float v) { return v == kUntouched; }))
+      << "the output was written although the call timed out before its copy";
+
+  args.timeout = std::chrono::seconds(30);
+  Status again = model_->NnExecute(args);
+  ASSERT_TRUE(again.ok()) << again;
+  Tensor got = graph::ZeroTensor(x.desc);
+  std::memcpy(got.data.data(), out.data(), got.data.size());
+  EXPECT_TRUE(IsExpected({got}, x));
 }
 
 // A device error on the NnExecute path is that call's error; end of sequence keeps its code.
