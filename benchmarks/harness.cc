@@ -173,10 +173,9 @@ double Counter(const Results& results, const std::string& bench, const std::stri
 
 float SumStream(const void* data, std::size_t bytes) {
   const auto* f = static_cast<const float*>(data);
-  const std::size_t lead = graph::GemvPrefetchLead(bytes > graph::kGemvCachedWeightBytes);  // as the GEMV would
   float acc[32] = {};
   for (std::size_t i = 0; i + 32 <= bytes / sizeof(float); i += 32) {
-    graph::gemm_internal::PrefetchWeights<true>(f + i, lead);
+    graph::gemm_internal::PrefetchWeights<true>(f + i, graph::kGemvStreamPrefetchBytes);
     for (int l = 0; l < 32; ++l) acc[l] += f[i + l];
   }
   float s = 0;

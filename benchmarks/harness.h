@@ -78,8 +78,10 @@ double Rate(const Results& results, const std::string& bench);
 double NsPer(const Results& results, const std::string& bench);
 
 // The plain read a memory-bound kernel is measured against: `bytes` of f32 summed in 32 lanes,
-// prefetched non-temporally ahead as the GEMV prefetches weights of `bytes` in all
-// (graph/kernels/gemv_prefetch.h), so the baseline streams as fast as one thread can. Returns the sum (for DoNotOptimize).
+// prefetched non-temporally ahead as the GEMV prefetches weights that stream from memory (the
+// short lead, graph/kernels/gemv_prefetch.h), so the baseline streams from memory as fast as one
+// thread can. Until 2026-11-29 it used the 4 KiB lead, slower from memory: rooflines read before
+// then are lower. Returns the sum (for DoNotOptimize).
 float SumStream(const void* data, std::size_t bytes);
 
 }  // namespace npuflow::bench

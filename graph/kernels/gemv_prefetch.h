@@ -25,9 +25,10 @@ namespace npuflow::graph {
 inline constexpr std::size_t kGemvPrefetchBytes = 4096;
 // The lead for weights that stream from memory (128 and 256 measured alike, 1024 between).
 inline constexpr std::size_t kGemvStreamPrefetchBytes = 256;
-// GEMV weights of one execution above this many bytes in all are taken to stream from memory:
-// this machine's VM keeps less than that of its 32 MiB L3 across a step (a plain re-read of 13 MB
-// or more runs at memory speed).
+// GEMV weights of one execution above this many bytes in all are taken to stream from memory. A
+// cut between the two models measured (13 MB ran faster with the long lead, 64 MB with the short
+// one), not a measured cache size: a plain re-read of 13 MB already ran near memory speed on this
+// VM, yet the 13 MB model's GEMVs gained from the long lead.
 inline constexpr std::size_t kGemvCachedWeightBytes = std::size_t{16} << 20;
 
 constexpr std::size_t GemvPrefetchLead(bool stream) {

@@ -642,6 +642,16 @@ TEST(TensorOps, KernelParamsLayout) {
   auto sp = EncodeKernelParams(*split, s, {F32Desc(Shape{2, 4})}, {F32Desc(Shape{2, 2}), F32Desc(Shape{2, 2})});
   ASSERT_TRUE(sp.ok()) << sp.status();
   EXPECT_EQ(sp->ints[0], 1);
+  // MatMul: stream_weights (set by lowering's stream-weights pass) reaches the kernel as ints[6];
+  // BatchMatMul never streams (the kernel reads ints[6] for MatMul only).
+  const OpDef* matmul = OpRegistry::Global().Find("MatMul").value();
+  for (bool stream : {false, true}) {
+    const OpDesc m = Op("MatMul", {{"transpose_b", true}, {"stream_weights", stream}});
+    auto mp = EncodeKernelParams(*matmul, m, {F32Desc(Shape{1, 4}), F32Desc(Shape{3, 4})}, {F32Desc(Shape{1, 3})});
+    ASSERT_TRUE(mp.ok()) << mp.status();
+    EXPECT_EQ(mp->ints[1], 1);
+    EXPECT_EQ(mp->ints[6], stream ? 1 : 0);
+  }
 }
 
 }  // namespace

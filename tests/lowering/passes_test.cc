@@ -315,6 +315,10 @@ TEST(Passes, StreamWeightsMarksTheGemvsWhenTheirWeightsCannotStayCached) {
   const std::string small = Data("x", {1, 256}) + Data("w", {256, 4000}) + Op("mm", "MatMul", {"x", "w"}) +
                             Op("out", "NetOutput", {"mm"});
   EXPECT_EQ(RunText(small, Upto("stream-weights")), RunText(small, Upto("fuse-epilogues")));
+  // One 12 MB matrix read by two GEMVs is cached once: not marked.
+  const std::string shared = Data("x", {1, 256}) + Data("w", {256, 12000}) + Op("mm1", "MatMul", {"x", "w"}) +
+                             Op("mm2", "MatMul", {"x", "w"}) + Op("out", "NetOutput", {"mm1", "mm2"});
+  EXPECT_EQ(RunText(shared, Upto("stream-weights")).find("stream_weights"), std::string::npos);
 }
 
 // `npuflow info` counts what one execution runs: every stream's tasks by kind, and the kernel blocks.

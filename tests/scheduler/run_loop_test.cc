@@ -436,7 +436,7 @@ TEST_F(SchedulerRunLoop, HostBufferNnExecuteTimeoutLeavesTheOutputAlone) {
   args.outputs = {DataBuffer::Host(out.data(), out.size() * sizeof(float))};
   args.timeout = std::chrono::milliseconds(200);
 
-  Inject(FaultKind::kHang, 2);  // the first kernel: the output's copy waits behind it
+  Inject(FaultKind::kHang);  // the first kernel: the output's copy waits behind it
   Status hung = WithDeadline("NnExecute with host buffers on a hung model", [&] { return model_->NnExecute(args); });
   EXPECT_EQ(hung.code(), StatusCode::kTimeout) << hung;
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
