@@ -248,17 +248,19 @@ Status ReportGenerations(const std::vector<Generation>& gens, const Gpt2Run& run
                        wall_s > 0 ? tokens / wall_s : 0.0, virtual_s > 0 ? tokens / virtual_s : 0.0, gens.size(),
                        gens.size() == 1 ? "" : "s",
                        wall_s > 0 ? tokens / static_cast<double>(gens.size()) / wall_s : 0.0);
-    double step_ms = 0, kernel_ms = 0;
+    double step_ms = 0, kernel_ms = 0, copy_ms = 0;
     int steps = 0;
     for (const Generation& g : gens) {
       step_ms += g.decode_step_wall_ms;
       kernel_ms += g.decode_kernel_wall_ms;
+      copy_ms += g.decode_copy_wall_ms;
       steps += g.decode_steps;
     }
     if (steps > 0)
-      out << fmt::format("decode step: {:.1f} us wall, {:.1f} us of it in kernels, {:.1f} us the rest ({}; "
-                         "the kernels of every stream on the device)\n",
+      out << fmt::format("decode step: {:.1f} us wall, {:.1f} us of it in kernels, {:.1f} us the rest ({:.1f} us "
+                         "of that in DMA copies; {}; the kernels and copies of every stream on the device)\n",
                          step_ms * 1e3 / steps, kernel_ms * 1e3 / steps, (step_ms - kernel_ms) * 1e3 / steps,
+                         copy_ms * 1e3 / steps,
                          gens.size() == 1 ? "one stream" : "streams side by side: the split is not per step");
   }
   return Status::Ok();

@@ -759,4 +759,9 @@ std::uint64_t Runtime::KernelWallNs(int device) const {
   return dev.ok() ? (*dev)->device->kernel_ns.load(std::memory_order_relaxed) : 0;
 }
 
+std::uint64_t Runtime::DmaCopyWallNs(int device) const {
+  auto dev = Dev(device);
+  return dev.ok() ? (*dev)->device->dma_copy_ns.load(std::memory_order_relaxed) : 0;
+}
+
 }  // namespace npuflow::npu_sim

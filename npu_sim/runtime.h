@@ -180,6 +180,8 @@ class Runtime {
   // DeviceStats::kernel_ns alone, without the locks Stats takes (0 for an unknown device): cheap
   // enough to read around every step.
   std::uint64_t KernelWallNs(int device) const;
+  // DeviceStats::dma_copy_ns alone, the same way: the DMA channels' wall time inside copies.
+  std::uint64_t DmaCopyWallNs(int device) const;
 
   // Host-visible device memory, the simulator's GPUDirect-Storage-style path: the bytes
   // [ptr, ptr + bytes) of a live allocation, range checked, the allocation kept alive while the

@@ -233,12 +233,14 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
     if (!prefilled) {
       const bool decoding = !g.ids.empty();
       const std::uint64_t k0 = decoding ? rt.KernelWallNs(device) : 0;
+      const std::uint64_t c0 = decoding ? rt.DmaCopyWallNs(device) : 0;
       const auto s0 = decoding ? Clock::now() : Clock::time_point{};
       NPUFLOW_RETURN_IF_ERROR(
           Step(stream, token, n_past, logits).WithContext(fmt::format("stream {} step {}", stream, n_past)));
       if (decoding) {
         g.decode_step_wall_ms += std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
         g.decode_kernel_wall_ms += static_cast<double>(rt.KernelWallNs(device) - k0) / 1e6;
+        g.decode_copy_wall_ms += static_cast<double>(rt.DmaCopyWallNs(device) - c0) / 1e6;
         ++g.decode_steps;
       }
       ++n_past;

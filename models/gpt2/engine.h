@@ -73,9 +73,11 @@ struct Generation {
   // The decode steps after the first generated token alone (no sampling): their wall time, and the
   // device's kernel wall time meanwhile (npu_sim's DeviceStats::kernel_ns: every stream of the
   // device, so with one generation at a time the step's own kernels). Their difference is what
-  // the runtime costs per step beyond its kernels.
+  // the runtime costs per step beyond its kernels. Of that, the DMA channels' wall time inside
+  // copies meanwhile (DeviceStats::dma_copy_ns: the step's input H2D and logits D2H memcpy).
   double decode_step_wall_ms = 0;
   double decode_kernel_wall_ms = 0;
+  double decode_copy_wall_ms = 0;
   int decode_steps = 0;
   int steps = 0;                  // executions: decode steps (prompt tokens + generated - 1), or with a
                                   // batch prefill 1 + generated - 1

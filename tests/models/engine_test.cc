@@ -110,7 +110,7 @@ TEST_F(Gpt2EngineTest, F16LogitsMatchThePlainForwardPass) {
 
 // The decode step is one stream with no event tasks (its side branches are too small to pay for
 // an event pair), unless the session asks for several; and a generation reports its decode steps'
-// wall time and the kernels' share of it.
+// wall time, the kernels' share of it and the DMA copies' (each step copies its logits out).
 TEST_F(Gpt2EngineTest, TheDecodeStepIsOneStreamWithoutEventsAndReportsItsKernelTime) {
   Init();
   const std::string path = Make("one.bin", {.layers = 2, .embd = 64, .heads = 4, .ctx = 32, .vocab = 300, .seed = 3});
@@ -123,6 +123,8 @@ TEST_F(Gpt2EngineTest, TheDecodeStepIsOneStreamWithoutEventsAndReportsItsKernelT
   ASSERT_EQ(g->ids.size(), 8u);
   EXPECT_EQ(g->decode_steps, 7);  // the steps after the first generated token
   EXPECT_GT(g->decode_kernel_wall_ms, 0);
+  EXPECT_GT(g->decode_copy_wall_ms, 0);
+  EXPECT_LT(g->decode_copy_wall_ms, g->decode_step_wall_ms) << "a step's copies run inside it, one after another";
   engine->reset();
 
   auto multi = Gpt2Engine::Create(path, {.session_options = {{"ge.enableSingleStream", "false"}}});
