@@ -320,7 +320,8 @@ void BM_GemvPairedWithRead(benchmark::State& state, DataType dtype) {
   using Clock = std::chrono::steady_clock;
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    graph::Gemv(a.data(), b, nullptr, c.data(), kGemvK, 0, n, graph::GemvPrefetchLead(kGemvBytes > graph::kGemvCachedWeightBytes));
+    graph::Gemv(a.data(), b, nullptr, c.data(), kGemvK, 0, n,
+                graph::GemvPrefetchLead(kGemvBytes > graph::kGemvCachedWeightBytes));
     benchmark::DoNotOptimize(c.data());
     const auto t1 = Clock::now();
     benchmark::DoNotOptimize(SumStream(w.get(), kGemvBytes));

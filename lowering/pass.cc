@@ -48,9 +48,9 @@ StatusOr<const PassDef*> PassRegistry::Find(std::string_view name) const {
 
 const std::vector<std::string>& V1Pipeline() {
   static const std::vector<std::string> pipeline = {
-      "validate",         "infer-shapes",   "const-fold",     "dead-code-elimination", "external-weights", "fuse-epilogues",
-      "stream-weights",   "mark-tiling-sink", "assign-engines", "assign-streams", "insert-events",         "plan-memory",
-      "gen-tasks"};
+      "validate",       "infer-shapes",     "const-fold",     "dead-code-elimination", "external-weights",
+      "fuse-epilogues", "stream-weights",   "mark-tiling-sink", "assign-engines",      "assign-streams",
+      "insert-events",  "plan-memory",      "gen-tasks"};
   return pipeline;
 }
 

@@ -25,17 +25,10 @@
 namespace npuflow::lowering {
 namespace {
 
-// The GEMV condition of graph/ops/nn.cc's TileMatMul: one f32 row of a, static shapes.
 bool IsGemv(const graph::Node* n) {
   if (n->type() != "MatMul" || n->inputs().size() < 2 || n->outputs().size() != 1) return false;
-  const graph::TensorDesc& out = n->outputs()[0];
   const graph::Endpoint& a = n->inputs()[0];
-  if (a.node->outputs()[a.index].dtype != graph::DataType::kFloat32 || !out.shape.is_static() ||
-      out.shape.rank() < 1)
-    return false;
-  std::int64_t rows = 1;
-  for (std::size_t i = 0; i + 1 < out.shape.rank(); ++i) rows *= out.shape.dim(i).size;
-  return rows == 1;
+  return graph::RunsAsGemv(n->outputs()[0].shape, a.node->outputs()[a.index].dtype);
 }
 
 }  // namespace

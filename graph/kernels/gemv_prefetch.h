@@ -1,5 +1,6 @@
-// How far ahead a GEMV prefetches its weights (graph/kernels/matmul.h), and when the compiler
-// marks a MatMul's weights as streaming from memory (lowering/stream_weights.cc).
+// Which MatMuls run as a GEMV, how far ahead a GEMV prefetches its weights (graph/kernels/matmul.h),
+// and when the compiler marks a MatMul's weights as streaming from memory
+// (lowering/stream_weights.cc).
 //
 // It depends on where the weights can be. Weights that may still sit in the last-level cache from
 // the execution before get a long lead (kGemvPrefetchBytes): the hardware prefetchers do not run far
@@ -18,8 +19,22 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+
+#include "graph/ir/types.h"
 
 namespace npuflow::graph {
+
+// The GEMV path: one f32 row of a (every output dimension but the last is 1), static shapes. One
+// rule for the three that must agree: TileMatMul (graph/ops/nn.cc) splits such a MatMul by output
+// columns, the kernel (graph/kernels/nn.cc) runs it through Gemv, and the stream-weights pass
+// counts its b.
+inline bool RunsAsGemv(const Shape& out, DataType a_dtype) {
+  if (a_dtype != DataType::kFloat32 || !out.is_static() || out.rank() < 1) return false;
+  std::int64_t rows = 1;
+  for (std::size_t i = 0; i + 1 < out.rank(); ++i) rows *= out.dim(i).size;
+  return rows == 1;
+}
 
 // The lead for weights that may be cached (2048 measured about the same as 4096).
 inline constexpr std::size_t kGemvPrefetchBytes = 4096;

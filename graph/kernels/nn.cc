@@ -275,8 +275,8 @@ StatusOr<GemmProblem> ReadGemm(const KernelParams& p, std::string_view kernel, b
   return g;
 }
 
-// One f32 row against any B (batch 1, M = 1): the GEMV path. TileMatMul (graph/ops/nn.cc) tiles the
-// same condition by output columns.
+// One f32 row against any B (batch 1, M = 1): the GEMV path, graph::RunsAsGemv (gemv_prefetch.h)
+// seen from the kernel's side. TileMatMul (graph/ops/nn.cc) tiles the same condition by output columns.
 bool IsGemv(const GemmProblem& g, const KernelParams& p) {
   return g.batch == 1 && g.m == 1 && p.input(0).data_type() == DataType::kFloat32 &&
          p.output(0).data_type() == DataType::kFloat32;

@@ -319,7 +319,7 @@ StatusOr<TilingInfo> TileMatMul(const OpDesc& op, const std::vector<TensorDesc>&
   const Shape& c = out[0].shape;
   const std::size_t r = c.rank();
   TilingInfo t;
-  if (Product(c, 0, r - 1) == 1 && in[0].dtype == DataType::kFloat32) {
+  if (RunsAsGemv(c, in[0].dtype)) {
     // The GEMV path (one f32 row): blocks of kGemvBlockColumns output columns. Each block streams
     // its own rows of B, so a block must be long enough that the start-up of the stream and the
     // dispatch do not dominate (128 columns cost GPT-2 10-25% of its decode speed against 512).

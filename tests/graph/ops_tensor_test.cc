@@ -642,8 +642,8 @@ TEST(TensorOps, KernelParamsLayout) {
   auto sp = EncodeKernelParams(*split, s, {F32Desc(Shape{2, 4})}, {F32Desc(Shape{2, 2}), F32Desc(Shape{2, 2})});
   ASSERT_TRUE(sp.ok()) << sp.status();
   EXPECT_EQ(sp->ints[0], 1);
-  // MatMul: stream_weights (set by lowering's stream-weights pass) reaches the kernel as ints[6];
-  // BatchMatMul never streams (the kernel reads ints[6] for MatMul only).
+  // MatMul: stream_weights (set by lowering's stream-weights pass) reaches the kernel as ints[6]
+  // (which the kernel reads for MatMul only).
   const OpDef* matmul = OpRegistry::Global().Find("MatMul").value();
   for (bool stream : {false, true}) {
     const OpDesc m = Op("MatMul", {{"transpose_b", true}, {"stream_weights", stream}});
