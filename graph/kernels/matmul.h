@@ -340,29 +340,38 @@ template <bool Stream = false>
 }
 #endif
 
-// Always a GEMV's weights: prefetched as a stream.
+// Always a GEMV's weights: prefetched as a stream. Two loops, for where the weights are (the
+// lead, gemv_prefetch.h, says which): weights that may be cached run 4 x 16 lanes in zmm registers
+// (one conversion per 16 weights: 1.2-1.4x the ymm loop's GB/s when measured, 2026-11-22, with
+// the long lead everywhere); weights that stream from memory run 4 x 8 in ymm registers, which at
+// the short lead read faster on this VM's AMD EPYC (K = 768 over 192 MiB, 2026-11-29: 29.3-31.2
+// GB/s against 21.5-22.7 for the zmm loop; 12 MiB cached at the long lead: zmm 26-29, ymm 25-27).
+// The two sum in different orders: a model's GEMVs all take the same one (stream-weights decides
+// for the whole execution).
 [[gnu::always_inline]] inline float DotF16(const float* __restrict a, const std::uint16_t* __restrict w, std::int64_t k,
                                            std::size_t lead) {
   std::int64_t i = 0;
 #if defined(__AVX512F__)
-  // 64 lanes as 4 x 16 in zmm registers: one conversion per 16 weights instead of per 8 keeps the
-  // loop bound by memory rather than by the converts (1.2-1.4x the ymm loop's GB/s on this
-  // machine; f32 stays on ymm, where zmm loads were slower).
-  __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (; i + 64 <= k; i += 64) {
-    PrefetchWeights<true>(w + i, lead);
-    for (int l = 0; l < 4; ++l) {
-      const __m512 wf = HalvesToFloats(w + i + 16 * l);
-      v[l] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16 * l), wf, v[l]);
+  if (lead >= kGemvPrefetchBytes) {
+    __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (; i + 64 <= k; i += 64) {
+      PrefetchWeights<true>(w + i, lead);
+      for (int l = 0; l < 4; ++l) {
+        const __m512 wf = HalvesToFloats(w + i + 16 * l);
+        v[l] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16 * l), wf, v[l]);
+      }
     }
+    for (; i + 16 <= k; i += 16) {
+      const __m512 wf = HalvesToFloats(w + i);
+      v[0] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), wf, v[0]);
+    }
+    const __m512 s16 = _mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3]));
+    float sum = Sum8(_mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, s16, 0), _mm512_extractf32x8_ps(s16, 1)));
+    for (; i < k; ++i) sum += a[i] * HalfToFloat(w[i]);
+    return sum;
   }
-  for (; i + 16 <= k; i += 16) {
-    const __m512 wf = HalvesToFloats(w + i);
-    v[0] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), wf, v[0]);
-  }
-  const __m512 s16 = _mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3]));
-  float sum = Sum8(_mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, s16, 0), _mm512_extractf32x8_ps(s16, 1)));
-#elif defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+#endif
+#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
   __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (; i + kGemvLanes <= k; i += kGemvLanes) {
     PrefetchWeights<true>(w + i, lead);
