@@ -25,10 +25,10 @@
 
 namespace npuflow::graph {
 
-// The GEMV path: one f32 row of a (every output dimension but the last is 1), static shapes. One
-// rule for the three that must agree: TileMatMul (graph/ops/nn.cc) splits such a MatMul by output
-// columns, the kernel (graph/kernels/nn.cc) runs it through Gemv, and the stream-weights pass
-// counts its b.
+// The GEMV path: one f32 row of a (every output dimension but the last is 1), static shapes.
+// TileMatMul (graph/ops/nn.cc) splits such a MatMul by output columns and the stream-weights pass
+// counts its b, both by this rule; the kernel (graph/kernels/nn.cc, IsGemv) runs it through Gemv
+// by the same condition seen from its GEMM problem (batch 1, M 1, f32 in and out).
 inline bool RunsAsGemv(const Shape& out, DataType a_dtype) {
   if (a_dtype != DataType::kFloat32 || !out.is_static() || out.rank() < 1) return false;
   std::int64_t rows = 1;
@@ -49,5 +49,10 @@ inline constexpr std::size_t kGemvCachedWeightBytes = std::size_t{16} << 20;
 constexpr std::size_t GemvPrefetchLead(bool stream) {
   return stream ? kGemvStreamPrefetchBytes : kGemvPrefetchBytes;
 }
+
+// Whether a lead is the one for weights that stream from memory (the f16 GEMV also picks its loop
+// by it, matmul.h: a speed choice, the bits are the same).
+static_assert(kGemvStreamPrefetchBytes < kGemvPrefetchBytes);
+constexpr bool GemvLeadStreams(std::size_t lead) { return lead < kGemvPrefetchBytes; }
 
 }  // namespace npuflow::graph

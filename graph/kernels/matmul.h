@@ -338,21 +338,28 @@ template <bool Stream = false>
 [[gnu::always_inline]] inline __m512 HalvesToFloats(const std::uint16_t* p) {
   return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
+
+// 8 f16 -> 8 f32.
+[[gnu::always_inline]] inline __m256 HalvesToFloats8(const std::uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 #endif
 
-// Always a GEMV's weights: prefetched as a stream. Two loops, for where the weights are (the
-// lead, gemv_prefetch.h, says which): weights that may be cached run 4 x 16 lanes in zmm registers
-// (one conversion per 16 weights: 1.2-1.4x the ymm loop's GB/s when measured, 2026-11-22, with
-// the long lead everywhere); weights that stream from memory run 4 x 8 in ymm registers, which at
-// the short lead read faster on this VM's AMD EPYC (K = 768 over 192 MiB, 2026-11-29: 29.3-31.2
-// GB/s against 21.5-22.7 for the zmm loop; 12 MiB cached at the long lead: zmm 26-29, ymm 25-27).
-// The two sum in different orders: a model's GEMVs all take the same one (stream-weights decides
-// for the whole execution).
+// Always a GEMV's weights: prefetched as a stream. With AVX-512, 64 lanes as 4 x 16: the
+// accumulators of a zmm loop. Two loops keep them, for where the weights are (the lead says which,
+// GemvLeadStreams): weights that may be cached convert 16 weights at a time in zmm registers (1.2-1.4x
+// the 8-wide loop's GB/s when measured, 2026-11-22, with the long lead everywhere); weights that
+// stream from memory convert 8 at a time, each zmm accumulator held as two ymm halves, which at the
+// short lead read faster on this VM's AMD EPYC (K = 768 over 192 MiB, 2026-11-29: 28-31 GB/s
+// against 20-23 for the zmm loop; 12 MiB cached at the long lead: zmm 45-46, the halves 39-41).
+// Both add the same products in the same order, so they give the same bits: which one runs is a
+// speed choice only. Without AVX-512, 32 lanes as 4 x 8 in ymm registers (other bits).
 [[gnu::always_inline]] inline float DotF16(const float* __restrict a, const std::uint16_t* __restrict w, std::int64_t k,
                                            std::size_t lead) {
   std::int64_t i = 0;
-#if defined(__AVX512F__)
-  if (lead >= kGemvPrefetchBytes) {
+#if defined(__AVX512F__) && defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+  float sum;
+  if (!GemvLeadStreams(lead)) {
     __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (; i + 64 <= k; i += 64) {
       PrefetchWeights<true>(w + i, lead);
@@ -366,12 +373,28 @@ template <bool Stream = false>
       v[0] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), wf, v[0]);
     }
     const __m512 s16 = _mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3]));
-    float sum = Sum8(_mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, s16, 0), _mm512_extractf32x8_ps(s16, 1)));
-    for (; i < k; ++i) sum += a[i] * HalfToFloat(w[i]);
-    return sum;
+    sum = Sum8(_mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, s16, 0), _mm512_extractf32x8_ps(s16, 1)));
+  } else {
+    // lo[l] / hi[l]: lanes 0-7 / 8-15 of the zmm loop's v[l].
+    __m256 lo[4], hi[4];
+    for (int l = 0; l < 4; ++l) lo[l] = hi[l] = _mm256_setzero_ps();
+    for (; i + 64 <= k; i += 64) {
+      PrefetchWeights<true>(w + i, lead);
+      for (int l = 0; l < 4; ++l) {
+        const std::int64_t at = i + 16 * l;
+        lo[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + at), HalvesToFloats8(w + at), lo[l]);
+        hi[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + at + 8), HalvesToFloats8(w + at + 8), hi[l]);
+      }
+    }
+    for (; i + 16 <= k; i += 16) {
+      lo[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), HalvesToFloats8(w + i), lo[0]);
+      hi[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), HalvesToFloats8(w + i + 8), hi[0]);
+    }
+    const __m256 sl = _mm256_add_ps(_mm256_add_ps(lo[0], lo[1]), _mm256_add_ps(lo[2], lo[3]));
+    const __m256 sh = _mm256_add_ps(_mm256_add_ps(hi[0], hi[1]), _mm256_add_ps(hi[2], hi[3]));
+    sum = Sum8(_mm256_add_ps(sl, sh));
   }
-#endif
-#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+#elif defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
   __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (; i + kGemvLanes <= k; i += kGemvLanes) {
     PrefetchWeights<true>(w + i, lead);
@@ -397,7 +420,8 @@ template <bool Stream = false>
 
 // c[j] = sum_k a[k] * B(k, j) (+ bias[j]) for j in [j0, j1): a is f32[k], c f32; B f32, f16 or
 // bf16, stored [N][K] when b.transposed (the Linear layout), else [K][N]. `lead`: the prefetch
-// distance in bytes (GemvPrefetchLead).
+// distance in bytes (GemvPrefetchLead; for f16 weights it also picks DotF16's loop, the same bits
+// either way).
 inline void Gemv(const float* a, const GemmMatrix& b, const float* bias, float* c, std::int64_t k, std::int64_t j0,
                  std::int64_t j1, std::size_t lead) {
   using namespace gemm_internal;
