@@ -282,6 +282,11 @@ inline float ReduceLanes(float* acc) {
 }
 
 #if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+// 8 f16 -> 8 f32.
+[[gnu::always_inline]] inline __m256 HalvesToFloats8(const std::uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // The 8 lanes of one ymm register, summed pairwise.
 inline float Sum8(__m256 s) {
   __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
@@ -337,11 +342,6 @@ template <bool Stream = false>
 // (-Wmaybe-uninitialized inside avx512fintrin.h).
 [[gnu::always_inline]] inline __m512 HalvesToFloats(const std::uint16_t* p) {
   return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-// 8 f16 -> 8 f32.
-[[gnu::always_inline]] inline __m256 HalvesToFloats8(const std::uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 #endif
 
@@ -399,8 +399,7 @@ template <bool Stream = false>
   for (; i + kGemvLanes <= k; i += kGemvLanes) {
     PrefetchWeights<true>(w + i, lead);
     for (int l = 0; l < 4; ++l) {
-      const __m256 wf = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8 * l)));
-      v[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * l), wf, v[l]);
+      v[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * l), HalvesToFloats8(w + i + 8 * l), v[l]);
     }
   }
   float sum = SumLanes(v);

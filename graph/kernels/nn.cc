@@ -8,7 +8,8 @@
 //                input after a, b [, bias], added after the activation), ints[4] activation (0 none,
 //                1 gelu), ints[5] LayerNorm prologue (the last two inputs gamma, beta; one f32 row
 //                only, GEMV path) with floats[0] its epsilon, ints[6] the GEMV's weights stream from
-//                memory (a prefetch lead only, graph/kernels/gemv_prefetch.h)
+//                memory (the prefetch lead and, for f16, the loop; the same bits either way:
+//                graph/kernels/gemv_prefetch.h)
 //   BatchMatMul  ints[0] transpose_a, ints[1] transpose_b
 //   Softmax      ints[0] axis (normalized)
 //   LayerNorm    floats[0] epsilon
