@@ -1,6 +1,8 @@
 #include "npu_sim/runtime.h"
 
 #include <atomic>
+#include <chrono>
+#include <cstring>
 
 #include <boost/fiber/fss.hpp>
 #include <fmt/format.h>
@@ -736,6 +738,18 @@ Status Runtime::InjectFault(int device, FaultTarget target, int index, Fault fau
 StatusOr<DeviceMemory::Mapping> Runtime::MapForHostWrite(int device, DevicePtr ptr, std::uint64_t bytes) const {
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   return dev->device->memory().Map(ptr, bytes);
+}
+
+Status Runtime::ReadInPlace(int device, void* dst, DevicePtr src, std::uint64_t bytes) const {
+  if (dst == nullptr && bytes > 0) return Status::ParamInvalid("device {}: read of {} bytes into a null host buffer", device, bytes);
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
+  NPUFLOW_ASSIGN_OR_RETURN(DeviceMemory::Mapping from, dev->device->memory().Map(src, bytes));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::memcpy(dst, from.data(), bytes);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+  dev->device->dma_copy_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+  dev->device->dma_copy_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  return Status::Ok();
 }
 
 StatusOr<DeviceStats> Runtime::Stats(int device) const {

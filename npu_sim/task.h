@@ -91,9 +91,12 @@ struct Task {
   // kDeviceToHost only: the destination's window (see HostWindow), owned through keep_alive; null:
   // the destination stays valid until the copy is done.
   HostWindow* host_window = nullptr;
-  // kHostToDevice only: the host has already written the bytes at dst_dev through
-  // Runtime::MapForHostWrite (src_host is unused). The copy checks the range, moves nothing and
-  // costs the same virtual time: the device-side order (a latch recorded after it) is unchanged.
+  // kHostToDevice: the host has already written the bytes at dst_dev through
+  // Runtime::MapForHostWrite (src_host is unused). kDeviceToHost: the host reads the bytes at
+  // src_dev itself once the synchronisation that covers the copy has answered
+  // (Runtime::ReadInPlace; dst_host is unused), and nothing writes them before it has. Either
+  // way the copy checks the range, moves nothing and costs the same virtual time: the
+  // device-side order (a latch recorded after it, the stream's next task) is unchanged.
   bool data_in_place = false;
   // kPeerToPeer: the destination device and its memory (dst_dev is an address there).
   int peer_device = -1;

@@ -156,6 +156,7 @@ Status DmaChannelActor::Copy(DeviceMemory& mem, const CopyRequest& req) {
       return Status::Ok();
     }
     case CopyKind::kDeviceToHost: {
+      if (req.data_in_place) return mem.Map(req.src_dev, req.bytes).status();  // the host reads it (ReadInPlace)
       if (req.dst_host == nullptr) return Status::ParamInvalid("D2H copy with a null host destination");
       NPUFLOW_ASSIGN_OR_RETURN(auto src, mem.Map(req.src_dev, req.bytes));
       if (req.host_window == nullptr) {

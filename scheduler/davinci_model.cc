@@ -132,6 +132,7 @@ Status DavinciModel::Unload() {
     }
   }
   std::unique_lock<std::shared_mutex> exec_lock(exec_mu_);
+  instances_freed_ = true;  // a caller still to read outputs in place finds them gone
   Status first;
   for (auto& inst : instances_) {
     Status s = FreeInstance(*inst);

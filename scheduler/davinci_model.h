@@ -206,6 +206,9 @@ class DavinciModel {
     return in_flight_.load(std::memory_order_relaxed) > 0 || run_loops_.load() > 0 || borrowers_.load() > 0;
   }
   void AddRunLoop(int delta) { run_loops_.fetch_add(delta); }
+  // A Run loop is about to submit to instance 0 on its own (see model_msg::ShareInstance): from
+  // a host thread, before the loop's first submission.
+  Status ShareInstanceWithRunLoop();
   // Runs `hook` when the model is unloaded, first thing, before anything is freed (a Run loop
   // stops there: it submits to the model's execution stream, which Unload destroys). Unloaded
   // already: the hook is not kept, and false is returned.
@@ -321,8 +324,13 @@ class DavinciModel {
     DavinciModel* model_;
     std::shared_ptr<Staging> staging_;
   };
+  // After a run that left its outputs in instance staging.read_in_place's blocks: copies them
+  // into the caller's buffers, then frees the instance (model_msg::OutputsRead).
+  Status ReadOutputsInPlace(const ExecuteArgs& args, const Staging& staging);
+  // outputs_in_place: the D2H copies leave the outputs in the instance's blocks for the caller
+  // (see Staging).
   std::vector<npu_sim::Task> StagedTasks(const std::vector<std::uint64_t>& io, std::uint32_t device_model,
-                                         const std::shared_ptr<Staging>& staging) const;
+                                         const std::shared_ptr<Staging>& staging, bool outputs_in_place) const;
   bool HasGates(int i) const;
   Instance& PickInstance();
   std::vector<std::uint64_t> IoFor(const Instance& inst, const ExecuteArgs& args) const;
@@ -370,6 +378,7 @@ class DavinciModel {
   // Executions hold exec_mu_ shared; Unload aborts the device models (so executions in flight
   // end), then takes it exclusively before releasing anything they use.
   std::shared_mutex exec_mu_;
+  bool instances_freed_ = false;  // under exec_mu_: the unload has freed the instances' blocks
   std::atomic<bool> unloaded_{false};
 
   std::atomic<int> in_flight_{0};

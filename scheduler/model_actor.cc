@@ -22,7 +22,9 @@ class ModelActor {
 
   explicit ModelActor(DavinciModel* model)
       : model_(model), rt_(model->rt_), in_flight_(model->instances_.size(), 0),
-        gates_elided_(model->instances_.size(), false) {}
+        gates_elided_(model->instances_.size(), false), reading_(model->instances_.size(), false),
+        read_ready_(std::make_unique<std::atomic<bool>[]>(model->instances_.size())),
+        shared_(model->instances_.size(), false) {}
 
   void Receive(Message& msg, Ctx& ctx) {
     if (!self_.valid()) self_ = ctx.self();
@@ -75,7 +77,21 @@ class ModelActor {
       held_.push_back(Held{std::move(m.req), std::move(reply)});
       return;
     }
+    if (!waiting_.empty()) {  // behind those waiting for an instance, in arrival order
+      waiting_.push_back(Held{std::move(m.req), std::move(reply)});
+      return;
+    }
     Start(std::move(m.req), std::move(reply), ctx);
+  }
+
+  // The caller of a run that left its outputs in place has read them: the instance is free again
+  // (for the executions that waited for one, first).
+  void On(model_msg::OutputsRead& m, Ctx& ctx) {
+    if (m.instance < 0 || m.instance >= static_cast<int>(reading_.size()) || !reading_[m.instance]) return;
+    EndReading(m.instance);
+    StartWaiting(ctx);
+    GrantExclusiveIfIdle();
+    CheckDrained();
   }
 
   void Start(ExecRequest req, actors::Replier<npu_sim::VTime> reply, Ctx& ctx) {
@@ -96,6 +112,10 @@ class ModelActor {
       return;
     }
     const int i = PickInstance();
+    if (i < 0) {  // every instance holds outputs its caller is still reading: start when one is read
+      waiting_.push_back(Held{std::move(req), std::move(reply)});
+      return;
+    }
     const DavinciModel::Instance& inst = *model_->instances_[i];
     std::vector<std::uint64_t> io = FillIo(i, std::move(req.io));
     // Nothing left for the actor to do before the answer (no timer, no weights to wait for, no
@@ -110,11 +130,14 @@ class ModelActor {
                                npu_sim::RunEndHook{&ModelActor::DirectRunEnded, this, static_cast<std::uint64_t>(i)});
       return;
     }
+    // The caller waits for this run's answer: it reads the outputs where the run leaves them
+    // (unless a Run loop shares the instance).
+    const bool in_place = direct && req.staging != nullptr && !shared_[i];
     actors::Future<StatusOr<npu_sim::VTime>> done;
     if (req.staging == nullptr) {
       done = rt_->ExecuteModelAsync(inst.model, std::move(io));
     } else {
-      std::vector<npu_sim::Task> tasks = model_->StagedTasks(io, inst.model.id, req.staging);
+      std::vector<npu_sim::Task> tasks = model_->StagedTasks(io, inst.model.id, req.staging, in_place);
       const auto count = static_cast<std::uint32_t>(tasks.size());
       auto submitted = rt_->Submit(inst.exec_stream, std::move(tasks));
       if (!submitted.ok()) {
@@ -125,10 +148,21 @@ class ModelActor {
     }
     if (direct) {  // staged: the stream's synchronisation answers the caller
       Busy(i);
-      std::move(done).OnComplete([self = ctx.self(), i, model = id(), reply = std::move(reply),
+      if (in_place) {  // until the caller's OutputsRead, or the run's failure
+        reading_[i] = true;
+        read_ready_[i].store(false, std::memory_order_relaxed);  // published by the submission
+      }
+      // The staging lives until the caller has its answer, which comes after this writes it.
+      std::move(done).OnComplete([self = ctx.self(), i, model = id(), reply = std::move(reply), in_place,
+                                  staging = req.staging.get(), ready = &read_ready_[i],
                                   answered = &answered_](StatusOr<npu_sim::VTime>&& end) mutable {
         answered->fetch_add(1, std::memory_order_release);
-        self.Send(model_msg::RunDone{kAnswered, npu_sim::VTime{}, i});
+        if (in_place && end.ok()) {
+          staging->read_in_place = i;  // the caller reads the outputs, then frees the instance
+          ready->store(true, std::memory_order_release);
+        } else {
+          self.Send(model_msg::RunDone{kAnswered, npu_sim::VTime{}, i, in_place});
+        }
         if (end.ok()) {
           reply.Reply(*end);
         } else {
@@ -200,22 +234,70 @@ class ModelActor {
   }
 
   int PickInstance() {
-    // An idle instance, else the least busy; starting points rotate so load spreads.
+    // An idle instance, else the least busy; starting points rotate so load spreads. Never one
+    // whose outputs a caller is still reading (-1 if that is every instance).
     const std::size_t n = in_flight_.size();
     const std::size_t start = rr_++ % n;
-    std::size_t best = start;
+    int best = -1;
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = (start + k) % n;
+      if (reading_[i]) continue;
       if (in_flight_[i] == 0) return static_cast<int>(i);
-      if (in_flight_[i] < in_flight_[best]) best = i;
+      if (best < 0 || in_flight_[i] < in_flight_[static_cast<std::size_t>(best)]) best = static_cast<int>(i);
     }
-    return static_cast<int>(best);
+    return best;
+  }
+
+  void EndReading(int i) {
+    reading_[i] = false;
+    Idle(i);
+    answered_.fetch_sub(1, std::memory_order_relaxed);
+    AnswerShareWaiters();
+  }
+
+  void On(model_msg::ShareInstance& m, Ctx& ctx) {
+    if (m.instance < 0 || m.instance >= static_cast<int>(shared_.size())) {
+      ctx.ReplyError(Status::ParamInvalid("model {}: no instance {}", id(), m.instance));
+      return;
+    }
+    shared_[m.instance] = true;
+    share_waiters_.push_back({m.instance, ctx.TakeReply()});
+    AnswerShareWaiters();
+  }
+
+  // Run loops waiting for their instance's outputs to be read (or given up).
+  void AnswerShareWaiters() {
+    for (auto it = share_waiters_.begin(); it != share_waiters_.end();) {
+      if (reading_[it->first]) {
+        ++it;
+        continue;
+      }
+      it->second.Reply();
+      it = share_waiters_.erase(it);
+    }
+  }
+
+  // Executions that waited for an instance, in arrival order, while one is free to take.
+  void StartWaiting(Ctx& ctx) {
+    while (!waiting_.empty() && phase_ == Phase::kReady && !exclusive_) {
+      bool free = false;
+      for (bool r : reading_) free = free || !r;
+      if (!free) return;
+      Held h = std::move(waiting_.front());
+      waiting_.pop_front();
+      Start(std::move(h.req), std::move(h.reply), ctx);
+    }
   }
 
   void On(model_msg::RunDone& m, Ctx& ctx) {
     if (m.ticket == kAnswered) {  // a run its caller has already heard of
+      if (m.in_place) {  // it failed: its caller reads nothing
+        reading_[m.instance] = false;
+        AnswerShareWaiters();
+      }
       Idle(m.instance);
       answered_.fetch_sub(1, std::memory_order_relaxed);
+      StartWaiting(ctx);
       GrantExclusiveIfIdle();
       CheckDrained();
       return;
@@ -329,6 +411,7 @@ class ModelActor {
     if (!exclusive_) return;
     exclusive_ = false;
     model_->in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    StartWaiting(ctx);  // they came first
     std::deque<Held> held = std::move(held_);
     held_.clear();
     for (Held& h : held) {
@@ -354,6 +437,16 @@ class ModelActor {
       }
       for (Held& h : held_) h.reply.Fail(Status::Aborted("model {} is unloaded", id()));
       held_.clear();
+      for (Held& h : waiting_) h.reply.Fail(Status::Aborted("model {} is unloaded", id()));
+      waiting_.clear();
+      // Outputs their callers have been told of and have not read yet: the unload does not wait
+      // for them (a caller that never reads, say a fiber nobody resumes, must not hold it up).
+      // The reader finds the model unloaded (DavinciModel::ReadOutputsInPlace), and its
+      // OutputsRead is ignored. Runs still in flight end as the aborts below make them.
+      for (std::size_t i = 0; i < reading_.size(); ++i) {
+        if (!reading_[i] || !read_ready_[i].load(std::memory_order_acquire)) continue;
+        EndReading(static_cast<int>(i));
+      }
       // Executions in flight end now (Aborted); they are answered as their runs come back.
       npu_sim::ScopedHostClient charge(*m.host);
       for (std::size_t i = 0; i < in_flight_.size(); ++i) {
@@ -398,6 +491,13 @@ class ModelActor {
   std::vector<std::size_t> free_;
   bool exclusive_ = false;
   std::deque<Held> held_;
+  // Per instance: a run that leaves its outputs in place is in flight, or its caller is reading
+  // them (Staging); read_ready_: the latter (set by the run's answer, off the actor).
+  std::vector<bool> reading_;
+  std::unique_ptr<std::atomic<bool>[]> read_ready_;
+  std::vector<bool> shared_;  // per instance: a Run loop uses it too (model_msg::ShareInstance)
+  std::vector<std::pair<int, actors::Replier<void>>> share_waiters_;
+  std::deque<Held> waiting_;   // executions that found every instance being read
   std::vector<actors::Replier<void>> unload_waiters_;
   actors::Replier<void> exclusive_waiter_;  // AcquireExclusive waiting for answered runs to be reaped
   // Runs answered straight from the device (see Start) that the actor has not yet reaped. Written

@@ -51,6 +51,11 @@ class DavinciModel;
 // caller may reuse its own at once), outputs written by the device straight into the caller's
 // buffers through a window the caller closes before it returns (npu_sim::HostWindow): nothing
 // writes them after that, whatever became of the run. Owned by the tasks while they run.
+// A run whose caller waits for it (no timeout: ModelActor's direct path) instead leaves its
+// outputs in the instance's own blocks (D2H copies with data_in_place) and the caller reads them
+// there after the answer (Runtime::ReadInPlace): the bytes cross between cores once, into the
+// cache of the thread that reads them next. The instance stays the caller's until it says so
+// (model_msg::OutputsRead), so no other run writes those blocks meanwhile.
 struct Staging {
   std::vector<std::vector<std::uint8_t>> in;  // per input (empty: not staged on its own)
   // Host inputs whose blocks lie together in the input segment go in as one copy: the bytes of
@@ -61,6 +66,9 @@ struct Staging {
   std::vector<void*> out;  // the caller's output buffers (null: not a host output)
   std::vector<std::uint64_t> out_bytes;
   npu_sim::HostWindow window;
+  // Set by the model actor, before the answer, when the run succeeded with its outputs left in
+  // place: the instance whose blocks hold them (-1: the outputs are in the caller's buffers).
+  int read_in_place = -1;
 };
 
 // One execution as a message.
@@ -89,6 +97,20 @@ struct RunDone {  // internal: the device answered ticket's run
   std::uint64_t ticket = 0;
   StatusOr<npu_sim::VTime> end;
   int instance = -1;  // of a run its caller was answered for directly (ticket is then kAnswered)
+  bool in_place = false;  // ... a failed one that was to leave its outputs in place
+};
+// From the caller of a run that left its outputs in place (Staging::read_in_place), once it has
+// read them: the instance may run again.
+struct OutputsRead {
+  static constexpr std::string_view kKind = "OutputsRead";
+  int instance = -1;
+};
+// Ask<void>, from a Run loop starting on `instance`: the loop uses the instance's blocks and
+// execution stream outside the actor, so no run leaves its outputs in place there any more;
+// answered once no caller is still reading outputs there.
+struct ShareInstance {
+  static constexpr std::string_view kKind = "ShareInstance";
+  int instance = 0;
 };
 struct AcquireExclusive {  // Ask<void>: ParamInvalid while anything else runs
   static constexpr std::string_view kKind = "AcquireExclusive";
@@ -104,7 +126,8 @@ struct Unload {  // Ask<void>: answered once nothing of the model runs any more
 };
 }  // namespace model_msg
 
-using ModelMsg = std::variant<model_msg::Execute, model_msg::TimedOut, model_msg::RunDone,
+using ModelMsg = std::variant<model_msg::Execute, model_msg::TimedOut, model_msg::RunDone, model_msg::OutputsRead,
+                              model_msg::ShareInstance,
                               model_msg::AcquireExclusive, model_msg::ReleaseExclusive, model_msg::Unload>;
 
 // Spawns the actor of `model` on its runtime's actor system. The model outlives every message

@@ -149,6 +149,7 @@ Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
   req.host = &host;
   // No copy writes the caller's outputs once this returns (closed before the staging goes back).
   StagingCloser closer(this, req.staging);
+  Staging* const req_staging = req.staging.get();
   // Weights still streaming in when this is sent: the run may start before they land, so its
   // success waits for the load's verdict (a load that records its latches even when it fails).
   const bool weights_settled = weights_landed_.load(std::memory_order_acquire);
@@ -160,9 +161,36 @@ Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
     return end.status().WithContext(self);
   }
   host.clock = std::max(host.clock, *end);
-  // The outputs are in the caller's buffers already (the run's answer came after its copies).
+  // The outputs are in the caller's buffers already (the run's answer came after its copies), or
+  // in the instance's blocks for this thread to read, the instance held until it has.
+  if (req_staging != nullptr && req_staging->read_in_place >= 0) NPUFLOW_RETURN_IF_ERROR(ReadOutputsInPlace(args, *req_staging));
   if (!weights_settled) NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
   return Status::Ok();
+}
+
+Status DavinciModel::ShareInstanceWithRunLoop() {
+  if (!actor_.valid()) return Status::Ok();  // no actor: no run leaves its outputs in place
+  if (actors::detail::InHandler())
+    return Status::Internal("model {}: a Run loop cannot start inside an actor handler", id_);
+  return actor_.Ask(model_msg::ShareInstance{0}).Get();
+}
+
+Status DavinciModel::ReadOutputsInPlace(const ExecuteArgs& args, const Staging& staging) {
+  const int i = staging.read_in_place;
+  Status status;
+  // The unload frees the instance's blocks under the exclusive lock: until then they are there
+  // (an unload that has begun does not wait for this read; see ModelActor's Unload).
+  std::shared_lock<std::shared_mutex> exec_lock(exec_mu_);
+  if (instances_freed_) status = Status::Aborted("model {} was unloaded before its outputs were read", id_);
+  for (std::size_t k = 0; k < args.outputs.size() && status.ok(); ++k) {
+    const DataBuffer& b = args.outputs[k];
+    if (b.host == nullptr || b.bytes == 0) continue;
+    status = rt_->ReadInPlace(config_.device, b.host, OwnOutput(i, k), b.bytes)
+                 .WithContext(fmt::format("model {}: output '{}'", id_, model_->outputs[k].name));
+  }
+  exec_lock.unlock();
+  actor_.Send(model_msg::OutputsRead{i});  // the instance may run again
+  return status;
 }
 
 std::shared_ptr<Staging> DavinciModel::AcquireStaging() {
@@ -227,6 +255,7 @@ void DavinciModel::FillStaging(const ExecuteArgs& args, Staging& staging) const 
   staging.out.assign(m.outputs.size(), nullptr);
   staging.out_bytes.assign(m.outputs.size(), 0);
   staging.window.Open();  // a spare staging is held by no task: no copy can see it reopen
+  staging.read_in_place = -1;
   // A reused staging keeps its capacity: a buffer is empty exactly when its slot is not staged.
   // Host inputs go to the instance's own blocks, at their offsets in the input segment; when
   // every input is a host one and their blocks are close together (only alignment between them)
@@ -276,7 +305,8 @@ void DavinciModel::FillOutputs(const ExecuteArgs& args, Staging& staging) const 
 }
 
 std::vector<npu_sim::Task> DavinciModel::StagedTasks(const std::vector<std::uint64_t>& io, std::uint32_t device_model,
-                                                     const std::shared_ptr<Staging>& staging) const {
+                                                     const std::shared_ptr<Staging>& staging,
+                                                     bool outputs_in_place) const {
   const CompiledModel& m = *model_;
   std::vector<npu_sim::Task> tasks;
   if (!staging->block.empty()) {
@@ -301,8 +331,12 @@ std::vector<npu_sim::Task> DavinciModel::StagedTasks(const std::vector<std::uint
     if (staging->out[i] == nullptr) continue;
     npu_sim::Task c = npu_sim::Task::Copy(npu_sim::CopyKind::kDeviceToHost, staging->out_bytes[i]);
     c.src_dev = npu_sim::DevicePtr{io[m.inputs.size() + i]};
-    c.dst_host = staging->out[i];
-    c.host_window = &staging->window;
+    if (outputs_in_place) {
+      c.data_in_place = true;
+    } else {
+      c.dst_host = staging->out[i];
+      c.host_window = &staging->window;
+    }
     c.name = "output " + m.outputs[i].name;
     c.keep_alive = staging;
     tasks.push_back(std::move(c));
@@ -324,7 +358,7 @@ Status DavinciModel::ExecuteStaged(Instance& inst, std::vector<std::uint64_t> io
   // is closed before this returns: a copy still in flight never touches them after that.
   std::shared_ptr<Staging> staging = AcquireStaging();
   FillStaging(args, *staging);
-  std::vector<npu_sim::Task> tasks = StagedTasks(io, inst.model.id, staging);
+  std::vector<npu_sim::Task> tasks = StagedTasks(io, inst.model.id, staging, /*outputs_in_place=*/false);
   StagingCloser closer(this, std::move(staging));  // after the abort below, on every path
   const auto count = static_cast<std::uint32_t>(tasks.size());
   NPUFLOW_ASSIGN_OR_RETURN(std::uint32_t first, rt_->Submit(inst.exec_stream, std::move(tasks)));

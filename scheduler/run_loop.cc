@@ -265,6 +265,8 @@ StatusOr<std::unique_ptr<RunLoop>> RunLoop::Start(std::shared_ptr<DavinciModel> 
   }
   std::unique_ptr<RunLoop> loop(new RunLoop());
   loop->shared_ = std::move(shared);
+  // The loop writes instance 0's blocks: no NnExecute leaves its outputs there for its caller.
+  NPUFLOW_RETURN_IF_ERROR(loop->shared_->model->ShareInstanceWithRunLoop());
   return loop;
 }
 

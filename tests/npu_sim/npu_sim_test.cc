@@ -1,5 +1,6 @@
 // The simulated device through its host API: chips, memory, streams, events, prefetch and task
 // update, faults, timeouts, device models, traces.
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -160,6 +161,51 @@ TEST(Streams, KernelsRunInSubmissionOrderAndComputeRealResults) {
   ASSERT_TRUE(rt->SynchronizeStream(s).ok());
   for (float v : Read(*rt, c, n)) ASSERT_EQ(v, 30.f);
   EXPECT_GT(rt->HostClock(), 0);
+}
+
+// A D2H copy with data_in_place moves nothing and takes the same virtual time as the copy; the
+// host then reads the bytes itself (ReadInPlace), counted as copy time, and a range outside the
+// allocation fails the copy task (on the stream) and the read (naming the address).
+TEST(Streams, AnInPlaceReadCostsTheCopysTimeAndTheHostReadsTheBytes) {
+  auto rt = MakeRuntime();
+  constexpr std::uint64_t n = 4096;
+  DevicePtr a = rt->Malloc(0, n * 4).value();
+  Stream s = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->LaunchKernel(s, "fill_f32", 4, {a.value, n, FloatBits(2.5f)}).ok());
+  std::vector<float> host(n, -1.f);
+  auto copy = [&](bool in_place, std::uint64_t bytes) {
+    Task t = Task::Copy(CopyKind::kDeviceToHost, bytes);
+    t.src_dev = a;
+    t.data_in_place = in_place;
+    if (!in_place) t.dst_host = host.data();
+    return t;
+  };
+  ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+  const VTime t0 = rt->HostClock();
+  ASSERT_TRUE(rt->Submit(s, {copy(false, n * 4)}).ok());
+  ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+  const VTime copied = rt->HostClock() - t0;
+  for (float v : host) ASSERT_EQ(v, 2.5f);
+
+  std::fill(host.begin(), host.end(), -1.f);
+  const std::uint64_t bytes0 = rt->Stats(0)->dma_copy_bytes;
+  const VTime t1 = rt->HostClock();
+  ASSERT_TRUE(rt->Submit(s, {copy(true, n * 4)}).ok());
+  ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+  EXPECT_EQ(rt->HostClock() - t1, copied);  // the same device time
+  EXPECT_EQ(host[0], -1.f);                  // nothing moved
+  EXPECT_EQ(rt->Stats(0)->dma_copy_bytes, bytes0);
+  ASSERT_TRUE(rt->ReadInPlace(0, host.data(), a, n * 4).ok());
+  for (float v : host) ASSERT_EQ(v, 2.5f);
+  EXPECT_EQ(rt->Stats(0)->dma_copy_bytes, bytes0 + n * 4);  // the host's read is the copy
+
+  ASSERT_TRUE(rt->Submit(s, {copy(true, n * 4 + 4)}).ok());
+  EXPECT_FALSE(rt->SynchronizeStream(s).ok());
+  auto bad = rt->ReadInPlace(0, host.data(), a + 8, n * 4);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find(ToString(a + 8)), std::string_view::npos) << bad;
+  EXPECT_EQ(rt->ReadInPlace(0, nullptr, a, 4).code(), StatusCode::kParamInvalid);
+  EXPECT_FALSE(rt->ReadInPlace(7, host.data(), a, 4).ok());
 }
 
 TEST(Streams, SubmissionsFromManyThreadsAreAppliedInLockOrder) {

@@ -138,6 +138,59 @@ TEST_F(SchedulerConcurrency, EightThreadsTimesHundredRunGraphCallsMatchTheSingle
   EXPECT_EQ(failures.count.load(), 0) << "first failure: " << failures.first;
 }
 
+// Host-buffer calls from more threads than the model has instances. Each run leaves its outputs
+// in its instance's blocks and its caller reads them there after the answer; no other run may
+// write them before it has (the other calls wait for the instance). Then a Run loop starts on
+// the same instance while the calls go on: from then on it shares the instance's blocks, so the
+// calls' runs stop leaving their outputs there. Every answer is the single-threaded one.
+TEST_F(SchedulerConcurrency, HostBufferCallsOnOneInstanceEachReadTheirOwnOutputs) {
+  const int kThreads = 6, kCalls = Repeat(60), kDistinct = 6;
+  Failures failures;
+  std::atomic<int> async_answered{0};
+  auto session = Session::Create({{"npuflow.executionStreams", "1"}});
+  ASSERT_TRUE(session.ok()) << session.status();
+  Session& s = **session;
+  ASSERT_TRUE(s.AddGraph(1, graph::ParseGraphText(kBranches, "branches").value()).ok());
+  ASSERT_TRUE(s.BuildGraph(1).ok());
+  const CompiledModel& cm = *s.GetCompiledModel(1).value();
+  std::vector<std::vector<Tensor>> inputs, expected;
+  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 17, kDistinct, inputs, expected));
+  EXPECT_EQ(s.GetLoadedModel(1).value()->instances(), 1);
+
+  std::atomic<int> calls_done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        const int k = (t + c) % kDistinct;
+        auto out = s.RunGraph(1, inputs[k]);
+        if (!out.ok()) failures.Add(fmt::format("thread {} call {}: {}", t, c, out.status().ToString()));
+        else if (*out != expected[k]) failures.Add(fmt::format("thread {} call {} (inputs {}): outputs differ", t, c, k));
+        calls_done.fetch_add(1);
+      }
+    });
+  }
+  // The Run loop starts once about half the calls are done.
+  while (calls_done.load() < kThreads * kCalls / 2) std::this_thread::yield();
+  const int kAsync = Repeat(30);
+  for (int c = 0; c < kAsync; ++c) {
+    const int k = c % kDistinct;
+    Status st = s.RunGraphAsync(1, inputs[k], [&, k, c](Status r, std::vector<Tensor> outs) {
+      if (!r.ok()) failures.Add(fmt::format("RunGraphAsync {}: {}", c, r.ToString()));
+      else if (outs != expected[k]) failures.Add(fmt::format("RunGraphAsync {}: outputs differ", c));
+      async_answered.fetch_add(1);
+    });
+    if (!st.ok()) {
+      failures.Add(st.ToString());
+      async_answered.fetch_add(1);
+    }
+  }
+  for (auto& th : threads) th.join();
+  for (int i = 0; i < 6000 && async_answered.load() < kAsync; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(async_answered.load(), kAsync);
+  EXPECT_EQ(failures.count.load(), 0) << "first failure: " << failures.first;
+}
+
 TEST_F(SchedulerConcurrency, ConcurrentZeroCopyNnExecuteOnOwnBuffers) {
   const int kThreads = 4, kCalls = Repeat(40);
   auto session = Session::Create({{"npuflow.executionStreams", "3"}});
