@@ -185,6 +185,8 @@ class DavinciModel {
   const CompiledModel& compiled() const { return *model_; }
   std::shared_ptr<const CompiledModel> compiled_shared() const { return model_; }
   int instances() const { return static_cast<int>(instances_.size()); }
+  // Host-buffer executions whose caller read the outputs where the run left them (see Staging).
+  std::uint64_t outputs_read_in_place() const { return reads_in_place_.load(std::memory_order_relaxed); }
   // The device task lists instance `instance` distributed, per model stream, with resolved
   // addresses, weight gates and task updates as npu_sim runs them (for inspection and tests).
   // Out of range: empty.
@@ -206,9 +208,9 @@ class DavinciModel {
     return in_flight_.load(std::memory_order_relaxed) > 0 || run_loops_.load() > 0 || borrowers_.load() > 0;
   }
   void AddRunLoop(int delta) { run_loops_.fetch_add(delta); }
-  // A Run loop is about to submit to instance 0 on its own (see model_msg::ShareInstance): from
-  // a host thread, before the loop's first submission.
-  Status ShareInstanceWithRunLoop();
+  // A Run loop is about to submit to instance 0 on its own (see model_msg::ShareInstance): the
+  // loop waits for this before its first submission. Any thread, handlers included.
+  actors::Future<Status> ShareInstanceWithRunLoop();
   // Runs `hook` when the model is unloaded, first thing, before anything is freed (a Run loop
   // stops there: it submits to the model's execution stream, which Unload destroys). Unloaded
   // already: the hook is not kept, and false is returned.
@@ -379,6 +381,7 @@ class DavinciModel {
   // end), then takes it exclusively before releasing anything they use.
   std::shared_mutex exec_mu_;
   bool instances_freed_ = false;  // under exec_mu_: the unload has freed the instances' blocks
+  std::atomic<std::uint64_t> reads_in_place_{0};
   std::atomic<bool> unloaded_{false};
 
   std::atomic<int> in_flight_{0};

@@ -23,7 +23,7 @@ class ModelActor {
   explicit ModelActor(DavinciModel* model)
       : model_(model), rt_(model->rt_), in_flight_(model->instances_.size(), 0),
         gates_elided_(model->instances_.size(), false), reading_(model->instances_.size(), false),
-        read_ready_(std::make_unique<std::atomic<bool>[]>(model->instances_.size())),
+        read_state_(std::make_unique<std::atomic<int>[]>(model->instances_.size())),
         shared_(model->instances_.size(), false) {}
 
   void Receive(Message& msg, Ctx& ctx) {
@@ -77,7 +77,7 @@ class ModelActor {
       held_.push_back(Held{std::move(m.req), std::move(reply)});
       return;
     }
-    if (!waiting_.empty()) {  // behind those waiting for an instance, in arrival order
+    if (!waiting_.empty() && m.req.staging != nullptr) {  // behind those waiting for an instance, in arrival order
       waiting_.push_back(Held{std::move(m.req), std::move(reply)});
       return;
     }
@@ -111,7 +111,7 @@ class ModelActor {
       else reply.Fail(s.WithContext(fmt::format("model {}", id())));
       return;
     }
-    const int i = PickInstance();
+    const int i = PickInstance(/*writes_own_blocks=*/req.staging != nullptr);
     if (i < 0) {  // every instance holds outputs its caller is still reading: start when one is read
       waiting_.push_back(Held{std::move(req), std::move(reply)});
       return;
@@ -150,16 +150,19 @@ class ModelActor {
       Busy(i);
       if (in_place) {  // until the caller's OutputsRead, or the run's failure
         reading_[i] = true;
-        read_ready_[i].store(false, std::memory_order_relaxed);  // published by the submission
+        read_state_[i].store(kReadRunning, std::memory_order_relaxed);  // published by the submission
       }
-      // The staging lives until the caller has its answer, which comes after this writes it.
+      // The staging lives until the caller has its answer, which comes after this writes it (the
+      // caller waits for it: NnExecute refuses to run inside a handler).
       std::move(done).OnComplete([self = ctx.self(), i, model = id(), reply = std::move(reply), in_place,
-                                  staging = req.staging.get(), ready = &read_ready_[i],
+                                  staging = req.staging.get(), state = &read_state_[i],
                                   answered = &answered_](StatusOr<npu_sim::VTime>&& end) mutable {
         answered->fetch_add(1, std::memory_order_release);
+        int running = kReadRunning;
+        if (in_place && end.ok() && !state->compare_exchange_strong(running, kReadAnswered, std::memory_order_acq_rel))
+          end = Status::Aborted("the model was unloaded as the run ended; its outputs were not read");
         if (in_place && end.ok()) {
           staging->read_in_place = i;  // the caller reads the outputs, then frees the instance
-          ready->store(true, std::memory_order_release);
         } else {
           self.Send(model_msg::RunDone{kAnswered, npu_sim::VTime{}, i, in_place});
         }
@@ -233,15 +236,16 @@ class ModelActor {
     return io;
   }
 
-  int PickInstance() {
-    // An idle instance, else the least busy; starting points rotate so load spreads. Never one
-    // whose outputs a caller is still reading (-1 if that is every instance).
+  int PickInstance(bool writes_own_blocks) {
+    // An idle instance, else the least busy; starting points rotate so load spreads. A run that
+    // writes the instance's own blocks (host buffers) never takes one whose outputs a caller is
+    // still reading (-1 if that is every instance); a zero-copy run may.
     const std::size_t n = in_flight_.size();
     const std::size_t start = rr_++ % n;
     int best = -1;
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = (start + k) % n;
-      if (reading_[i]) continue;
+      if (writes_own_blocks && reading_[i]) continue;
       if (in_flight_[i] == 0) return static_cast<int>(i);
       if (best < 0 || in_flight_[i] < in_flight_[static_cast<std::size_t>(best)]) best = static_cast<int>(i);
     }
@@ -439,13 +443,14 @@ class ModelActor {
       held_.clear();
       for (Held& h : waiting_) h.reply.Fail(Status::Aborted("model {} is unloaded", id()));
       waiting_.clear();
-      // Outputs their callers have been told of and have not read yet: the unload does not wait
-      // for them (a caller that never reads, say a fiber nobody resumes, must not hold it up).
-      // The reader finds the model unloaded (DavinciModel::ReadOutputsInPlace), and its
-      // OutputsRead is ignored. Runs still in flight end as the aborts below make them.
+      // Outputs in place: the unload never waits for a caller to read them (one that never
+      // does, say a fiber nobody resumes, must not hold it up). Those already answered are
+      // released now: the reader finds the blocks freed or not (DavinciModel::ReadOutputsInPlace)
+      // and its OutputsRead is ignored. Those still running end with their runs, whatever the
+      // device does: a run that still succeeds answers Aborted instead of leaving its outputs.
       for (std::size_t i = 0; i < reading_.size(); ++i) {
-        if (!reading_[i] || !read_ready_[i].load(std::memory_order_acquire)) continue;
-        EndReading(static_cast<int>(i));
+        if (reading_[i] && read_state_[i].exchange(kReadUnloading, std::memory_order_acq_rel) == kReadAnswered)
+          EndReading(static_cast<int>(i));
       }
       // Executions in flight end now (Aborted); they are answered as their runs come back.
       npu_sim::ScopedHostClient charge(*m.host);
@@ -492,9 +497,11 @@ class ModelActor {
   bool exclusive_ = false;
   std::deque<Held> held_;
   // Per instance: a run that leaves its outputs in place is in flight, or its caller is reading
-  // them (Staging); read_ready_: the latter (set by the run's answer, off the actor).
+  // them (Staging). read_state_ says which, between the run's answer (off the actor) and an
+  // unload: kReadRunning, then kReadAnswered (the answer's) or kReadUnloading (the unload's).
+  static constexpr int kReadRunning = 0, kReadAnswered = 1, kReadUnloading = 2;
   std::vector<bool> reading_;
-  std::unique_ptr<std::atomic<bool>[]> read_ready_;
+  std::unique_ptr<std::atomic<int>[]> read_state_;
   std::vector<bool> shared_;  // per instance: a Run loop uses it too (model_msg::ShareInstance)
   std::vector<std::pair<int, actors::Replier<void>>> share_waiters_;
   std::deque<Held> waiting_;   // executions that found every instance being read

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "actors/adaptive_wait.h"
 #include "graph/ir/tensor_access.h"
 
 namespace npuflow::scheduler {
@@ -126,6 +128,9 @@ Status DavinciModel::NnExecute(const ExecuteArgs& args) {
 Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
   // Once unloaded the actor is retired (an execution sent now would fail as not delivered).
   if (unloaded_.load(std::memory_order_acquire)) return Status::Aborted("model {} is unloaded", id_);
+  // Refused before anything is sent: a caller that could not wait for the answer would leave a
+  // run whose outputs nobody reads (and its instance held).
+  if (actors::detail::InHandler()) return actors::detail::WaitInHandlerError("NnExecute");
   NPUFLOW_RETURN_IF_ERROR(CheckArgs(args));
   const CompiledModel& m = *model_;
   ExecRequest req;
@@ -168,19 +173,24 @@ Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
   return Status::Ok();
 }
 
-Status DavinciModel::ShareInstanceWithRunLoop() {
-  if (!actor_.valid()) return Status::Ok();  // no actor: no run leaves its outputs in place
-  if (actors::detail::InHandler())
-    return Status::Internal("model {}: a Run loop cannot start inside an actor handler", id_);
-  return actor_.Ask(model_msg::ShareInstance{0}).Get();
+actors::Future<Status> DavinciModel::ShareInstanceWithRunLoop() {
+  if (!actor_.valid()) return actors::Future<Status>::Ready(Status::Ok());  // no actor: no run leaves its outputs in place
+  return actor_.Ask(model_msg::ShareInstance{0});
 }
 
 Status DavinciModel::ReadOutputsInPlace(const ExecuteArgs& args, const Staging& staging) {
   const int i = staging.read_in_place;
   Status status;
   // The unload frees the instance's blocks under the exclusive lock: until then they are there
-  // (an unload that has begun does not wait for this read; see ModelActor's Unload).
-  std::shared_lock<std::shared_mutex> exec_lock(exec_mu_);
+  // (an unload that has begun does not wait for this read; see ModelActor's Unload). The unload
+  // may hold the lock across a fiber switch (its device model's destruction waits on an actor):
+  // a fiber here yields rather than block the thread that unload runs on.
+  std::shared_lock<std::shared_mutex> exec_lock(exec_mu_, std::defer_lock);
+  const bool fiber = actors::InFiberWait();
+  while (!exec_lock.try_lock()) {
+    if (fiber) actors::SpinPause(true);
+    else std::this_thread::yield();
+  }
   if (instances_freed_) status = Status::Aborted("model {} was unloaded before its outputs were read", id_);
   for (std::size_t k = 0; k < args.outputs.size() && status.ok(); ++k) {
     const DataBuffer& b = args.outputs[k];
@@ -189,6 +199,7 @@ Status DavinciModel::ReadOutputsInPlace(const ExecuteArgs& args, const Staging& 
                  .WithContext(fmt::format("model {}: output '{}'", id_, model_->outputs[k].name));
   }
   exec_lock.unlock();
+  if (status.ok()) reads_in_place_.fetch_add(1, std::memory_order_relaxed);
   actor_.Send(model_msg::OutputsRead{i});  // the instance may run again
   return status;
 }

@@ -40,6 +40,7 @@ struct RunLoop::Shared {
   DeadlineTimer* timer = nullptr;
   npu_sim::Timeout timeout;
   actors::Address<LoopMsg> actor;
+  actors::Future<Status> share;  // the model's answer to ShareInstance, taken by the loop's actor
   mutable std::mutex mu;
   Status status;  // Ok while running
   bool running = true;
@@ -130,6 +131,15 @@ class RunLoopActor {
   }
 
   void StartNext(actors::Context<Message>& ctx) {
+    if (!shared_ready_ && !queue_.empty()) {  // the first submission waits for ShareInstance's answer
+      if (share_asked_) return;
+      share_asked_ = true;
+      ctx.Then(std::move(shared_->share), [this, self = ctx.self()](Status) {
+        shared_ready_ = true;  // an error means the model is gone: the submission says so
+        self.Send(PushItem{});  // a nudge
+      });
+      return;
+    }
     while (!queue_.empty() && !current_) {
       current_ = std::move(queue_.front());
       queue_.pop_front();
@@ -228,6 +238,7 @@ class RunLoopActor {
   std::uint64_t seq_ = 0;
   DeadlineTimer::Id timer_ = 0;
   bool stopped_ = false;
+  bool share_asked_ = false, shared_ready_ = false;  // see StartNext
   bool abort_pending_ = false;     // a stop's device abort has not completed yet
   bool current_sync_done_ = false; // the item in flight's synchronize has answered
   bool timed_out_ = false;         // the item in flight timed out
@@ -248,6 +259,9 @@ StatusOr<std::unique_ptr<RunLoop>> RunLoop::Start(std::shared_ptr<DavinciModel> 
   shared->timer = &mm->timer();
   shared->timeout = timeout;
   shared->model->AddRunLoop(1);
+  // The loop writes instance 0's blocks: no NnExecute may leave its outputs there for its caller
+  // any more. The loop's first submission waits for the answer (RunLoopActor::StartNext).
+  shared->share = shared->model->ShareInstanceWithRunLoop();
   shared->actor = shared->rt->system().Spawn<RunLoopActor>(fmt::format("model{}.runloop", shared->model->id()), shared);
   // Unloading the model stops the loop before its streams go: the item in flight is aborted and,
   // like the queued ones and later pushes, answered "unloaded" (it used to submit to a destroyed
@@ -265,8 +279,6 @@ StatusOr<std::unique_ptr<RunLoop>> RunLoop::Start(std::shared_ptr<DavinciModel> 
   }
   std::unique_ptr<RunLoop> loop(new RunLoop());
   loop->shared_ = std::move(shared);
-  // The loop writes instance 0's blocks: no NnExecute leaves its outputs there for its caller.
-  NPUFLOW_RETURN_IF_ERROR(loop->shared_->model->ShareInstanceWithRunLoop());
   return loop;
 }
 

@@ -172,6 +172,12 @@ TEST_F(SchedulerConcurrency, HostBufferCallsOnOneInstanceEachReadTheirOwnOutputs
   }
   // The Run loop starts once about half the calls are done.
   while (calls_done.load() < kThreads * kCalls / 2) std::this_thread::yield();
+  std::shared_ptr<DavinciModel> model = s.GetLoadedModel(1).value();
+  // The calls so far read their outputs in place (on the actor's path; the caller's path, which
+  // this binary also runs as, copies them out in the stream).
+  const bool actor_path = DefaultExecutePath().value_or(ExecutePath::kActor) == ExecutePath::kActor;
+  if (actor_path) EXPECT_GT(model->outputs_read_in_place(), 0u);
+  else EXPECT_EQ(model->outputs_read_in_place(), 0u);
   const int kAsync = Repeat(30);
   for (int c = 0; c < kAsync; ++c) {
     const int k = c % kDistinct;
@@ -186,6 +192,14 @@ TEST_F(SchedulerConcurrency, HostBufferCallsOnOneInstanceEachReadTheirOwnOutputs
     }
   }
   for (auto& th : threads) th.join();
+  // Once the loop shares the instance, no call reads in place any more.
+  const std::uint64_t read_in_place = model->outputs_read_in_place();
+  for (int k = 0; k < kDistinct; ++k) {
+    auto out = s.RunGraph(1, inputs[k]);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(*out, expected[k]);
+  }
+  EXPECT_EQ(model->outputs_read_in_place(), read_in_place);
   for (int i = 0; i < 6000 && async_answered.load() < kAsync; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(async_answered.load(), kAsync);
   EXPECT_EQ(failures.count.load(), 0) << "first failure: " << failures.first;
