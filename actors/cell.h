@@ -76,6 +76,9 @@ struct SystemCore {
   bool deterministic = false;
   bool tap_hook = true;
   int batch = 64;
+  // One worker (and not deterministic): every actor a drain wakes runs on this thread after it
+  // (LocalHandoffs), as nobody else could run it in parallel.
+  bool queue_handoffs = false;
   std::atomic<bool> stopping{false};
   std::atomic<DeliveryTap*> tap{nullptr};
   std::atomic<std::int64_t> external_posts{0};  // external senders between check and trigger
@@ -240,6 +243,22 @@ struct DrainThreadState {
   bool in_drain = false;
 };
 DrainThreadState& ThisThread();
+
+// Actors a drain woke beyond its one handoff, in a system with one worker: they run on this
+// thread after the current chain (RunDrains), in the order they were woken, instead of as
+// spawned flow-graph tasks (a task per hop is what a kernel's parts cost otherwise: a 24-block
+// kernel is 24 parts). What is left when a chain ends is spawned, so nothing waits on a thread
+// that goes idle. Shared by the drains nested on a thread.
+struct LocalHandoffs {
+  static constexpr std::uint32_t kCapacity = 256;
+  CellBase* cells[kCapacity];
+  std::uint32_t head = 0, tail = 0;
+  bool empty() const { return head == tail; }
+  bool full() const { return tail - head == kCapacity; }
+  void Push(CellBase* cell) { cells[tail++ % kCapacity] = cell; }
+  CellBase* Pop() { return empty() ? nullptr : cells[head++ % kCapacity]; }
+};
+LocalHandoffs& ThisThreadHandoffs();
 
 // Lanes of a thread outside the system, keyed by receiver uid. Dropped (and marked closed) when
 // the thread exits.

@@ -20,6 +20,11 @@ DrainThreadState& ThisThread() {
   return state;
 }
 
+LocalHandoffs& ThisThreadHandoffs() {
+  thread_local LocalHandoffs handoffs;
+  return handoffs;
+}
+
 bool InHandler() {
   const DrainThreadState& ts = ThisThread();
   return ts.in_drain && ts.current != nullptr;
@@ -85,9 +90,18 @@ void CellBase::Spawn() { node_->try_put(tbb::flow::continue_msg()); }
 
 void CellBase::Schedule() {
   DrainThreadState& ts = ThisThread();
-  if (ts.handoff == nullptr && PostingFromInside()) {
-    ts.handoff = this;
-    return;
+  if (PostingFromInside()) {
+    if (ts.handoff == nullptr) {
+      ts.handoff = this;
+      return;
+    }
+    if (core_->queue_handoffs) {
+      LocalHandoffs& local = ThisThreadHandoffs();
+      if (!local.full()) {
+        local.Push(this);
+        return;
+      }
+    }
   }
   Spawn();
 }
@@ -108,12 +122,18 @@ struct DrainScope {
 void CellBase::RunDrains(CellBase* cell) {
   DrainThreadState& ts = ThisThread();
   DrainScope scope(ts);
+  LocalHandoffs& local = ThisThreadHandoffs();
   int hops = 0;
   while (cell != nullptr) {
     ts.current = cell;
     const PassResult r = cell->pass_fn_(cell);
     ts.current = nullptr;
     CellBase* next = std::exchange(ts.handoff, nullptr);
+    if (next == nullptr) next = local.Pop();
+    if (next != nullptr && next->core_ != cell->core_) {  // another system's (a nested drain): its own graph runs it
+      next->Spawn();
+      next = nullptr;
+    }
     if (r.parked) {
       // The tap holds the head message and the timer owns the token: the pass has settled the
       // counter already, and `cell` may be draining on another thread by now.
@@ -126,8 +146,11 @@ void CellBase::RunDrains(CellBase* cell) {
     const std::int64_t left = cell->pending_.fetch_sub(sub, std::memory_order_acq_rel) - sub;
     if (left > 0) {
       // More arrived while draining: this drain keeps the token. A woken actor is spawned so it
-      // can run in parallel.
-      if (next != nullptr) next->Spawn();
+      // can run in parallel (with one worker, it waits its turn here).
+      if (next != nullptr) {
+        if (cell->core_->queue_handoffs && !local.full()) local.Push(next);
+        else next->Spawn();
+      }
       if (r.handled == 0 || ++hops >= kMaxHandoffs) {
         // Once shutdown has begun, what is left is swept by Shutdown itself: no respawn loop.
         if (!cell->core_->stopping.load(std::memory_order_acquire)) cell->Spawn();
@@ -142,6 +165,8 @@ void CellBase::RunDrains(CellBase* cell) {
     }
     cell = next;
   }
+  // The chain ends here: what this thread still holds goes to the flow graph.
+  while (CellBase* left = local.Pop()) left->Spawn();
 }
 
 void CellBase::PostClosure(UniqueFunction<void()> fn) {
@@ -307,6 +332,7 @@ System::System(SystemOptions options) {
   core_.deterministic = options.deterministic;
   core_.tap_hook = options.tap_hook;
   core_.batch = options.batch;
+  core_.queue_handoffs = workers_ == 1 && !options.deterministic;
   core_.default_supervisor = [](const ActorFailure& f) {
     NPUFLOW_LOG_ERROR(kActors, "actor '{}' failed on {}: {}", f.actor_name, f.kind, f.status.ToString());
   };

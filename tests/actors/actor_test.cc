@@ -1,4 +1,5 @@
 // The actor runtime's guarantees, under real threads with many repetitions.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -9,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "actors/system.h"
@@ -308,6 +310,55 @@ class Forwarder {
  private:
   Address<Doubler::Message> to_;
 };
+
+// With one worker, the actors a handler wakes run on that worker right after it, in the order it
+// woke them (the first as its handoff, the others from the thread's local queue), instead of as
+// spawned tasks; more than the queue holds are spawned, and none is lost.
+class Waker {
+ public:
+  struct Wake {
+    std::vector<Address<std::variant<int>>> targets;
+  };
+  using Message = std::variant<Wake>;
+  void Receive(Message& msg, Context<Message>&) {
+    Wake& w = std::get<Wake>(msg);
+    for (std::size_t i = 0; i < w.targets.size(); ++i) w.targets[i].Send(static_cast<int>(i));
+  }
+};
+class Recorder {
+ public:
+  using Message = std::variant<int>;
+  Recorder(std::mutex* mu, std::vector<int>* order) : mu_(mu), order_(order) {}
+  void Receive(Message& msg, Context<Message>&) {
+    std::lock_guard<std::mutex> lock(*mu_);
+    order_->push_back(std::get<int>(msg));
+  }
+
+ private:
+  std::mutex* mu_;
+  std::vector<int>* order_;
+};
+
+TEST(Actors, WithOneWorkerWokenActorsRunInTheOrderTheyWereWoken) {
+  for (const int n : {24, 600}) {  // 600: beyond the local queue's 256
+    System system({.workers = 1});
+    std::mutex mu;
+    std::vector<int> order;
+    std::vector<Address<std::variant<int>>> targets;
+    for (int i = 0; i < n; ++i) targets.push_back(system.Spawn<Recorder>(fmt::format("r{}", i), &mu, &order));
+    auto waker = system.Spawn<Waker>("waker");
+    waker.Send(Waker::Wake{targets});
+    system.WaitIdle();
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(order.size(), static_cast<std::size_t>(n));
+    std::vector<int> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    for (int i = 0; i < n; ++i) ASSERT_EQ(sorted[i], i) << "lost or duplicated";
+    if (n == 24) {
+      for (int i = 0; i < n; ++i) EXPECT_EQ(order[i], i) << "woken in order, run in order";
+    }
+  }
+}
 
 TEST(Actors, ForwardLetsTheReceiverAnswerTheOriginalAsker) {
   System system({.workers = 2});
