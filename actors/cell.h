@@ -21,7 +21,8 @@
 // handler sends to an idle actor, that actor is not spawned but handed off: it runs on this
 // thread right after the current drain (the flow graph's task bypass, one level up). A ping-pong
 // between two actors then stays on one core with no task allocation; a chain of handoffs is cut
-// after kMaxHandoffs and continues as a spawned task, so no actor starves the others.
+// after kMaxHandoffs and continues as a spawned task, so no actor starves the others. With one
+// worker, the other actors a drain wakes queue behind the handoff too (LocalHandoffs).
 #pragma once
 
 #include <atomic>
