@@ -741,7 +741,8 @@ StatusOr<DeviceMemory::Mapping> Runtime::MapForHostWrite(int device, DevicePtr p
 }
 
 Status Runtime::ReadInPlace(int device, void* dst, DevicePtr src, std::uint64_t bytes) const {
-  if (dst == nullptr && bytes > 0) return Status::ParamInvalid("device {}: read of {} bytes into a null host buffer", device, bytes);
+  if (dst == nullptr && bytes > 0)
+    return Status::ParamInvalid("device {}: read of {} bytes into a null host buffer", device, bytes);
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(device));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceMemory::Mapping from, dev->device->memory().Map(src, bytes));
   const auto t0 = std::chrono::steady_clock::now();

@@ -168,13 +168,15 @@ Status DavinciModel::NnExecuteThroughActor(const ExecuteArgs& args) {
   host.clock = std::max(host.clock, *end);
   // The outputs are in the caller's buffers already (the run's answer came after its copies), or
   // in the instance's blocks for this thread to read, the instance held until it has.
-  if (req_staging != nullptr && req_staging->read_in_place >= 0) NPUFLOW_RETURN_IF_ERROR(ReadOutputsInPlace(args, *req_staging));
+  if (req_staging != nullptr && req_staging->read_in_place >= 0)
+    NPUFLOW_RETURN_IF_ERROR(ReadOutputsInPlace(args, *req_staging));
   if (!weights_settled) NPUFLOW_RETURN_IF_ERROR(WaitForWeights());
   return Status::Ok();
 }
 
 actors::Future<Status> DavinciModel::ShareInstanceWithRunLoop() {
-  if (!actor_.valid()) return actors::Future<Status>::Ready(Status::Ok());  // no actor: no run leaves its outputs in place
+  // No actor: no run leaves its outputs in place.
+  if (!actor_.valid()) return actors::Future<Status>::Ready(Status::Ok());
   return actor_.Ask(model_msg::ShareInstance{0});
 }
 

@@ -101,20 +101,35 @@ void SingleThreadedAnswers(Session& s, const CompiledModel& cm, unsigned seed, i
   }
 }
 
+// A session with kBranches built as graph 1, and `n` random inputs (from `seed`) with their
+// single-threaded answers.
+struct Branches {
+  std::unique_ptr<Session> session;
+  const CompiledModel* cm = nullptr;
+  std::vector<std::vector<Tensor>> inputs, expected;
+};
+void BuildBranches(const Options& options, unsigned seed, int n, Branches& b) {
+  auto session = Session::Create(options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  b.session = std::move(*session);
+  Session& s = *b.session;
+  ASSERT_TRUE(s.AddGraph(1, graph::ParseGraphText(kBranches, "branches").value()).ok());
+  ASSERT_TRUE(s.BuildGraph(1).ok());
+  b.cm = s.GetCompiledModel(1).value().get();
+  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, *b.cm, seed, n, b.inputs, b.expected));
+}
+
 class SchedulerConcurrency : public test::ModelManagerTest {};
 
 TEST_F(SchedulerConcurrency, EightThreadsTimesHundredRunGraphCallsMatchTheSingleThreadedResults) {
   constexpr int kThreads = 8, kCalls = 100, kDistinctInputs = 16;
-  auto session = Session::Create({{"npuflow.executionStreams", "4"}, {"ge.streamMaxParallelNum", "4"}});
-  ASSERT_TRUE(session.ok()) << session.status();
-  Session& s = **session;
-  ASSERT_TRUE(s.AddGraph(1, graph::ParseGraphText(kBranches, "branches").value()).ok());
-  ASSERT_TRUE(s.BuildGraph(1).ok());
-  const CompiledModel& cm = *s.GetCompiledModel(1).value();
-
   // Single-threaded answers for distinct inputs: a mix-up between concurrent calls shows.
-  std::vector<std::vector<Tensor>> inputs, expected;
-  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 11, kDistinctInputs, inputs, expected));
+  Branches b;
+  ASSERT_NO_FATAL_FAILURE(
+      BuildBranches({{"npuflow.executionStreams", "4"}, {"ge.streamMaxParallelNum", "4"}}, 11, kDistinctInputs, b));
+  Session& s = *b.session;
+  const std::vector<std::vector<Tensor>>& inputs = b.inputs;
+  const std::vector<std::vector<Tensor>>& expected = b.expected;
   auto model = s.GetLoadedModel(1);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->instances(), 4);
@@ -147,14 +162,11 @@ TEST_F(SchedulerConcurrency, HostBufferCallsOnOneInstanceEachReadTheirOwnOutputs
   const int kThreads = 6, kCalls = Repeat(60), kDistinct = 6;
   Failures failures;
   std::atomic<int> async_answered{0};
-  auto session = Session::Create({{"npuflow.executionStreams", "1"}});
-  ASSERT_TRUE(session.ok()) << session.status();
-  Session& s = **session;
-  ASSERT_TRUE(s.AddGraph(1, graph::ParseGraphText(kBranches, "branches").value()).ok());
-  ASSERT_TRUE(s.BuildGraph(1).ok());
-  const CompiledModel& cm = *s.GetCompiledModel(1).value();
-  std::vector<std::vector<Tensor>> inputs, expected;
-  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 17, kDistinct, inputs, expected));
+  Branches b;
+  ASSERT_NO_FATAL_FAILURE(BuildBranches({{"npuflow.executionStreams", "1"}}, 17, kDistinct, b));
+  Session& s = *b.session;
+  const std::vector<std::vector<Tensor>>& inputs = b.inputs;
+  const std::vector<std::vector<Tensor>>& expected = b.expected;
   EXPECT_EQ(s.GetLoadedModel(1).value()->instances(), 1);
 
   std::atomic<int> calls_done{0};
@@ -165,7 +177,8 @@ TEST_F(SchedulerConcurrency, HostBufferCallsOnOneInstanceEachReadTheirOwnOutputs
         const int k = (t + c) % kDistinct;
         auto out = s.RunGraph(1, inputs[k]);
         if (!out.ok()) failures.Add(fmt::format("thread {} call {}: {}", t, c, out.status().ToString()));
-        else if (*out != expected[k]) failures.Add(fmt::format("thread {} call {} (inputs {}): outputs differ", t, c, k));
+        else if (*out != expected[k])
+          failures.Add(fmt::format("thread {} call {} (inputs {}): outputs differ", t, c, k));
         calls_done.fetch_add(1);
       }
     });
@@ -200,7 +213,8 @@ TEST_F(SchedulerConcurrency, HostBufferCallsOnOneInstanceEachReadTheirOwnOutputs
     EXPECT_EQ(*out, expected[k]);
   }
   EXPECT_EQ(model->outputs_read_in_place(), read_in_place);
-  for (int i = 0; i < 6000 && async_answered.load() < kAsync; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 6000 && async_answered.load() < kAsync; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(async_answered.load(), kAsync);
   EXPECT_EQ(failures.count.load(), 0) << "first failure: " << failures.first;
 }
@@ -247,14 +261,11 @@ TEST_F(SchedulerConcurrency, RunGraphAsyncFromManyThreadsAnswersEveryCallOnce) {
   Failures failures;
   std::atomic<int> answered{0};
   std::vector<std::atomic<int>> answers(static_cast<std::size_t>(kThreads * kCalls));
-  auto session = Session::Create({});
-  ASSERT_TRUE(session.ok()) << session.status();
-  Session& s = **session;
-  ASSERT_TRUE(s.AddGraph(1, graph::ParseGraphText(kBranches, "branches").value()).ok());
-  ASSERT_TRUE(s.BuildGraph(1).ok());
-  const CompiledModel& cm = *s.GetCompiledModel(1).value();
-  std::vector<std::vector<Tensor>> inputs, expected;
-  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 9, 4, inputs, expected));
+  Branches b;
+  ASSERT_NO_FATAL_FAILURE(BuildBranches({}, 9, 4, b));
+  Session& s = *b.session;
+  const std::vector<std::vector<Tensor>>& inputs = b.inputs;
+  const std::vector<std::vector<Tensor>>& expected = b.expected;
 
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -287,14 +298,12 @@ TEST_F(SchedulerConcurrency, AllEntriesAtOnceOnOneModel) {
   const int kCalls = Repeat(30);
   Failures failures;
   std::atomic<int> async_answered{0};
-  auto session = Session::Create({{"npuflow.executionStreams", "2"}});
-  ASSERT_TRUE(session.ok()) << session.status();
-  Session& s = **session;
-  ASSERT_TRUE(s.AddGraph(1, graph::ParseGraphText(kBranches, "branches").value()).ok());
-  ASSERT_TRUE(s.BuildGraph(1).ok());
-  const CompiledModel& cm = *s.GetCompiledModel(1).value();
-  std::vector<std::vector<Tensor>> inputs, expected;
-  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 21, 4, inputs, expected));
+  Branches b;
+  ASSERT_NO_FATAL_FAILURE(BuildBranches({{"npuflow.executionStreams", "2"}}, 21, 4, b));
+  Session& s = *b.session;
+  const CompiledModel& cm = *b.cm;
+  const std::vector<std::vector<Tensor>>& inputs = b.inputs;
+  const std::vector<std::vector<Tensor>>& expected = b.expected;
   std::shared_ptr<DavinciModel> model = s.GetLoadedModel(1).value();
   npu_sim::Runtime& rt = model->runtime();
 
@@ -360,14 +369,12 @@ TEST_F(SchedulerConcurrency, AllEntriesAtOnceOnOneModel) {
 // are refused, never interleave.
 TEST_F(SchedulerConcurrency, HostScheduledExecutionNeverInterleaves) {
   const int kCalls = Repeat(20);
-  auto session = Session::Create({});
-  ASSERT_TRUE(session.ok()) << session.status();
-  Session& s = **session;
-  ASSERT_TRUE(s.AddGraph(1, graph::ParseGraphText(kBranches, "branches").value()).ok());
-  ASSERT_TRUE(s.BuildGraph(1).ok());
-  const CompiledModel& cm = *s.GetCompiledModel(1).value();
-  std::vector<std::vector<Tensor>> inputs, expected;
-  ASSERT_NO_FATAL_FAILURE(SingleThreadedAnswers(s, cm, 4, 2, inputs, expected));
+  Branches b;
+  ASSERT_NO_FATAL_FAILURE(BuildBranches({}, 4, 2, b));
+  Session& s = *b.session;
+  const CompiledModel& cm = *b.cm;
+  const std::vector<std::vector<Tensor>>& inputs = b.inputs;
+  const std::vector<std::vector<Tensor>>& expected = b.expected;
   std::shared_ptr<DavinciModel> model = s.GetLoadedModel(1).value();
   Failures failures;
   std::atomic<int> ran{0};
