@@ -9,11 +9,17 @@
 // A thread that spins sees the reply at once, but holds a core for the whole wait, which slows the
 // device's workers when cores are short (an earlier attempt spun for whole steps and lost more
 // than it saved). AdaptiveWait does both, each where it pays: it keeps the usual delay of its
-// waits (an exponential average), sleeps until a margin before it (a timed wait, which the reply
-// still ends at once if it comes early), then spins until the reply or the margin past the usual
-// delay, then sleeps for good. The margin follows how late the timed sleeps wake up (the spin must
-// cover that lateness, or the sleep's wake-up is paid anyway). So a wait spins about two margins
-// (tens of microseconds) per step, when the step ends about when the last ones did.
+// waits and how far they stray from it (exponential averages), sleeps until a lead before the
+// usual end (a timed wait, which the reply still ends at once if it comes early), then spins until
+// the reply or the lead past the usual end, then sleeps for good. The lead is the margin by which
+// the timed sleeps wake up late (the spin must cover that lateness, or the sleep's wake-up is paid
+// anyway) plus twice the usual stray: steps whose length wanders (a 2 x 64 GPT-2 step strays by
+// tens of microseconds, its kernels and the device's own costs both) would otherwise end outside
+// the spin in one step of five and pay the wake-up there. The lead is capped at max_margin, or,
+// where the waiting thread has a core to spare (Options::spare_core_lead), at that fraction of the
+// usual delay: a 12 ms GPT-2 117M step strays by 0.3-1.5 ms, and a sleeping host thread on this VM
+// wakes 100-130 us after the notify. So a wait spins about two leads per step: tens of
+// microseconds on short steps, up to 2 x spare_core_lead of a long one.
 //
 // In a fiber the sleep is the fiber's (the thread runs its other fibers meanwhile) and the spin
 // yields to them. Thread-safe: callers on several threads share the averages (relaxed atomics;
@@ -47,11 +53,16 @@ class AdaptiveWait {
 
   struct Options {
     // The spin never starts more than this before the expected end, nor lasts longer than twice
-    // it (a wait whose delay moves more than that is a sleep, as without AdaptiveWait).
+    // it (a wait whose delay moves more than that is a sleep, as without AdaptiveWait). The lead
+    // is at least min_margin.
     std::chrono::nanoseconds max_margin = std::chrono::microseconds(200);
     std::chrono::nanoseconds min_margin = std::chrono::microseconds(20);
     // Waits shorter than this only spin (sleeping first would cost more than the wait).
     std::chrono::nanoseconds spin_only_below = std::chrono::microseconds(30);
+    // Where the waiting thread takes no core the device's workers need (fewer workers than
+    // cores), the lead may grow beyond max_margin up to this fraction of the expected delay. 0:
+    // max_margin caps it (a spin there would slow the workers).
+    double spare_core_lead = 0;
     bool enabled = true;  // false: Get is Future::Get
   };
 
@@ -64,27 +75,34 @@ class AdaptiveWait {
     const Clock::time_point start = Clock::now();
     const std::int64_t expected = expected_ns_.load(std::memory_order_relaxed);
     const std::int64_t margin = margin_ns_.load(std::memory_order_relaxed);
+    const std::int64_t cap = std::max<std::int64_t>(options_.max_margin.count(),
+                                                    static_cast<std::int64_t>(options_.spare_core_lead * static_cast<double>(expected)));
+    const std::int64_t lead = std::min<std::int64_t>(margin + 2 * stray_ns_.load(std::memory_order_relaxed), cap);
     if (expected > 0) {
       const bool fiber = InFiberWait();
       if (expected > options_.spin_only_below.count()) {
-        // Sleep until a margin before the usual end (the reply ends the sleep if it comes first).
-        const auto wake = start + std::chrono::nanoseconds(std::max<std::int64_t>(expected - margin, 0));
+        // Sleep until a lead before the usual end (the reply ends the sleep if it comes first).
+        const auto wake = start + std::chrono::nanoseconds(std::max<std::int64_t>(expected - lead, 0));
         if (!future.WaitFor(wake - Clock::now())) {
           const std::int64_t late = (Clock::now() - wake).count();
           // The margin must cover how late a timed sleep wakes up: 2x the recent lateness.
           Learn(margin_ns_, std::clamp<std::int64_t>(2 * late, options_.min_margin.count(), options_.max_margin.count()));
         }
       }
-      const auto give_up = start + std::chrono::nanoseconds(expected + margin);
+      const auto give_up = start + std::chrono::nanoseconds(expected + lead);
       while (!future.IsReady() && Clock::now() < give_up) SpinPause(fiber);
     }
     T value = future.Get();
-    Learn(expected_ns_, (Clock::now() - start).count());
+    const std::int64_t took = (Clock::now() - start).count();
+    if (expected > 0) Learn(stray_ns_, took > expected ? took - expected : expected - took);
+    Learn(expected_ns_, took);
     return value;
   }
 
   std::chrono::nanoseconds expected() const { return std::chrono::nanoseconds(expected_ns_.load(std::memory_order_relaxed)); }
   std::chrono::nanoseconds margin() const { return std::chrono::nanoseconds(margin_ns_.load(std::memory_order_relaxed)); }
+  // How far a wait's delay usually strays from the expected one (either way).
+  std::chrono::nanoseconds stray() const { return std::chrono::nanoseconds(stray_ns_.load(std::memory_order_relaxed)); }
 
  private:
   // An exponential average with weight 1/4 for the new sample (the first sample is taken as is).
@@ -96,6 +114,7 @@ class AdaptiveWait {
   Options options_;
   std::atomic<std::int64_t> expected_ns_{0};
   std::atomic<std::int64_t> margin_ns_{50'000};
+  std::atomic<std::int64_t> stray_ns_{0};
 };
 
 }  // namespace npuflow::actors

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string_view>
+#include <thread>
 
 #include "actors/future.h"
 #include "base/logging.h"
@@ -22,7 +23,16 @@ StatusOr<ExecutePath> DefaultExecutePath() {
 
 DavinciModel::DavinciModel(npu_sim::Runtime* rt, std::uint32_t id, std::shared_ptr<const CompiledModel> model,
                            LoadConfig config)
-    : rt_(rt), id_(id), model_(std::move(model)), config_(std::move(config)) {}
+    : rt_(rt), id_(id), model_(std::move(model)), config_(std::move(config)), exec_wait_(ExecWaitOptions(*rt)) {}
+
+// With fewer device workers than cores the waiting host thread has a core of its own: its spin
+// may cover how far a step's length strays (a tenth of the step at most).
+actors::AdaptiveWait::Options DavinciModel::ExecWaitOptions(npu_sim::Runtime& rt) {
+  actors::AdaptiveWait::Options options;
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && rt.system().workers() < static_cast<int>(cores)) options.spare_core_lead = 0.1;
+  return options;
+}
 
 DavinciModel::~DavinciModel() { (void)Unload(); }
 

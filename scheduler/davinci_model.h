@@ -398,6 +398,7 @@ class DavinciModel {
   // The synchronous executions' wait (NnExecute through the actor): sleeps through most of a
   // step, spins through its expected end (actors/adaptive_wait.h).
   actors::AdaptiveWait exec_wait_;
+  static actors::AdaptiveWait::Options ExecWaitOptions(npu_sim::Runtime& rt);
   std::vector<std::vector<std::uint64_t>> own_io_;
   std::mutex host_streams_mu_;  // Instance::host_streams: made by a host-scheduled run, aborted by Unload
   std::mutex staging_mu_;

@@ -69,6 +69,23 @@ TEST(AdaptiveWait, ARepliesEarlierOrLaterThanUsualStillEndsItsWait) {
   EXPECT_EQ(*wait.Get(actor.Ask<int>(Delayed::Work{8, 20000us})), 8);
 }
 
+// Delays that alternate between short and long: the wait learns that they stray (its spin then
+// starts earlier and lasts longer), and with a spare core's lead (a spin up to half the expected
+// delay either side) every wait still ends with its own value, the early ones and the late ones.
+TEST(AdaptiveWait, LearnsHowFarItsDelaysStrayAndEndsEveryWaitWithASpareCoresLead) {
+  System system({.workers = 1});
+  auto actor = system.Spawn<Delayed>("delayed");
+  AdaptiveWait wait(AdaptiveWait::Options{.spare_core_lead = 0.5});
+  EXPECT_EQ(wait.stray().count(), 0);
+  for (int i = 0; i < 24; ++i) {
+    StatusOr<int> v = wait.Get(actor.Ask<int>(Delayed::Work{i, std::chrono::microseconds(i % 2 == 0 ? 0 : 3000)}));
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(*v, i);
+  }
+  EXPECT_GT(wait.stray().count(), 0);
+  EXPECT_EQ(*wait.Get(actor.Ask<int>(Delayed::Work{100, 20000us})), 100);  // far past the spin
+}
+
 TEST(AdaptiveWait, AReadyOrInvalidFutureAndTheSwitchedOffWaitAreFutureGet) {
   AdaptiveWait wait;
   Promise<StatusOr<int>> p;
