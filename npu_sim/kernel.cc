@@ -1,10 +1,16 @@
 #include "npu_sim/kernel.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "npu_sim/task.h"
 
 namespace npuflow::npu_sim {
+
+std::uint64_t NextKernelLaunch() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 std::string_view EngineName(Engine engine) { return engine == Engine::kAICore ? "AICore" : "AICPU"; }
 

@@ -23,12 +23,19 @@ std::string_view EngineName(Engine engine);
 class KernelContext {
  public:
   KernelContext(const DeviceMemory* memory, std::span<const std::uint64_t> args, std::uint32_t block_idx,
-                std::uint32_t block_dim, std::uint64_t tiling_key)
-      : memory_(memory), args_(args), block_idx_(block_idx), block_dim_(block_dim), tiling_key_(tiling_key) {}
+                std::uint32_t block_dim, std::uint64_t tiling_key, std::uint64_t launch = 0)
+      : memory_(memory), args_(args), block_idx_(block_idx), block_dim_(block_dim), tiling_key_(tiling_key),
+        launch_(launch) {}
 
   std::uint32_t block_idx() const { return block_idx_; }
   std::uint32_t block_dim() const { return block_dim_; }
   std::uint64_t tiling_key() const { return tiling_key_; }
+  // Which launch of a kernel task these blocks belong to: unique in the process (NextKernelLaunch)
+  // for blocks a unit runs, 0 where the caller gives none. The blocks of one launch see the same
+  // inputs (nothing writes a running kernel's inputs), so a kernel may keep a value it computes
+  // from them alone for the launch's other blocks on the same thread (MatMul's fused LayerNorm
+  // prologue). 0: keep nothing.
+  std::uint64_t launch() const { return launch_; }
   std::size_t arg_count() const { return args_.size(); }
   std::uint64_t scalar(std::size_t i) const { return i < args_.size() ? args_[i] : 0; }
   DevicePtr ptr(std::size_t i) const { return DevicePtr{scalar(i)}; }
@@ -48,7 +55,10 @@ class KernelContext {
   std::uint32_t block_idx_;
   std::uint32_t block_dim_;
   std::uint64_t tiling_key_;
+  std::uint64_t launch_;
 };
+// A new launch number (never 0): one per kernel task a stream starts.
+std::uint64_t NextKernelLaunch();
 
 using KernelFn = Status (*)(KernelContext& ctx);
 // The device memory a kernel task reads and writes, for the race detector (race_detector.h): given

@@ -235,6 +235,7 @@ struct KernelJob {
   StreamId stream_id = 0;
   std::uint64_t epoch = 0;
   std::uint32_t task = 0;
+  std::uint64_t launch = 0;  // NextKernelLaunch: KernelContext::launch of its blocks
   // The parts' bookkeeping, set by SendKernelParts before it sends them: each part folds its end
   // and (the first) error in, and the part that finishes last reports the kernel to the stream
   // itself.

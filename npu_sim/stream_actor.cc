@@ -526,6 +526,7 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
   job->epoch = epoch_;
   job->gate = &gate_;
   job->task = task_id;
+  job->launch = NextKernelLaunch();
   state_ = State::kWaiting;
   device_->kernels_executed.fetch_add(1, std::memory_order_relaxed);
   if (t.kind == TaskKind::kKernel) {

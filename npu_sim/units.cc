@@ -72,7 +72,7 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
   if (!gate.entered()) status = Status::Aborted("device {} stream {} task {} ({}): aborted", device_->id(), job.stream_id, job.task, job.name);
   const auto wall0 = std::chrono::steady_clock::now();
   for (std::uint32_t b = run.first; status.ok() && b < run.first + run.count; ++b) {
-    KernelContext kctx(&device_->memory(), job.args, b, job.block_dim, job.tiling_key);
+    KernelContext kctx(&device_->memory(), job.args, b, job.block_dim, job.tiling_key, job.launch);
     status = job.def->run(kctx);
     if (!status.ok()) {
       status = status.WithContext(fmt::format("device {} stream {} task {} ({}) block {} on {}", device_->id(),

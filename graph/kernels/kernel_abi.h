@@ -87,6 +87,7 @@ class OpKernelView {
   std::uint32_t block_idx() const { return ctx_->block_idx(); }
   std::uint32_t block_dim() const { return ctx_->block_dim(); }
   std::uint64_t tiling_key() const { return ctx_->tiling_key(); }
+  std::uint64_t launch() const { return ctx_->launch(); }  // KernelContext::launch
 
   // The whole of input / output i as T (T must match the tensor's element size).
   template <typename T>

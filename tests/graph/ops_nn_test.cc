@@ -308,6 +308,32 @@ TEST(MatMul, FusedLayerNormMatchesTheReferenceAndTheUnfusedPairBitForBit) {
   }
 }
 
+// The blocks of one launch that a unit thread runs share one normalized row (KernelContext::launch);
+// the next launch normalizes its own, although its row has the same shape and, its buffers freed
+// and allocated again, very likely the same device address with other values.
+TEST(MatMul, FusedLayerNormBlocksShareTheirLaunchsRowAndTheNextLaunchNormalizesItsOwn) {
+  std::mt19937 rng(23);
+  const std::int64_t k = 64, n = 1030;
+  const Tensor gamma = RandomTensor(F32Desc(Shape{k}), rng), beta = RandomTensor(F32Desc(Shape{k}), rng);
+  const Tensor b = RandomTensor(F32Desc(Shape{n, k}), rng);
+  OpDesc fused = Op("MatMul", {{"transpose_b", true}});
+  fused.SetAttr("fused_norm", true);
+  fused.SetAttr("fused_norm_epsilon", 1e-5);
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(::testing::Message() << "round " << round);
+    const Tensor x = RandomTensor(F32Desc(Shape{1, k}), rng);
+    auto ln = RunOpOnDevice(Op("LayerNorm", {{"epsilon", 1e-5}}), {x, gamma, beta});
+    ASSERT_TRUE(ln.ok()) << ln.status();
+    auto want = RunOpOnDevice(Op("MatMul", {{"transpose_b", true}}), {(*ln)[0], b});
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (std::uint32_t blocks : {1u, 8u, 40u}) {
+      auto got = RunOpOnDevice(fused, {x, b, gamma, beta}, {.block_dim = blocks});
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ((*got)[0].data, (*want)[0].data) << "block_dim " << blocks;
+    }
+  }
+}
+
 TEST(MatMul, BadLayerNormProloguesAreErrorsNamingTheNode) {
   OpDesc norm = Op("MatMul");
   norm.SetAttr("fused_norm", true);
