@@ -18,8 +18,9 @@
 // the spin in one step of five and pay the wake-up there. The lead is capped at max_margin, or,
 // where the waiting thread has a core to spare (Options::spare_core_lead), at that fraction of the
 // usual delay: a 12 ms GPT-2 117M step strays by 0.3-1.5 ms, and a sleeping host thread on this VM
-// wakes 100-130 us after the notify. So a wait spins about two leads per step: tens of
-// microseconds on short steps, up to 2 x spare_core_lead of a long one.
+// wakes 100-130 us after the notify. So a wait spins at most two leads per step (less when the
+// reply comes before the usual end): tens of microseconds on short steps, up to 2 x
+// spare_core_lead of a long one.
 //
 // In a fiber the sleep is the fiber's (the thread runs its other fibers meanwhile) and the spin
 // yields to them. Thread-safe: callers on several threads share the averages (relaxed atomics;
@@ -52,16 +53,18 @@ class AdaptiveWait {
   using Clock = std::chrono::steady_clock;
 
   struct Options {
-    // The spin never starts more than this before the expected end, nor lasts longer than twice
-    // it (a wait whose delay moves more than that is a sleep, as without AdaptiveWait). The lead
-    // is at least min_margin.
+    // The lateness margin lies between min_margin and max_margin. Without spare_core_lead the
+    // lead (margin + 2 x stray) is capped at max_margin too: the spin never starts more than that
+    // before the expected end, nor lasts longer than twice it (a wait whose delay moves more than
+    // that is a sleep, as without AdaptiveWait).
     std::chrono::nanoseconds max_margin = std::chrono::microseconds(200);
     std::chrono::nanoseconds min_margin = std::chrono::microseconds(20);
     // Waits shorter than this only spin (sleeping first would cost more than the wait).
     std::chrono::nanoseconds spin_only_below = std::chrono::microseconds(30);
     // Where the waiting thread takes no core the device's workers need (fewer workers than
-    // cores), the lead may grow beyond max_margin up to this fraction of the expected delay. 0:
-    // max_margin caps it (a spin there would slow the workers).
+    // cores), the lead may grow beyond max_margin up to this fraction (0..1) of the expected
+    // delay: the spin then lasts at most twice that. 0: max_margin caps it (a spin there would
+    // slow the workers).
     double spare_core_lead = 0;
     bool enabled = true;  // false: Get is Future::Get
   };
@@ -75,15 +78,17 @@ class AdaptiveWait {
     const Clock::time_point start = Clock::now();
     const std::int64_t expected = expected_ns_.load(std::memory_order_relaxed);
     const std::int64_t margin = margin_ns_.load(std::memory_order_relaxed);
+    const double fraction = options_.spare_core_lead > 0 ? std::min(options_.spare_core_lead, 1.0) : 0.0;  // NaN: 0
     const std::int64_t cap = std::max<std::int64_t>(options_.max_margin.count(),
-                                                    static_cast<std::int64_t>(options_.spare_core_lead * static_cast<double>(expected)));
+                                                    static_cast<std::int64_t>(fraction * static_cast<double>(expected)));
     const std::int64_t lead = std::min<std::int64_t>(margin + 2 * stray_ns_.load(std::memory_order_relaxed), cap);
     if (expected > 0) {
       const bool fiber = InFiberWait();
       if (expected > options_.spin_only_below.count()) {
         // Sleep until a lead before the usual end (the reply ends the sleep if it comes first).
+        // A lead as long as the usual delay leaves no sleep, and no lateness to learn from.
         const auto wake = start + std::chrono::nanoseconds(std::max<std::int64_t>(expected - lead, 0));
-        if (!future.WaitFor(wake - Clock::now())) {
+        if (expected > lead && !future.WaitFor(wake - Clock::now())) {
           const std::int64_t late = (Clock::now() - wake).count();
           // The margin must cover how late a timed sleep wakes up: 2x the recent lateness.
           Learn(margin_ns_, std::clamp<std::int64_t>(2 * late, options_.min_margin.count(), options_.max_margin.count()));

@@ -166,19 +166,22 @@ struct DirectMatMul {
       return Status::Failed("ops bench: MatMul {} differs from OpenBLAS by {} (relative)", setup.shape.Name(), err);
     return Status::Ok();
   }
-  Status RunBlock(std::uint32_t block) {
-    npu_sim::KernelContext ctx(&memory, args, block, setup.tiling.block_dim, setup.tiling.tiling_key);
+  // One launch's block, as a unit runs it (with the launch's number: KernelContext::launch).
+  Status RunBlock(std::uint32_t block, std::uint64_t launch) {
+    npu_sim::KernelContext ctx(&memory, args, block, setup.tiling.block_dim, setup.tiling.tiling_key, launch);
     return kernel->run(ctx);
   }
   Status Run(int threads) {
     const std::uint32_t blocks = setup.tiling.block_dim;
+    const std::uint64_t launch = npu_sim::NextKernelLaunch();
     if (threads == 1) {
-      for (std::uint32_t block = 0; block < blocks; ++block) NPUFLOW_RETURN_IF_ERROR(RunBlock(block));
+      for (std::uint32_t block = 0; block < blocks; ++block) NPUFLOW_RETURN_IF_ERROR(RunBlock(block, launch));
       return Status::Ok();
     }
     std::vector<Status> results(blocks);
     arena.execute([&] {
-      oneapi::tbb::parallel_for(std::uint32_t{0}, blocks, [&](std::uint32_t block) { results[block] = RunBlock(block); });
+      oneapi::tbb::parallel_for(std::uint32_t{0}, blocks,
+                                [&](std::uint32_t block) { results[block] = RunBlock(block, launch); });
     });
     for (const Status& s : results) NPUFLOW_RETURN_IF_ERROR(s);
     return Status::Ok();

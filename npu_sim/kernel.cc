@@ -8,8 +8,16 @@
 namespace npuflow::npu_sim {
 
 std::uint64_t NextKernelLaunch() {
+  // Each thread takes the numbers in runs of 1,024 (the workers start kernels concurrently; one
+  // shared counter bumped per kernel would move its cache line between them every time).
+  constexpr std::uint64_t kRun = 1024;
   static std::atomic<std::uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
+  thread_local std::uint64_t at = 0, end = 0;
+  if (at == end) {
+    at = next.fetch_add(kRun, std::memory_order_relaxed);
+    end = at + kRun;
+  }
+  return at++;
 }
 
 std::string_view EngineName(Engine engine) { return engine == Engine::kAICore ? "AICore" : "AICPU"; }

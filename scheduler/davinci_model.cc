@@ -3,6 +3,7 @@
 #include "scheduler/davinci_model.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <cstdlib>
 #include <string_view>
@@ -25,12 +26,17 @@ DavinciModel::DavinciModel(npu_sim::Runtime* rt, std::uint32_t id, std::shared_p
                            LoadConfig config)
     : rt_(rt), id_(id), model_(std::move(model)), config_(std::move(config)), exec_wait_(ExecWaitOptions(*rt)) {}
 
-// With fewer device workers than cores the waiting host thread has a core of its own: its spin
-// may cover how far a step's length strays (a tenth of the step at most).
+// With fewer device workers than the cores this process may run on, a waiting host thread has a
+// core of its own: its spin may cover how far a step's length strays (a tenth of the step at
+// most). A rough test: it counts the workers, not the host threads (several callers waiting on
+// one model at once each spin on what it counted as one spare core).
 actors::AdaptiveWait::Options DavinciModel::ExecWaitOptions(npu_sim::Runtime& rt) {
   actors::AdaptiveWait::Options options;
-  const unsigned cores = std::thread::hardware_concurrency();
-  if (cores > 0 && rt.system().workers() < static_cast<int>(cores)) options.spare_core_lead = 0.1;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) cores = CPU_COUNT(&allowed);  // a cpuset or taskset
+  if (cores > 0 && rt.system().workers() < cores) options.spare_core_lead = 0.1;
   return options;
 }
 
