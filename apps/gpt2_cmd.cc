@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "actors/fibers.h"
 #include "base/files.h"
@@ -250,18 +251,24 @@ Status ReportGenerations(const std::vector<Generation>& gens, const Gpt2Run& run
                        wall_s > 0 ? tokens / static_cast<double>(gens.size()) / wall_s : 0.0);
     double step_ms = 0, kernel_ms = 0, copy_ms = 0;
     int steps = 0;
+    std::vector<float> each_rest_us;
     for (const Generation& g : gens) {
       step_ms += g.decode_step_wall_ms;
       kernel_ms += g.decode_kernel_wall_ms;
       copy_ms += g.decode_copy_wall_ms;
       steps += g.decode_steps;
+      each_rest_us.insert(each_rest_us.end(), g.decode_step_overhead_us.begin(), g.decode_step_overhead_us.end());
     }
-    if (steps > 0)
-      out << fmt::format("decode step: {:.1f} us wall, {:.1f} us of it in kernels, {:.1f} us the rest ({:.1f} us "
-                         "of that in DMA copies; {}; the kernels and copies of every stream on the device)\n",
+    if (steps > 0) {
+      auto median = each_rest_us.begin() + static_cast<std::ptrdiff_t>(each_rest_us.size() / 2);
+      if (!each_rest_us.empty()) std::nth_element(each_rest_us.begin(), median, each_rest_us.end());
+      out << fmt::format("decode step: {:.1f} us wall, {:.1f} us of it in kernels, {:.1f} us the rest, {:.1f} us in "
+                         "the median step ({:.1f} us of the rest in DMA copies; {}; the kernels and copies of every "
+                         "stream on the device)\n",
                          step_ms * 1e3 / steps, kernel_ms * 1e3 / steps, (step_ms - kernel_ms) * 1e3 / steps,
-                         copy_ms * 1e3 / steps,
+                         each_rest_us.empty() ? 0.0 : static_cast<double>(*median), copy_ms * 1e3 / steps,
                          gens.size() == 1 ? "one stream" : "streams side by side: the split is not per step");
+    }
   }
   return Status::Ok();
 }

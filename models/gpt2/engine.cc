@@ -212,6 +212,7 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
 
   Generation g;
   g.prompt.assign(prompt.begin(), prompt.end());
+  g.decode_step_overhead_us.reserve(static_cast<std::size_t>(n_predict) + prompt.size());
   std::vector<float> logits;
   const auto t0 = Clock::now();
   g.started = t0;
@@ -238,9 +239,12 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
       NPUFLOW_RETURN_IF_ERROR(
           Step(stream, token, n_past, logits).WithContext(fmt::format("stream {} step {}", stream, n_past)));
       if (decoding) {
-        g.decode_step_wall_ms += std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
-        g.decode_kernel_wall_ms += static_cast<double>(rt.KernelWallNs(device) - k0) / 1e6;
+        const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
+        const double kernel_ms = static_cast<double>(rt.KernelWallNs(device) - k0) / 1e6;
+        g.decode_step_wall_ms += step_ms;
+        g.decode_kernel_wall_ms += kernel_ms;
         g.decode_copy_wall_ms += static_cast<double>(rt.DmaCopyWallNs(device) - c0) / 1e6;
+        g.decode_step_overhead_us.push_back(static_cast<float>((step_ms - kernel_ms) * 1e3));
         ++g.decode_steps;
       }
       ++n_past;

@@ -79,6 +79,10 @@ struct Generation {
   double decode_kernel_wall_ms = 0;
   double decode_copy_wall_ms = 0;
   int decode_steps = 0;
+  // Each of those steps' own overhead (its wall time minus the kernels' meanwhile), in order: the
+  // mean above is moved by rare stalls of the host thread (a scheduler tick, 1-4 ms); the median
+  // of these is the runtime's usual cost.
+  std::vector<float> decode_step_overhead_us;
   int steps = 0;                  // executions: decode steps (prompt tokens + generated - 1), or with a
                                   // batch prefill 1 + generated - 1
   // When it happened (for figures over several streams): wall, and virtual (host clock, ns).

@@ -110,7 +110,8 @@ TEST_F(Gpt2EngineTest, F16LogitsMatchThePlainForwardPass) {
 
 // The decode step is one stream with no event tasks (its side branches are too small to pay for
 // an event pair), unless the session asks for several; and a generation reports its decode steps'
-// wall time, the kernels' share of it and the DMA copies' (each step copies its logits out).
+// wall time, the kernels' share of it and the DMA copies' (each step copies its logits out), and
+// each step's own overhead.
 TEST_F(Gpt2EngineTest, TheDecodeStepIsOneStreamWithoutEventsAndReportsItsKernelTime) {
   Init();
   const std::string path = Make("one.bin", {.layers = 2, .embd = 64, .heads = 4, .ctx = 32, .vocab = 300, .seed = 3});
@@ -125,6 +126,12 @@ TEST_F(Gpt2EngineTest, TheDecodeStepIsOneStreamWithoutEventsAndReportsItsKernelT
   EXPECT_GT(g->decode_kernel_wall_ms, 0);
   EXPECT_GT(g->decode_copy_wall_ms, 0);
   EXPECT_LT(g->decode_copy_wall_ms, g->decode_step_wall_ms) << "a step's copies run inside it, one after another";
+  // Each step's own overhead, one per decode step; together they are the total's (float sums).
+  ASSERT_EQ(g->decode_step_overhead_us.size(), 7u);
+  double each_us = 0;
+  for (float us : g->decode_step_overhead_us) each_us += us;
+  EXPECT_NEAR(each_us, (g->decode_step_wall_ms - g->decode_kernel_wall_ms) * 1e3,
+              1e-3 * g->decode_step_wall_ms * 1e3 + 1.0);
   engine->reset();
 
   auto multi = Gpt2Engine::Create(path, {.session_options = {{"ge.enableSingleStream", "false"}}});
