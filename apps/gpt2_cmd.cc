@@ -260,13 +260,18 @@ Status ReportGenerations(const std::vector<Generation>& gens, const Gpt2Run& run
       each_rest_us.insert(each_rest_us.end(), g.decode_step_overhead_us.begin(), g.decode_step_overhead_us.end());
     }
     if (steps > 0) {
-      auto median = each_rest_us.begin() + static_cast<std::ptrdiff_t>(each_rest_us.size() / 2);
-      if (!each_rest_us.empty()) std::nth_element(each_rest_us.begin(), median, each_rest_us.end());
-      out << fmt::format("decode step: {:.1f} us wall, {:.1f} us of it in kernels, {:.1f} us the rest, {:.1f} us in "
-                         "the median step ({:.1f} us of the rest in DMA copies; {}; the kernels and copies of every "
-                         "stream on the device)\n",
+      // The median step's own rest: with one stream only (side by side, a step's kernels include
+      // the other streams').
+      std::string median_rest;
+      if (gens.size() == 1 && !each_rest_us.empty()) {
+        auto median = each_rest_us.begin() + static_cast<std::ptrdiff_t>(each_rest_us.size() / 2);
+        std::nth_element(each_rest_us.begin(), median, each_rest_us.end());
+        median_rest = fmt::format(", {:.1f} us in the median step", *median);
+      }
+      out << fmt::format("decode step: {:.1f} us wall, {:.1f} us of it in kernels, {:.1f} us the rest{} ({:.1f} us "
+                         "of the rest in DMA copies; {}; the kernels and copies of every stream on the device)\n",
                          step_ms * 1e3 / steps, kernel_ms * 1e3 / steps, (step_ms - kernel_ms) * 1e3 / steps,
-                         each_rest_us.empty() ? 0.0 : static_cast<double>(*median), copy_ms * 1e3 / steps,
+                         median_rest, copy_ms * 1e3 / steps,
                          gens.size() == 1 ? "one stream" : "streams side by side: the split is not per step");
     }
   }
