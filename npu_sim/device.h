@@ -56,11 +56,13 @@ class Device {
   // Each cluster's units. A stream sends a kernel's parts straight to them (SendKernelParts,
   // units.h): the split into parts is a function the stream calls, not a hop through the cluster
   // actor, which keeps only the units' faults.
+  // A stream's home unit before its first kernel (SendKernelParts, units.h).
+  static constexpr std::uint32_t kNoHomeUnit = ~std::uint32_t{0};
   struct UnitGroup {
     std::vector<actors::Address<UnitMsg>> units;
-    // Where the next kernel's parts start, shared by the device's streams (round robin), so
-    // single-block kernels spread over the units.
-    std::atomic<std::uint32_t> next{0};
+    // How many streams have taken a home unit here (SendKernelParts, HomeUnit), so the streams'
+    // kernels spread over the units.
+    std::atomic<std::uint32_t> homes_given{0};
   };
   UnitGroup aicore_units;
   UnitGroup aicpu_units;

@@ -530,9 +530,9 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
   state_ = State::kWaiting;
   device_->kernels_executed.fetch_add(1, std::memory_order_relaxed);
   if (t.kind == TaskKind::kKernel) {
-    SendKernelParts(device_->aicore_units, job, clock_ + chip.kernel_launch_overhead_ns);
+    SendKernelParts(device_->aicore_units, job, clock_ + chip.kernel_launch_overhead_ns, home_aicore_);
   } else {
-    SendKernelParts(device_->aicpu_units, job, clock_ + chip.aicpu_launch_overhead_ns);
+    SendKernelParts(device_->aicpu_units, job, clock_ + chip.aicpu_launch_overhead_ns, home_aicpu_);
   }
 }
 

@@ -114,6 +114,8 @@ class StreamActor {
   std::vector<Param> live_;      // current parameters, patchable until fetched
   std::vector<Param> snap_;      // parameters as fetched
   std::vector<std::unique_ptr<KernelJob>> jobs_;  // kernel launches, reused (see KernelJob)
+  std::uint32_t home_aicore_ = Device::kNoHomeUnit;  // where this stream's kernel parts start (SendKernelParts)
+  std::uint32_t home_aicpu_ = Device::kNoHomeUnit;
   std::vector<VTime> ready_at_;  // host: a task cannot start before its submission
   std::size_t exec_ = 0;         // the task executing (or next to)
   std::size_t fetch_end_ = 0;    // tasks [.., fetch_end_) are fetched

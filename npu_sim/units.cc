@@ -124,15 +124,27 @@ void ClusterActor::On(SetUnitFault& fault, Ctx& ctx) {
   ForwardFault(ctx, units_[fault.unit], fault);
 }
 
-void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at) {
+std::uint32_t HomeUnit(std::uint32_t k, std::uint32_t units) {
+  // k's bits reversed: 0, 1/2, 1/4, 3/4, 1/8, 5/8, ... of the way round the units.
+  std::uint32_t r = k;
+  r = ((r >> 1) & 0x55555555u) | ((r & 0x55555555u) << 1);
+  r = ((r >> 2) & 0x33333333u) | ((r & 0x33333333u) << 2);
+  r = ((r >> 4) & 0x0F0F0F0Fu) | ((r & 0x0F0F0F0Fu) << 4);
+  r = ((r >> 8) & 0x00FF00FFu) | ((r & 0x00FF00FFu) << 8);
+  r = (r >> 16) | (r << 16);
+  return static_cast<std::uint32_t>((static_cast<std::uint64_t>(r) * units) >> 32);
+}
+
+void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at, std::uint32_t& home) {
   const auto n = static_cast<std::uint32_t>(group.units.size());
   const std::uint32_t parts = std::min<std::uint32_t>(job->block_dim, n);
   job->parts_left.store(parts, std::memory_order_relaxed);  // the sends below publish these
   job->end.store(at, std::memory_order_relaxed);
   job->failed.store(false, std::memory_order_relaxed);
-  // The streams share the round robin; a relaxed counter is enough (which unit runs a part never
-  // changes a result, only whose virtual clock it takes).
-  const std::uint32_t start = group.next.fetch_add(parts, std::memory_order_relaxed) % n;
+  // The stream's first kernel takes its home from the device's counter; a relaxed counter is
+  // enough (which unit runs a part never changes a result, only whose virtual clock it takes).
+  if (home == Device::kNoHomeUnit) home = HomeUnit(group.homes_given.fetch_add(1, std::memory_order_relaxed), n);
+  const std::uint32_t start = home % n;
   std::uint32_t first = 0;
   for (std::uint32_t p = 0; p < parts; ++p) {
     const std::uint32_t count = job->block_dim / parts + (p < job->block_dim % parts ? 1 : 0);

@@ -59,10 +59,24 @@ class ClusterActor {
 };
 
 // Sends `job`'s blocks [0, block_dim) to `group`'s units as min(block_dim, units) parts of
-// contiguous blocks on consecutive units, starting where the group's round robin is; every part
-// starts at virtual time `at`. Sets the job's part bookkeeping first (the sends publish it). Called
+// contiguous blocks on consecutive units, starting at the stream's home unit `home`; every part
+// starts at virtual time `at`. A stream without a home yet (Device::kNoHomeUnit) takes the next one
+// the device gives (HomeUnit). Sets the job's part bookkeeping first (the sends publish it). Called
 // by the stream that owns the job: a kernel of n parts is n + 1 messages (n parts, one report).
-void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at);
+//
+// Why a home and not a round robin (which this was until issue 21): a stream runs one kernel at a
+// time, so its kernels on the same units never wait for each other, and those units' state (their
+// mailboxes and busy timelines) is warm from the stream's last kernel. Round the units, each kernel
+// found its unit cold after a step's weights had gone through the caches: GPT-2 decode at 1 worker,
+// the median step's overhead 46.7 -> 41.5 us on 2 x 64, 284 -> 251 us on 117M f16 (alternated
+// runs, 2026-11-29; docs/gpt2.md "A stream's kernels start at its home unit").
+void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at, std::uint32_t& home);
+
+// The home of the k-th stream (from 0) to run a kernel on a group of `units`: as far as can be from
+// the homes before it (k's bits reversed as a fraction of the way round: 0, 1/2, 1/4, 3/4, 1/8,
+// ...), so streams that run together overlap only with kernels wider than the gap between their
+// homes (2 streams: 12 of 24 AICores; 4: 6). The first stream's home is unit 0.
+std::uint32_t HomeUnit(std::uint32_t k, std::uint32_t units);
 
 class DmaChannelActor {
  public:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "npu_sim/runtime.h"
 #include "npu_sim/timeline.h"
+#include "npu_sim/units.h"
 
 namespace npuflow::npu_sim {
 namespace {
@@ -255,7 +257,7 @@ TEST(Streams, AHungHostStreamEndsInTimeoutThenAbortAndServesAgain) {
   ASSERT_TRUE(rt->AbortStream(s).ok());
   Status aborted = rt->SynchronizeStream(s, 5s);
   EXPECT_EQ(aborted.code(), StatusCode::kAborted) << aborted;
-  ASSERT_TRUE(rt->LaunchKernel(s, "noop", 1, {}).ok());  // next AICore: round-robin
+  ASSERT_TRUE(rt->LaunchKernel(s, "noop", 1, {}).ok());  // the same AICore: its fault has fired
   EXPECT_TRUE(rt->SynchronizeStream(s, 5s).ok());
 }
 
@@ -286,7 +288,7 @@ TEST(Faults, AUnitFailureReachesTheHostWithDeviceStreamUnitAndTask) {
   auto rt = MakeRuntime();
   Stream s = rt->CreateStream(0).value();
   ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kFail, 1}).ok());
-  // Round-robin puts the first single-block kernel on aicore 0.
+  // The first stream to run a kernel has its home at aicore 0.
   ASSERT_TRUE(rt->LaunchKernel(s, "noop", 1, {}).ok());
   Status st = rt->SynchronizeStream(s);
   ASSERT_FALSE(st.ok());
@@ -310,6 +312,56 @@ TEST(Faults, ADelayMovesVirtualTimeOnly) {
   EXPECT_GE(delayed->HostClock() - base->HostClock(), 1'000'000 - 1);
 }
 
+// A stream's kernels start at its home unit, given with its first kernel: the first stream's is
+// unit 0, the next ones as far as can be from those before (HomeUnit). Seen through the units an
+// injected failure names.
+TEST(Faults, EachStreamsKernelsStartAtItsHomeUnitAndTheStreamsHomesSpreadOverTheUnits) {
+  auto rt = MakeRuntime();
+  const int units = rt->chip(0).value()->aicore_count;
+  ASSERT_EQ(units, 24);
+  Stream a = rt->CreateStream(0).value();
+  Stream b = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->LaunchKernel(a, "noop", 4, {}).ok());  // a: home 0, parts on 0-3
+  ASSERT_TRUE(rt->SynchronizeStream(a).ok());
+  ASSERT_TRUE(rt->LaunchKernel(b, "noop", 1, {}).ok());  // b: home 12
+  ASSERT_TRUE(rt->SynchronizeStream(b).ok());
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 12, Fault{FaultKind::kFail, 1}).ok());
+    ASSERT_TRUE(rt->LaunchKernel(a, "noop", 1, {}).ok());  // on 0: unit 12's fault waits for b
+    EXPECT_TRUE(rt->SynchronizeStream(a).ok());
+    ASSERT_TRUE(rt->LaunchKernel(b, "noop", 1, {}).ok());
+    Status st = rt->SynchronizeStream(b);
+    ASSERT_EQ(st.code(), StatusCode::kFailed) << st;
+    EXPECT_NE(st.message().find("aicore 12"), std::string_view::npos) << st;
+    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 1, Fault{FaultKind::kFail, 1}).ok());
+    ASSERT_TRUE(rt->LaunchKernel(a, "noop", 2, {}).ok());  // on 0-1
+    st = rt->SynchronizeStream(a);
+    ASSERT_EQ(st.code(), StatusCode::kFailed) << st;
+    EXPECT_TRUE(st.message().ends_with("on aicore 1")) << st;
+  }
+  // The third stream's home is between the first two: unit 6.
+  Stream c = rt->CreateStream(0).value();
+  ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 6, Fault{FaultKind::kFail, 1}).ok());
+  ASSERT_TRUE(rt->LaunchKernel(c, "noop", 1, {}).ok());
+  Status st = rt->SynchronizeStream(c);
+  ASSERT_EQ(st.code(), StatusCode::kFailed) << st;
+  EXPECT_NE(st.message().find("aicore 6"), std::string_view::npos) << st;
+}
+
+TEST(Units, HomeUnitsHalveTheGapsBetweenThoseBefore) {
+  const std::uint32_t want24[] = {0, 12, 6, 18, 3, 15, 9, 21};
+  for (std::uint32_t k = 0; k < 8; ++k) EXPECT_EQ(HomeUnit(k, 24), want24[k]) << k;
+  const std::uint32_t want8[] = {0, 4, 2, 6, 1, 5, 3, 7};
+  for (std::uint32_t k = 0; k < 8; ++k) EXPECT_EQ(HomeUnit(k, 8), want8[k]) << k;
+  // Every home is a unit, however many streams and units.
+  for (std::uint32_t units : {1u, 2u, 3u, 7u, 24u, 1000u})
+    for (std::uint32_t k : {0u, 1u, 5u, 1000u, 0xFFFFFFFFu}) EXPECT_LT(HomeUnit(k, units), units) << k << " " << units;
+  // The first 8 streams on 8 units have a unit each.
+  std::set<std::uint32_t> seen;
+  for (std::uint32_t k = 0; k < 8; ++k) seen.insert(HomeUnit(k, 8));
+  EXPECT_EQ(seen.size(), 8u);
+}
+
 // A kernel of several parts is reported by the unit that ends its last part (the parts fold their
 // ends and first error into the kernel's job): a delayed part moves the kernel's end, a failed part
 // fails it, naming its unit. Real threads, repeated: which part ends last varies.
@@ -319,19 +371,19 @@ TEST(Faults, AKernelInManyPartsEndsWithItsLatestPartAndFailsWithAnyOfThem) {
     Stream s0 = base->CreateStream(0).value();
     ASSERT_TRUE(base->LaunchKernel(s0, "noop", 8, {}).ok());
     ASSERT_TRUE(base->SynchronizeStream(s0).ok());
-    // Round-robin from aicore 0: the first kernel's 8 parts run on aicores 0-7, the second's on 8-15.
+    // The stream's home is aicore 0: both kernels' 8 parts run on aicores 0-7.
     auto rt = MakeRuntime({.workers = 2});
     Stream s = rt->CreateStream(0).value();
     ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 5, Fault{FaultKind::kDelay, 1, 1'000'000}).ok());
     ASSERT_TRUE(rt->LaunchKernel(s, "noop", 8, {}).ok());
     ASSERT_TRUE(rt->SynchronizeStream(s).ok());
     EXPECT_GE(rt->HostClock() - base->HostClock(), 1'000'000 - 1);
-    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 12, Fault{FaultKind::kFail, 1}).ok());
+    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 4, Fault{FaultKind::kFail, 1}).ok());
     ASSERT_TRUE(rt->LaunchKernel(s, "noop", 8, {}).ok());
     Status st = rt->SynchronizeStream(s);
     ASSERT_EQ(st.code(), StatusCode::kFailed) << st;
     EXPECT_NE(st.message().find("task 1"), std::string_view::npos) << st;
-    EXPECT_NE(st.message().find("aicore 12"), std::string_view::npos) << st;
+    EXPECT_NE(st.message().find("aicore 4"), std::string_view::npos) << st;
   }
 }
 
@@ -546,7 +598,7 @@ TEST(DeviceModel, AHangEndsInTimeoutAndAbortAndTheModelRunsAgain) {
   ASSERT_FALSE(end.ok());
   EXPECT_EQ(end.status().code(), StatusCode::kTimeout);
   EXPECT_NE(end.status().message().find("aborted"), std::string_view::npos) << end.status();
-  // The fault fired once; the next run uses the next AICore (round-robin) and completes.
+  // The fault fired once; the next run, on the same AICore (the stream's home), completes.
   EXPECT_TRUE(rt->ExecuteModel(m, 10s).ok());
   // Queued executions fail on abort rather than hang.
   ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kStream, a.id, Fault{FaultKind::kHang, 1}).ok());

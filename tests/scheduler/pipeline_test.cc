@@ -259,10 +259,10 @@ TEST_F(PipelineTest, AFailingStageFailsItsStepOnly) {
   ASSERT_TRUE(root.ok()) << root.status();
   auto p = PipelineExecutor::Create(**root, {.devices = 2, .max_in_flight = 4});
   ASSERT_TRUE(p.ok()) << p.status();
-  // AICore unit 5 of device 1 fails its first run: device 1's kernels go round the units, so the
-  // sixth kernel stage 1 runs fails, one kernel of one step.
+  // AICore unit 0 of device 1 fails its sixth run: unit 0 is the home of the first stream that
+  // runs a kernel on device 1 (npu_sim::SendKernelParts), so one kernel of one step fails.
   npu_sim::Runtime& rt = ModelManager::Get()->runtime();
-  ASSERT_TRUE(rt.InjectFault(1, npu_sim::FaultTarget::kAICore, 5, {.kind = npu_sim::FaultKind::kFail, .nth = 1}).ok());
+  ASSERT_TRUE(rt.InjectFault(1, npu_sim::FaultTarget::kAICore, 0, {.kind = npu_sim::FaultKind::kFail, .nth = 6}).ok());
   std::mt19937 rng(5);
   std::vector<std::vector<graph::Tensor>> inputs;
   std::vector<actors::Future<StatusOr<std::vector<graph::Tensor>>>> futures;
