@@ -31,6 +31,9 @@ struct DeviceStats {
   // thread, when the units never run side by side).
   std::uint64_t kernel_ns = 0;
   std::uint64_t kernel_blocks = 0;
+  // How many streams have taken a home AICore / AICPU unit (npu_sim::HomeUnit gives the k-th's).
+  std::uint32_t aicore_homes = 0;
+  std::uint32_t aicpu_homes = 0;
   MemoryStats memory;
   std::size_t streams = 0;
   std::size_t events = 0;
@@ -53,11 +56,11 @@ class Device {
   // Wired once at creation, read-only afterwards.
   actors::Address<ClusterMsg> aicore;
   actors::Address<ClusterMsg> aicpu;
+  // A stream's home unit before its first kernel (SendKernelParts, units.h).
+  static constexpr std::uint32_t kNoHomeUnit = ~std::uint32_t{0};
   // Each cluster's units. A stream sends a kernel's parts straight to them (SendKernelParts,
   // units.h): the split into parts is a function the stream calls, not a hop through the cluster
   // actor, which keeps only the units' faults.
-  // A stream's home unit before its first kernel (SendKernelParts, units.h).
-  static constexpr std::uint32_t kNoHomeUnit = ~std::uint32_t{0};
   struct UnitGroup {
     std::vector<actors::Address<UnitMsg>> units;
     // How many streams have taken a home unit here (SendKernelParts, HomeUnit), so the streams'

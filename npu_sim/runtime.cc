@@ -763,6 +763,8 @@ StatusOr<DeviceStats> Runtime::Stats(int device) const {
   s.kernel_ns = dev->device->kernel_ns.load(std::memory_order_relaxed);
   s.kernel_blocks = dev->device->kernel_blocks.load(std::memory_order_relaxed);
   s.dma_copy_bytes = dev->device->dma_copy_bytes.load(std::memory_order_relaxed);
+  s.aicore_homes = dev->device->aicore_units.homes_given.load(std::memory_order_relaxed);
+  s.aicpu_homes = dev->device->aicpu_units.homes_given.load(std::memory_order_relaxed);
   s.memory = dev->device->memory().Stats();
   s.streams = dev->device->live_streams();
   s.events = dev->device->live_events.load(std::memory_order_relaxed);

@@ -124,15 +124,36 @@ void ClusterActor::On(SetUnitFault& fault, Ctx& ctx) {
   ForwardFault(ctx, units_[fault.unit], fault);
 }
 
-std::uint32_t HomeUnit(std::uint32_t k, std::uint32_t units) {
-  // k's bits reversed: 0, 1/2, 1/4, 3/4, 1/8, 5/8, ... of the way round the units.
-  std::uint32_t r = k;
+namespace {
+// i's bits reversed: i's place in 0, 1/2, 1/4, 3/4, 1/8, 5/8, ... as a fraction of 2^32.
+std::uint32_t ReverseBits(std::uint32_t r) {
   r = ((r >> 1) & 0x55555555u) | ((r & 0x55555555u) << 1);
   r = ((r >> 2) & 0x33333333u) | ((r & 0x33333333u) << 2);
   r = ((r >> 4) & 0x0F0F0F0Fu) | ((r & 0x0F0F0F0Fu) << 4);
   r = ((r >> 8) & 0x00FF00FFu) | ((r & 0x00FF00FFu) << 8);
-  r = (r >> 16) | (r << 16);
-  return static_cast<std::uint32_t>((static_cast<std::uint64_t>(r) * units) >> 32);
+  return (r >> 16) | (r << 16);
+}
+}  // namespace
+
+// Called once per stream: the walk below is at most twice the units long.
+std::uint32_t HomeUnit(std::uint32_t k, std::uint32_t units) {
+  if (units <= 1) return 0;
+  // The points i / 2^m (i's bits reversed, 2^m >= units) scaled to the units, each unit kept the
+  // first time it comes: consecutive points are at most a unit apart, so the first 2^m of them
+  // reach every unit once. The k-th stream takes the (k mod units)-th unit so reached.
+  std::uint64_t span = 1;
+  while (span < units) span <<= 1;
+  const std::uint32_t want = k % units;
+  std::vector<bool> seen(units, false);
+  std::uint32_t found = 0;
+  for (std::uint64_t i = 0; i < span; ++i) {
+    const std::uint64_t point = ReverseBits(static_cast<std::uint32_t>(i));  // of 2^32
+    const auto unit = static_cast<std::uint32_t>((point * units) >> 32);
+    if (seen[unit]) continue;
+    if (found++ == want) return unit;
+    seen[unit] = true;
+  }
+  return want;  // not reached: the walk reaches every unit
 }
 
 void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at, std::uint32_t& home) {
@@ -144,7 +165,7 @@ void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at, std::ui
   // The stream's first kernel takes its home from the device's counter; a relaxed counter is
   // enough (which unit runs a part never changes a result, only whose virtual clock it takes).
   if (home == Device::kNoHomeUnit) home = HomeUnit(group.homes_given.fetch_add(1, std::memory_order_relaxed), n);
-  const std::uint32_t start = home % n;
+  const std::uint32_t start = home;
   std::uint32_t first = 0;
   for (std::uint32_t p = 0; p < parts; ++p) {
     const std::uint32_t count = job->block_dim / parts + (p < job->block_dim % parts ? 1 : 0);

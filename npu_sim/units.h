@@ -72,10 +72,12 @@ class ClusterActor {
 // runs, 2026-11-29; docs/gpt2.md "A stream's kernels start at its home unit").
 void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at, std::uint32_t& home);
 
-// The home of the k-th stream (from 0) to run a kernel on a group of `units`: as far as can be from
-// the homes before it (k's bits reversed as a fraction of the way round: 0, 1/2, 1/4, 3/4, 1/8,
-// ...), so streams that run together overlap only with kernels wider than the gap between their
-// homes (2 streams: 12 of 24 AICores; 4: 6). The first stream's home is unit 0.
+// The home of the k-th stream (from 0) to run a kernel on a group of `units`: the units in the order
+// the points 0, 1/2, 1/4, 3/4, 1/8, 5/8, ... of the way round first reach them, so the first streams
+// halve the gaps between the homes before them (24 AICores: 0, 12, 6, 18, 3, 15, 9, 21, 1, 13, ...;
+// 6 AICPUs: 0, 3, 1, 4, 2, 5) and streams that run together overlap only with kernels wider than the
+// gap between their homes (2 streams: 12 of 24 AICores; 4: 6). Every unit is a home once before any
+// is again (the k-th stream's home is the (k mod units)-th).
 std::uint32_t HomeUnit(std::uint32_t k, std::uint32_t units);
 
 class DmaChannelActor {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "npu_sim/units.h"
 #include "scheduler/model_manager.h"
 #include "stress/storm_state.h"
 
@@ -136,8 +137,18 @@ void FaultStep(StormState& s, Rng& rng) {
     auto stats = s.rt.Stats(0);
     units = 1 + (stats.ok() ? stats->streams : 0) + 8;
   }
+  // A unit runs kernels only as some stream's home or next to it (npu_sim::HomeUnit): three faults
+  // in four go to the home of a stream that has run a kernel, so that most of them fire.
+  std::uint32_t homes = 0;
+  if (auto stats = s.rt.Stats(0); stats.ok())
+    homes = where == npu_sim::FaultTarget::kAICore ? stats->aicore_homes
+            : where == npu_sim::FaultTarget::kAICpu ? stats->aicpu_homes
+                                                    : 0;
   for (int attempt = 0; attempt < 8; ++attempt) {
     int index = static_cast<int>(rng.Below(units));
+    if (homes > 0 && rng.Below(4) != 0)
+      index = static_cast<int>(npu_sim::HomeUnit(static_cast<std::uint32_t>(rng.Below(homes)),
+                                                 static_cast<std::uint32_t>(units)));
     if (where == npu_sim::FaultTarget::kStream) index += 1;  // never the default stream
     if (s.rt.InjectFault(0, where, index, fault).ok()) {
       s.Count(&StressReport::faults, "injected");

@@ -348,18 +348,25 @@ TEST(Faults, EachStreamsKernelsStartAtItsHomeUnitAndTheStreamsHomesSpreadOverThe
   EXPECT_NE(st.message().find("aicore 6"), std::string_view::npos) << st;
 }
 
-TEST(Units, HomeUnitsHalveTheGapsBetweenThoseBefore) {
-  const std::uint32_t want24[] = {0, 12, 6, 18, 3, 15, 9, 21};
-  for (std::uint32_t k = 0; k < 8; ++k) EXPECT_EQ(HomeUnit(k, 24), want24[k]) << k;
+TEST(Units, HomeUnitsHalveTheGapsBetweenThoseBeforeAndTakeEveryUnitOnceBeforeAnyAgain) {
+  const std::uint32_t want24[] = {0, 12, 6, 18, 3, 15, 9, 21, 1, 13, 7, 19, 4, 16, 10, 22};
+  for (std::uint32_t k = 0; k < 16; ++k) EXPECT_EQ(HomeUnit(k, 24), want24[k]) << k;
   const std::uint32_t want8[] = {0, 4, 2, 6, 1, 5, 3, 7};
   for (std::uint32_t k = 0; k < 8; ++k) EXPECT_EQ(HomeUnit(k, 8), want8[k]) << k;
-  // Every home is a unit, however many streams and units.
-  for (std::uint32_t units : {1u, 2u, 3u, 7u, 24u, 1000u})
-    for (std::uint32_t k : {0u, 1u, 5u, 1000u, 0xFFFFFFFFu}) EXPECT_LT(HomeUnit(k, units), units) << k << " " << units;
-  // The first 8 streams on 8 units have a unit each.
-  std::set<std::uint32_t> seen;
-  for (std::uint32_t k = 0; k < 8; ++k) seen.insert(HomeUnit(k, 8));
-  EXPECT_EQ(seen.size(), 8u);
+  const std::uint32_t want6[] = {0, 3, 1, 4, 2, 5};  // the 910B's AICPUs
+  for (std::uint32_t k = 0; k < 6; ++k) EXPECT_EQ(HomeUnit(k, 6), want6[k]) << k;
+  // However many units: the first `units` streams have a unit each, and then it starts again.
+  for (std::uint32_t units : {1u, 2u, 3u, 6u, 7u, 10u, 24u, 33u, 1000u}) {
+    std::set<std::uint32_t> seen;
+    for (std::uint32_t k = 0; k < units; ++k) {
+      const std::uint32_t home = HomeUnit(k, units);
+      EXPECT_LT(home, units) << k << " of " << units;
+      seen.insert(home);
+      EXPECT_EQ(HomeUnit(k + units, units), home) << k << " of " << units;
+    }
+    EXPECT_EQ(seen.size(), units) << units;
+    EXPECT_LT(HomeUnit(0xFFFFFFFFu, units), units);
+  }
 }
 
 // A kernel of several parts is reported by the unit that ends its last part (the parts fold their
