@@ -131,16 +131,14 @@ void FaultStep(StormState& s, Rng& rng) {
   if (target == "aicore") where = npu_sim::FaultTarget::kAICore, units = (*chip)->aicore_count;
   if (target == "aicpu") where = npu_sim::FaultTarget::kAICpu, units = (*chip)->aicpu_count;
   if (target == "dma") where = npu_sim::FaultTarget::kDma, units = (*chip)->dma_channels;
-  if (target == "stream") {
-    // A random live stream: the models' bound streams, their execution streams, the run's user
-    // streams. Stream ids are dense from 1 (destroyed ones are reused), so a few tries find one.
-    auto stats = s.rt.Stats(0);
-    units = 1 + (stats.ok() ? stats->streams : 0) + 8;
-  }
+  const auto stats = s.rt.Stats(0);
+  // A random live stream: the models' bound streams, their execution streams, the run's user
+  // streams. Stream ids are dense from 1 (destroyed ones are reused), so a few tries find one.
+  if (target == "stream") units = 1 + (stats.ok() ? stats->streams : 0) + 8;
   // A unit runs kernels only as some stream's home or next to it (npu_sim::HomeUnit): three faults
   // in four go to the home of a stream that has run a kernel, so that most of them fire.
   std::uint32_t homes = 0;
-  if (auto stats = s.rt.Stats(0); stats.ok())
+  if (stats.ok())
     homes = where == npu_sim::FaultTarget::kAICore ? stats->aicore_homes
             : where == npu_sim::FaultTarget::kAICpu ? stats->aicpu_homes
                                                     : 0;
