@@ -171,16 +171,23 @@ double Counter(const Results& results, const std::string& bench, const std::stri
   return c == it->second.counters.end() ? 0 : c->second;
 }
 
-float SumStream(const void* data, std::size_t bytes) {
-  const auto* f = static_cast<const float*>(data);
+namespace {
+template <bool Prefetch>
+float SumStreamWith(const float* f, std::size_t n) {
   float acc[32] = {};
-  for (std::size_t i = 0; i + 32 <= bytes / sizeof(float); i += 32) {
-    graph::gemm_internal::PrefetchWeights<true>(f + i, graph::kGemvStreamPrefetchBytes);
+  for (std::size_t i = 0; i + 32 <= n; i += 32) {
+    graph::gemm_internal::PrefetchWeights<Prefetch>(f + i, graph::kGemvStreamPrefetchBytes);
     for (int l = 0; l < 32; ++l) acc[l] += f[i + l];
   }
   float s = 0;
   for (float x : acc) s += x;
   return s;
+}
+}  // namespace
+
+float SumStream(const void* data, std::size_t bytes, bool prefetch) {
+  const auto* f = static_cast<const float*>(data);
+  return prefetch ? SumStreamWith<true>(f, bytes / sizeof(float)) : SumStreamWith<false>(f, bytes / sizeof(float));
 }
 
 double MedianOf(std::vector<double> samples) {

@@ -1,6 +1,7 @@
 // Which MatMuls run as a GEMV, how far ahead a GEMV prefetches its weights (graph/kernels/matmul.h),
 // and when the compiler marks a MatMul's weights as streaming from memory
-// (lowering/stream_weights.cc).
+// (lowering/stream_weights.cc). Whether a GEMV prefetches at all is measured as it runs
+// (GemvReadTuner, gemv_tuner.h): the lead below is the one it uses when it does.
 //
 // It depends on where the weights can be. Weights that may still sit in the last-level cache from
 // the execution before get a long lead (kGemvPrefetchBytes): the hardware prefetchers do not run far

@@ -28,6 +28,7 @@
 
 #include "graph/ir/half.h"
 #include "graph/kernels/gemv_prefetch.h"
+#include "graph/kernels/gemv_tuner.h"
 #include "graph/ir/types.h"
 
 namespace npuflow::graph {
@@ -261,7 +262,9 @@ inline void GemmTile(const GemmMatrix& a, const GemmMatrix& b, const float* bias
 // the step keeps in L2 and L3 (activations, the KV cache, the runtime's own state). Measured on
 // GPT-2 117M decode at 1 thread, alternating runs: f32 46-52 -> 60-70 tokens/s, f16 80-110 ->
 // 115-125; a T0 prefetch at the same distance gained a few percent only. How far ahead: see
-// graph/kernels/gemv_prefetch.h (the MatMul's stream_weights picks the lead).
+// graph/kernels/gemv_prefetch.h (the MatMul's stream_weights picks the lead). Whether to prefetch
+// at all is measured as the GEMV runs (GemvReadTuner, graph/kernels/gemv_tuner.h): on some hours of
+// this shared machine a plain read of cached weights runs 15-30% faster than any prefetch.
 
 // Output columns per device block the GEMV's tiling aims for (graph/ops/nn.cc): 768 KiB of f16
 // or 1.5 MiB of f32 weights at K = 768.
@@ -354,6 +357,8 @@ template <bool Stream = false>
 // against 20-23 for the zmm loop; 12 MiB cached at the long lead: zmm 45-46, the halves 39-41).
 // Both add the same products in the same order, so they give the same bits: which one runs is a
 // speed choice only. Without AVX-512, 32 lanes as 4 x 8 in ymm registers (other bits).
+// Prefetch false: no software prefetch (GemvReadTuner), the same arithmetic.
+template <bool Prefetch = true>
 [[gnu::always_inline]] inline float DotF16(const float* __restrict a, const std::uint16_t* __restrict w, std::int64_t k,
                                            std::size_t lead) {
   std::int64_t i = 0;
@@ -362,7 +367,7 @@ template <bool Stream = false>
   if (!GemvLeadStreams(lead)) {
     __m512 v[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (; i + 64 <= k; i += 64) {
-      PrefetchWeights<true>(w + i, lead);
+      PrefetchWeights<Prefetch>(w + i, lead);
       for (int l = 0; l < 4; ++l) {
         const __m512 wf = HalvesToFloats(w + i + 16 * l);
         v[l] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16 * l), wf, v[l]);
@@ -379,7 +384,7 @@ template <bool Stream = false>
     __m256 lo[4], hi[4];
     for (int l = 0; l < 4; ++l) lo[l] = hi[l] = _mm256_setzero_ps();
     for (; i + 64 <= k; i += 64) {
-      PrefetchWeights<true>(w + i, lead);
+      PrefetchWeights<Prefetch>(w + i, lead);
       for (int l = 0; l < 4; ++l) {
         const std::int64_t at = i + 16 * l;
         lo[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + at), HalvesToFloats8(w + at), lo[l]);
@@ -397,7 +402,7 @@ template <bool Stream = false>
 #elif defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
   __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (; i + kGemvLanes <= k; i += kGemvLanes) {
-    PrefetchWeights<true>(w + i, lead);
+    PrefetchWeights<Prefetch>(w + i, lead);
     for (int l = 0; l < 4; ++l) {
       v[l] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * l), HalvesToFloats8(w + i + 8 * l), v[l]);
     }
@@ -406,7 +411,7 @@ template <bool Stream = false>
 #else
   float acc[kGemvLanes] = {};
   for (; i + kGemvLanes <= k; i += kGemvLanes) {
-    PrefetchWeights<true>(w + i, lead);
+    PrefetchWeights<Prefetch>(w + i, lead);
     for (int l = 0; l < kGemvLanes; ++l) acc[l] += a[i + l] * HalfToFloat(w[i + l]);
   }
   float sum = ReduceLanes(acc);
@@ -424,18 +429,39 @@ template <bool Stream = false>
 inline void Gemv(const float* a, const GemmMatrix& b, const float* bias, float* c, std::int64_t k, std::int64_t j0,
                  std::int64_t j1, std::size_t lead) {
   using namespace gemm_internal;
-  if (b.transposed) {
-    for (std::int64_t j = j0; j < j1; ++j) {
-      float s;
-      switch (b.dtype) {
-        case DataType::kFloat32: s = DotF32<true>(a, static_cast<const float*>(b.data) + j * b.ld, k, lead); break;
-        case DataType::kFloat16: s = DotF16(a, static_cast<const std::uint16_t*>(b.data) + j * b.ld, k, lead); break;
-        default: {
-          s = 0.f;
-          const auto* w = static_cast<const std::uint16_t*>(b.data) + j * b.ld;
-          for (std::int64_t i = 0; i < k; ++i) s += a[i] * BFloat16ToFloat(w[i]);
-        }
+  if (b.transposed && (b.dtype == DataType::kFloat32 || b.dtype == DataType::kFloat16)) {
+    // Rows of B are the weights of one output each; whether to prefetch them is measured as it
+    // runs (GemvReadTuner), per unit thread and weight class.
+    const bool f16 = b.dtype == DataType::kFloat16;
+    GemvReadTuner& tuner = GemvReadTuner::ForThisThread(f16, GemvLeadStreams(lead));
+    const GemvReadTuner::Way way = tuner.Next();
+    const std::uint64_t t0 = GemvReadTuner::Now();
+    if (f16) {
+      const auto* w = static_cast<const std::uint16_t*>(b.data);
+      if (way == GemvReadTuner::kPrefetch) {
+        for (std::int64_t j = j0; j < j1; ++j) c[j] = DotF16<true>(a, w + j * b.ld, k, lead);
+      } else {
+        for (std::int64_t j = j0; j < j1; ++j) c[j] = DotF16<false>(a, w + j * b.ld, k, lead);
       }
+    } else {
+      const auto* w = static_cast<const float*>(b.data);
+      if (way == GemvReadTuner::kPrefetch) {
+        for (std::int64_t j = j0; j < j1; ++j) c[j] = DotF32<true>(a, w + j * b.ld, k, lead);
+      } else {
+        for (std::int64_t j = j0; j < j1; ++j) c[j] = DotF32<false>(a, w + j * b.ld, k, lead);
+      }
+    }
+    tuner.Record(way, GemvReadTuner::Now() - t0,
+                 static_cast<std::uint64_t>(j1 - j0) * static_cast<std::uint64_t>(k) * (f16 ? 2u : 4u));
+    if (bias)
+      for (std::int64_t j = j0; j < j1; ++j) c[j] += bias[j];
+    return;
+  }
+  if (b.transposed) {  // bf16
+    for (std::int64_t j = j0; j < j1; ++j) {
+      float s = 0.f;
+      const auto* w = static_cast<const std::uint16_t*>(b.data) + j * b.ld;
+      for (std::int64_t i = 0; i < k; ++i) s += a[i] * BFloat16ToFloat(w[i]);
       c[j] = bias ? s + bias[j] : s;
     }
     return;

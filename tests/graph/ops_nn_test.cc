@@ -479,6 +479,83 @@ TEST(MatMul, GemvF16BothLoopsGiveTheSameBitsAndMatchADoubleSum) {
   }
 }
 
+// GemvReadTuner (graph/kernels/gemv_tuner.h): both ways are sampled during the warm-up, the plain
+// read is taken only when it is kNoPrefetchMargin cheaper, the other way is still tried one call in
+// kExploreEvery, a preempted call does not flip the choice, and a change in the costs does.
+TEST(GemvReadTuner, RunsTheCheaperWayTriesTheOtherAndFollowsAChange) {
+  using T = GemvReadTuner;
+  T tuner;
+  // Runs `calls` calls where a byte costs `prefetch` or `plain` ticks; counts the ways taken.
+  auto run = [&](int calls, double prefetch, double plain) {
+    int plain_runs = 0;
+    for (int i = 0; i < calls; ++i) {
+      const T::Way way = tuner.Next();
+      plain_runs += way == T::kNoPrefetch;
+      tuner.Record(way, static_cast<std::uint64_t>((way == T::kPrefetch ? prefetch : plain) * 1000), 1000);
+    }
+    return plain_runs;
+  };
+  EXPECT_EQ(run(2 * T::kWarmup, 1.0, 0.5), static_cast<int>(T::kWarmup)) << "the warm-up samples both ways alike";
+  EXPECT_EQ(tuner.best(), T::kNoPrefetch);
+  EXPECT_EQ(run(320, 1.0, 0.5), 320 - 320 / static_cast<int>(T::kExploreEvery)) << "one call in 32 tries the other way";
+  // One preempted call (100x its usual time) counts as kOutlierCap times the average: no flip.
+  tuner.Record(T::kNoPrefetch, 50'000, 1000);
+  EXPECT_EQ(tuner.best(), T::kNoPrefetch);
+  EXPECT_LT(tuner.cost(T::kNoPrefetch), 0.5 * (1 + T::kOutlierCap * T::kSmoothing));
+  // The machine changes: the prefetch becomes the cheaper way; the explored calls notice it.
+  run(32 * 64, 0.4, 0.5);
+  EXPECT_EQ(tuner.best(), T::kPrefetch);
+  // Nearly equal costs: the prefetch stays (the plain read's cost to the rest of the step is unseen).
+  run(32 * 64, 0.5, 0.5 * (1 - T::kNoPrefetchMargin / 2));
+  EXPECT_EQ(tuner.best(), T::kPrefetch);
+  run(32 * 64, 0.5, 0.5 * (1 - 2 * T::kNoPrefetchMargin));
+  EXPECT_EQ(tuner.best(), T::kNoPrefetch);
+  EXPECT_GT(tuner.runs(T::kPrefetch), 0u);
+  EXPECT_GT(tuner.runs(T::kNoPrefetch), 0u);
+}
+
+// Whichever way the tuner picks, a GEMV gives the same bits: the first calls on a thread alternate
+// the two (the tuner's warm-up) and later ones try the other way one call in kExploreEvery, so
+// repeated calls on the same inputs cover both, for f32 and f16
+// weights, at both leads, with a bias and a column range inside the output.
+TEST(MatMul, GemvGivesTheSameBitsWithAndWithoutItsSoftwarePrefetch) {
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const std::int64_t k = 200, n = 300;
+  std::vector<float> a(k), bias(n), w32(n * k);
+  std::vector<std::uint16_t> w16(n * k);
+  for (float& x : a) x = u(rng);
+  for (float& x : bias) x = u(rng);
+  for (float& x : w32) x = u(rng);
+  for (auto& x : w16) x = FloatToHalf(u(rng));
+  for (const bool f16 : {false, true})
+    for (const bool streams : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (f16 ? "f16" : "f32") << (streams ? " streaming" : " cached"));
+      const GemmMatrix b{.data = f16 ? static_cast<const void*>(w16.data()) : w32.data(),
+                         .dtype = f16 ? DataType::kFloat16 : DataType::kFloat32, .ld = k, .transposed = true};
+      GemvReadTuner& tuner = GemvReadTuner::ForThisThread(f16, streams);
+      const std::uint64_t plain0 = tuner.runs(GemvReadTuner::kNoPrefetch);
+      const std::uint64_t prefetch0 = tuner.runs(GemvReadTuner::kPrefetch);
+      std::vector<float> first(n, -7.f);
+      Gemv(a.data(), b, bias.data(), first.data(), k, 3, n - 2, GemvPrefetchLead(streams));
+      for (int call = 0; call < static_cast<int>(2 * GemvReadTuner::kWarmup + 2 * GemvReadTuner::kExploreEvery); ++call) {
+        std::vector<float> again(n, -7.f);
+        Gemv(a.data(), b, bias.data(), again.data(), k, 3, n - 2, GemvPrefetchLead(streams));
+        ASSERT_EQ(std::memcmp(first.data(), again.data(), n * sizeof(float)), 0) << "call " << call;
+      }
+      EXPECT_GT(tuner.runs(GemvReadTuner::kNoPrefetch), plain0);
+      EXPECT_GT(tuner.runs(GemvReadTuner::kPrefetch), prefetch0);
+      EXPECT_EQ(first[2], -7.f);
+      EXPECT_EQ(first[n - 2], -7.f) << "a column after the range was written";
+      for (std::int64_t j = 3; j < n - 2; j += 37) {
+        double want = bias[j];
+        for (std::int64_t i = 0; i < k; ++i)
+          want += static_cast<double>(a[i]) * (f16 ? HalfToFloat(w16[j * k + i]) : w32[j * k + i]);
+        EXPECT_NEAR(first[j], want, 1e-4) << "column " << j;
+      }
+    }
+}
+
 TEST(MatMul, ShapeInferenceWithSymbolicDims) {
   auto out =
       InferOne(Op("MatMul"), {F32Desc(Sym({Dim::Symbolic("seq"), Dim::Static(768)})), F32Desc(Shape{768, 3072})});
