@@ -339,6 +339,46 @@ template <bool Stream = false>
   return sum;
 }
 
+// Weight rows up to this long (and a multiple of kGemvLanes) go two at a time (GemvRowsF32).
+inline constexpr std::int64_t kGemvPairRowsMaxK = 128;
+
+// c[j] = a . w[j] for j in [j0, j1), rows ld floats apart: each row as DotF32<Prefetch> sums it.
+// Short rows (K <= kGemvPairRowsMaxK) go two at a time, each in its own accumulators and in
+// DotF32's order, so the bits are the same: one row of 64 floats is two iterations, and the loop's
+// own cost (the row's setup and horizontal sum) then bounds it, where two rows overlap theirs. On
+// 2 x 64's logits (K = 64, 12.8 MB cached), GPT-2 decode at 1 worker, builds alternated run by run
+// 2026-11-29 ~14:50: kernel us a step 259 -> 242, the step 297 -> 278 (8 of 8 pairs faster;
+// benchmarks/results/2026-11-29-issue21-gemv-pair-rows-steps.txt); a plain loop over the matrix
+// 182 -> 155 us (medians of 7 rounds). At K = 256 and 768 pairs read slower (71 and 57
+// GB/s against 77 and 70 one row at a time), hence the bound.
+template <bool Prefetch>
+inline void GemvRowsF32(const float* __restrict a, const float* w, std::int64_t ld, std::int64_t k, std::int64_t j0,
+                        std::int64_t j1, std::size_t lead, float* c) {
+  std::int64_t j = j0;
+#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+  if (k <= kGemvPairRowsMaxK && k % kGemvLanes == 0) {
+    for (; j + 2 <= j1; j += 2) {
+      const float* r0 = w + j * ld;
+      const float* r1 = r0 + ld;
+      __m256 v[4], u[4];
+      for (int l = 0; l < 4; ++l) v[l] = u[l] = _mm256_setzero_ps();
+      for (std::int64_t i = 0; i < k; i += kGemvLanes) {
+        PrefetchWeights<Prefetch>(r0 + i, lead);
+        PrefetchWeights<Prefetch>(r1 + i, lead);
+        for (int l = 0; l < 4; ++l) {
+          const __m256 x = _mm256_loadu_ps(a + i + 8 * l);
+          v[l] = _mm256_fmadd_ps(x, _mm256_loadu_ps(r0 + i + 8 * l), v[l]);
+          u[l] = _mm256_fmadd_ps(x, _mm256_loadu_ps(r1 + i + 8 * l), u[l]);
+        }
+      }
+      c[j] = SumLanes(v);
+      c[j + 1] = SumLanes(u);
+    }
+  }
+#endif
+  for (; j < j1; ++j) c[j] = DotF32<Prefetch>(a, w + j * ld, k, lead);
+}
+
 #if defined(__AVX512F__)
 // 16 f16 -> 16 f32. The zero-masked forms here and below compute the same as the plain
 // intrinsics, which GCC 12's own headers build from an uninitialized register
@@ -445,11 +485,8 @@ inline void Gemv(const float* a, const GemmMatrix& b, const float* bias, float* 
       }
     } else {
       const auto* w = static_cast<const float*>(b.data);
-      if (way == GemvReadTuner::kPrefetch) {
-        for (std::int64_t j = j0; j < j1; ++j) c[j] = DotF32<true>(a, w + j * b.ld, k, lead);
-      } else {
-        for (std::int64_t j = j0; j < j1; ++j) c[j] = DotF32<false>(a, w + j * b.ld, k, lead);
-      }
+      if (way == GemvReadTuner::kPrefetch) GemvRowsF32<true>(a, w, b.ld, k, j0, j1, lead, c);
+      else GemvRowsF32<false>(a, w, b.ld, k, j0, j1, lead, c);
     }
     tuner.Record(way, GemvReadTuner::Now() - t0,
                  static_cast<std::uint64_t>(j1 - j0) * static_cast<std::uint64_t>(k) * (f16 ? 2u : 4u));

@@ -516,44 +516,53 @@ TEST(GemvReadTuner, RunsTheCheaperWayTriesTheOtherAndFollowsAChange) {
 
 // Whichever way the tuner picks, a GEMV gives the same bits: the first calls on a thread alternate
 // the two (the tuner's warm-up) and later ones try the other way one call in kExploreEvery, so
-// repeated calls on the same inputs cover both, for f32 and f16
-// weights, at both leads, with a bias and a column range inside the output.
+// repeated calls on the same inputs cover both, for f32 and f16 weights, at both leads, with a bias
+// and a column range inside the output. f32 rows up to kGemvPairRowsMaxK long go two at a time:
+// each output still has the bits of its row summed alone (DotF32), an odd range included.
 TEST(MatMul, GemvGivesTheSameBitsWithAndWithoutItsSoftwarePrefetch) {
   std::mt19937 rng(21);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  const std::int64_t k = 200, n = 300;
-  std::vector<float> a(k), bias(n), w32(n * k);
-  std::vector<std::uint16_t> w16(n * k);
-  for (float& x : a) x = u(rng);
-  for (float& x : bias) x = u(rng);
-  for (float& x : w32) x = u(rng);
-  for (auto& x : w16) x = FloatToHalf(u(rng));
-  for (const bool f16 : {false, true})
-    for (const bool streams : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << (f16 ? "f16" : "f32") << (streams ? " streaming" : " cached"));
-      const GemmMatrix b{.data = f16 ? static_cast<const void*>(w16.data()) : w32.data(),
-                         .dtype = f16 ? DataType::kFloat16 : DataType::kFloat32, .ld = k, .transposed = true};
-      GemvReadTuner& tuner = GemvReadTuner::ForThisThread(f16, streams);
-      const std::uint64_t plain0 = tuner.runs(GemvReadTuner::kNoPrefetch);
-      const std::uint64_t prefetch0 = tuner.runs(GemvReadTuner::kPrefetch);
-      std::vector<float> first(n, -7.f);
-      Gemv(a.data(), b, bias.data(), first.data(), k, 3, n - 2, GemvPrefetchLead(streams));
-      for (int call = 0; call < static_cast<int>(2 * GemvReadTuner::kWarmup + 2 * GemvReadTuner::kExploreEvery); ++call) {
-        std::vector<float> again(n, -7.f);
-        Gemv(a.data(), b, bias.data(), again.data(), k, 3, n - 2, GemvPrefetchLead(streams));
-        ASSERT_EQ(std::memcmp(first.data(), again.data(), n * sizeof(float)), 0) << "call " << call;
+  const std::int64_t n = 300;
+  for (const std::int64_t k : {32, 64, 96, 128, 200}) {
+    std::vector<float> a(k), bias(n), w32(n * k);
+    std::vector<std::uint16_t> w16(n * k);
+    for (float& x : a) x = u(rng);
+    for (float& x : bias) x = u(rng);
+    for (float& x : w32) x = u(rng);
+    for (auto& x : w16) x = FloatToHalf(u(rng));
+    for (const bool f16 : {false, true})
+      for (const bool streams : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "k " << k << (f16 ? " f16" : " f32") << (streams ? " streaming" : " cached"));
+        const GemmMatrix b{.data = f16 ? static_cast<const void*>(w16.data()) : w32.data(),
+                           .dtype = f16 ? DataType::kFloat16 : DataType::kFloat32, .ld = k, .transposed = true};
+        GemvReadTuner& tuner = GemvReadTuner::ForThisThread(f16, streams);
+        const std::uint64_t plain0 = tuner.runs(GemvReadTuner::kNoPrefetch);
+        const std::uint64_t prefetch0 = tuner.runs(GemvReadTuner::kPrefetch);
+        std::vector<float> first(n, -7.f);
+        Gemv(a.data(), b, bias.data(), first.data(), k, 3, n - 2, GemvPrefetchLead(streams));
+        for (int call = 0; call < static_cast<int>(2 * GemvReadTuner::kWarmup + 2 * GemvReadTuner::kExploreEvery);
+             ++call) {
+          std::vector<float> again(n, -7.f);
+          Gemv(a.data(), b, bias.data(), again.data(), k, 3, n - 2, GemvPrefetchLead(streams));
+          ASSERT_EQ(std::memcmp(first.data(), again.data(), n * sizeof(float)), 0) << "call " << call;
+        }
+        EXPECT_GT(tuner.runs(GemvReadTuner::kNoPrefetch), plain0);
+        EXPECT_GT(tuner.runs(GemvReadTuner::kPrefetch), prefetch0);
+        EXPECT_EQ(first[2], -7.f);
+        EXPECT_EQ(first[n - 2], -7.f) << "a column after the range was written";
+        for (std::int64_t j = 3; j < n - 2; ++j) {
+          if (!f16) {
+            const float alone = gemm_internal::DotF32(a.data(), w32.data() + j * k, k) + bias[j];
+            ASSERT_EQ(std::memcmp(&first[j], &alone, sizeof(float)), 0) << "column " << j;
+          }
+          if (j % 37 != 0) continue;
+          double want = bias[j];
+          for (std::int64_t i = 0; i < k; ++i)
+            want += static_cast<double>(a[i]) * (f16 ? HalfToFloat(w16[j * k + i]) : w32[j * k + i]);
+          EXPECT_NEAR(first[j], want, 1e-4) << "column " << j;
+        }
       }
-      EXPECT_GT(tuner.runs(GemvReadTuner::kNoPrefetch), plain0);
-      EXPECT_GT(tuner.runs(GemvReadTuner::kPrefetch), prefetch0);
-      EXPECT_EQ(first[2], -7.f);
-      EXPECT_EQ(first[n - 2], -7.f) << "a column after the range was written";
-      for (std::int64_t j = 3; j < n - 2; j += 37) {
-        double want = bias[j];
-        for (std::int64_t i = 0; i < k; ++i)
-          want += static_cast<double>(a[i]) * (f16 ? HalfToFloat(w16[j * k + i]) : w32[j * k + i]);
-        EXPECT_NEAR(first[j], want, 1e-4) << "column " << j;
-      }
-    }
+  }
 }
 
 TEST(MatMul, ShapeInferenceWithSymbolicDims) {
