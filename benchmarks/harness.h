@@ -80,7 +80,7 @@ double NsPer(const Results& results, const std::string& bench);
 // The plain read a memory-bound kernel is measured against: `bytes` of f32 summed in 32 lanes,
 // prefetched non-temporally ahead as the GEMV prefetches weights that stream from memory (the
 // short lead, graph/kernels/gemv_prefetch.h), or with no software prefetch when `prefetch` is
-// false. The GEMV picks whichever of its two ways reads faster (graph::GemvReadTuner), so a
+// false. The GEMV picks one of its two ways by measuring them (graph::GemvReadTuner), so a
 // baseline takes the faster of the two reads. Until 2026-11-29 it used the 4 KiB lead, slower from
 // memory, and until the tuner the prefetched read only: rooflines read before then are lower.
 // Returns the sum (for DoNotOptimize).

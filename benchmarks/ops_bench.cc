@@ -20,7 +20,7 @@
 //     graph::Gemv (the M = 1 path a decode step spends its time in) over a 192 MiB weight matrix
 //     stored [N][768] (the Linear layout), one thread, in GB/s of weights read, against a plain
 //     read of the same buffer (a 32-lane sum, the faster of a prefetched and an unprefetched one,
-//     as the GEMV picks its way by measuring) in the same round. Paired rounds, medians.
+//     whichever of the two ways the GEMV picks by measuring) in the same round. Paired rounds, medians.
 #include "benchmarks/ops_bench.h"
 
 #include <algorithm>

@@ -471,9 +471,9 @@ inline void Gemv(const float* a, const GemmMatrix& b, const float* bias, float* 
   using namespace gemm_internal;
   if (b.transposed && (b.dtype == DataType::kFloat32 || b.dtype == DataType::kFloat16)) {
     // Rows of B are the weights of one output each; whether to prefetch them is measured as it
-    // runs (GemvReadTuner), per unit thread and weight class.
+    // runs (GemvReadTuner), per unit thread and weight matrix.
     const bool f16 = b.dtype == DataType::kFloat16;
-    GemvReadTuner& tuner = GemvReadTuner::ForThisThread(f16, GemvLeadStreams(lead));
+    GemvReadTuner& tuner = GemvReadTuner::ForThisThread(b.data, GemvLeadStreams(lead));
     const GemvReadTuner::Way way = tuner.Next();
     const std::uint64_t t0 = GemvReadTuner::Now();
     if (f16) {

@@ -481,11 +481,12 @@ TEST(MatMul, GemvF16BothLoopsGiveTheSameBitsAndMatchADoubleSum) {
 
 // GemvReadTuner (graph/kernels/gemv_tuner.h): both ways are sampled during the warm-up, the plain
 // read is taken only when it is kNoPrefetchMargin cheaper, the other way is still tried one call in
-// kExploreEvery, a preempted call does not flip the choice, and a change in the costs does.
+// kExploreEvery, a preempted call does not flip the choice (not even within the margin), and a
+// change in the costs does.
 TEST(GemvReadTuner, RunsTheCheaperWayTriesTheOtherAndFollowsAChange) {
   using T = GemvReadTuner;
   T tuner;
-  // Runs `calls` calls where a byte costs `prefetch` or `plain` ticks; counts the ways taken.
+  // Runs `calls` calls where a byte costs `prefetch` or `plain` ticks; counts the plain ones.
   auto run = [&](int calls, double prefetch, double plain) {
     int plain_runs = 0;
     for (int i = 0; i < calls; ++i) {
@@ -497,21 +498,80 @@ TEST(GemvReadTuner, RunsTheCheaperWayTriesTheOtherAndFollowsAChange) {
   };
   EXPECT_EQ(run(2 * T::kWarmup, 1.0, 0.5), static_cast<int>(T::kWarmup)) << "the warm-up samples both ways alike";
   EXPECT_EQ(tuner.best(), T::kNoPrefetch);
-  EXPECT_EQ(run(320, 1.0, 0.5), 320 - 320 / static_cast<int>(T::kExploreEvery)) << "one call in 32 tries the other way";
-  // One preempted call (100x its usual time) counts as kOutlierCap times the average: no flip.
+  const int calls = 10 * static_cast<int>(T::kExploreEvery);
+  EXPECT_NEAR(run(calls, 1.0, 0.5), calls - 10, 1) << "one call in kExploreEvery tries the other way";
+  // One preempted call (100x its usual time) counts as kOutlierCap times the average.
   tuner.Record(T::kNoPrefetch, 50'000, 1000);
   EXPECT_EQ(tuner.best(), T::kNoPrefetch);
-  EXPECT_LT(tuner.cost(T::kNoPrefetch), 0.5 * (1 + T::kOutlierCap * T::kSmoothing));
+  EXPECT_LT(tuner.cost(T::kNoPrefetch), 0.5 * (1 + (T::kOutlierCap - 1) * T::kSmoothing) + 1e-9);
   // The machine changes: the prefetch becomes the cheaper way; the explored calls notice it.
-  run(32 * 64, 0.4, 0.5);
+  run(static_cast<int>(T::kExploreEvery) * 64, 0.4, 0.5);
   EXPECT_EQ(tuner.best(), T::kPrefetch);
-  // Nearly equal costs: the prefetch stays (the plain read's cost to the rest of the step is unseen).
-  run(32 * 64, 0.5, 0.5 * (1 - T::kNoPrefetchMargin / 2));
+  // The plain read 3% cheaper, within the margin: the prefetch stays, even after one of its calls is
+  // preempted (a capped sample moves its average by less than the margin).
+  run(static_cast<int>(T::kExploreEvery) * 64, 0.5, 0.485);
   EXPECT_EQ(tuner.best(), T::kPrefetch);
-  run(32 * 64, 0.5, 0.5 * (1 - 2 * T::kNoPrefetchMargin));
+  tuner.Record(T::kPrefetch, 50'000, 1000);
+  EXPECT_EQ(tuner.best(), T::kPrefetch);
+  // The plain read 20% cheaper: taken.
+  run(static_cast<int>(T::kExploreEvery) * 64, 0.5, 0.4);
   EXPECT_EQ(tuner.best(), T::kNoPrefetch);
   EXPECT_GT(tuner.runs(T::kPrefetch), 0u);
   EXPECT_GT(tuner.runs(T::kNoPrefetch), 0u);
+}
+
+// A slow first sample (a cold call) weighs 1 / kWarmup of the warm-up's mean, not most of it; a
+// clock that read 0 ticks does not pin a way's average at 0.
+TEST(GemvReadTuner, TheWarmUpIsAPlainMeanAndAZeroAverageLearnsAgain) {
+  using T = GemvReadTuner;
+  T tuner;
+  tuner.Record(T::kPrefetch, 3000, 1000);  // 3x the usual, within the warm-up's cap
+  for (std::uint32_t i = 1; i < T::kWarmup; ++i) tuner.Record(T::kPrefetch, 1000, 1000);
+  EXPECT_NEAR(tuner.cost(T::kPrefetch), (3.0 + (T::kWarmup - 1)) / T::kWarmup, 1e-9);
+  tuner.Record(T::kNoPrefetch, 0, 1000);
+  tuner.Record(T::kNoPrefetch, 2000, 1000);
+  EXPECT_GT(tuner.cost(T::kNoPrefetch), 0.0);
+}
+
+// Each weight matrix has its own tuner on a thread (and each lead: the same matrix read at the other
+// lead is another entry), so one matrix's costs never stand in for another's.
+TEST(GemvReadTuner, EachWeightMatrixAndLeadHasItsOwnTuner) {
+  alignas(512) static float a[512], b[512];
+  GemvReadTuner& ta = GemvReadTuner::ForThisThread(a, false);
+  GemvReadTuner& tb = GemvReadTuner::ForThisThread(b, false);
+  GemvReadTuner& ta_streaming = GemvReadTuner::ForThisThread(a, true);
+  EXPECT_NE(&ta, &tb);
+  EXPECT_NE(&ta, &ta_streaming);
+  EXPECT_EQ(&ta, &GemvReadTuner::ForThisThread(a, false));
+  // a: the plain read far cheaper; b: the prefetch. Each keeps its own choice.
+  for (int i = 0; i < 64; ++i) {
+    const GemvReadTuner::Way wa = ta.Next();
+    ta.Record(wa, wa == GemvReadTuner::kPrefetch ? 2000 : 1000, 1000);
+    const GemvReadTuner::Way wb = tb.Next();
+    tb.Record(wb, wb == GemvReadTuner::kPrefetch ? 1000 : 2000, 1000);
+  }
+  EXPECT_EQ(ta.best(), GemvReadTuner::kNoPrefetch);
+  EXPECT_EQ(tb.best(), GemvReadTuner::kPrefetch);
+  EXPECT_EQ(&ta, &GemvReadTuner::ForThisThread(a, false)) << "the entry stays the matrix's";
+  EXPECT_EQ(ta.best(), GemvReadTuner::kNoPrefetch);
+}
+
+// A matrix that comes back after more than kMaxPlainReuseBytes of other weights is read with the
+// prefetch only: nothing of it stays cached for the plain read to find.
+TEST(GemvReadTuner, AMatrixThatComesBackAfterTooManyOtherBytesKeepsThePrefetch) {
+  using T = GemvReadTuner;
+  T tuner, other;
+  auto call = [&](double prefetch, double plain) {
+    const T::Way way = tuner.Next();
+    tuner.Record(way, static_cast<std::uint64_t>((way == T::kPrefetch ? prefetch : plain) * 1000), 1000);
+    return way;
+  };
+  for (std::uint32_t i = 0; i < 4 * T::kWarmup; ++i) call(1.0, 0.5);
+  EXPECT_EQ(tuner.best(), T::kNoPrefetch);
+  EXPECT_EQ(call(1.0, 0.5), T::kNoPrefetch) << "back right away: the plain read";
+  other.Record(T::kPrefetch, 1, T::kMaxPlainReuseBytes + 1);  // another matrix's bytes in between
+  EXPECT_EQ(call(1.0, 0.5), T::kPrefetch) << "back after more than kMaxPlainReuseBytes";
+  EXPECT_EQ(call(1.0, 0.5), T::kNoPrefetch) << "and right away again";
 }
 
 // Whichever way the tuner picks, a GEMV gives the same bits: the first calls on a thread alternate
@@ -535,7 +595,7 @@ TEST(MatMul, GemvGivesTheSameBitsWithAndWithoutItsSoftwarePrefetch) {
         SCOPED_TRACE(::testing::Message() << "k " << k << (f16 ? " f16" : " f32") << (streams ? " streaming" : " cached"));
         const GemmMatrix b{.data = f16 ? static_cast<const void*>(w16.data()) : w32.data(),
                            .dtype = f16 ? DataType::kFloat16 : DataType::kFloat32, .ld = k, .transposed = true};
-        GemvReadTuner& tuner = GemvReadTuner::ForThisThread(f16, streams);
+        GemvReadTuner& tuner = GemvReadTuner::ForThisThread(b.data, streams);
         const std::uint64_t plain0 = tuner.runs(GemvReadTuner::kNoPrefetch);
         const std::uint64_t prefetch0 = tuner.runs(GemvReadTuner::kPrefetch);
         std::vector<float> first(n, -7.f);
