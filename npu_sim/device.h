@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/system.h"
@@ -14,6 +16,7 @@
 #include "npu_sim/device_memory.h"
 #include "npu_sim/messages.h"
 #include "npu_sim/race_detector.h"
+#include "npu_sim/timeline.h"
 #include "npu_sim/trace.h"
 
 namespace npuflow::npu_sim {
@@ -37,6 +40,25 @@ struct DeviceStats {
   MemoryStats memory;
   std::size_t streams = 0;
   std::size_t events = 0;
+};
+
+// One AICore or AICPU unit's own state: its virtual clock, trace track and injected fault. The
+// unit's actor runs the parts sent to it on it; the first unit of a kernel's group also runs the
+// group's other parts on their units' states while those are free (SendKernelParts, units.h).
+// Whoever runs a part holds `taken`; the holder touches nothing else of another unit's and holds
+// one state at a time, so a unit's own actor waits at most one part for its state.
+struct UnitState {
+  std::atomic<bool> taken{false};
+  std::string name;  // "aicore 3": the engine and index, for traces and errors
+  TraceTrack* track = nullptr;
+  BusyTimeline busy;
+  std::uint64_t runs = 0;  // parts run since the fault was set
+  std::optional<Fault> fault;
+  bool TryTake() { return !taken.load(std::memory_order_relaxed) && !taken.exchange(true, std::memory_order_acquire); }
+  void Take() {
+    while (!TryTake()) std::this_thread::yield();
+  }
+  void Give() { taken.store(false, std::memory_order_release); }
 };
 
 class Device {
@@ -63,6 +85,10 @@ class Device {
   // actor, which keeps only the units' faults.
   struct UnitGroup {
     std::vector<actors::Address<UnitMsg>> units;
+    std::vector<std::unique_ptr<UnitState>> states;  // by unit, as `units`
+    // How many groups a kernel's parts are sent as: the actor system's worker threads (a kernel
+    // of n parts is min(n, lanes) messages and a report; see SendKernelParts).
+    std::uint32_t lanes = 1;
     // How many streams have taken a home unit here (SendKernelParts, HomeUnit), so the streams'
     // kernels spread over the units.
     std::atomic<std::uint32_t> homes_given{0};

@@ -198,13 +198,26 @@ struct SetStreamFault {  // Ask<void>
 struct WorkGate {
   std::atomic<std::uint64_t> epoch{0};
   std::atomic<std::uint32_t> inside{0};
+  // Work of an epoch below this does not enter either. A host caller that is about to stop the
+  // stream's work (Runtime::AbortStream, AbortModel) raises it to the stream's epoch + 1 before it
+  // sends the abort, so units stop at their next part even while the abort's messages wait for a
+  // worker (a unit runs a run of parts without a pause for other actors: SendKernelParts). The
+  // stream's next epoch starts at it or after (StreamActor::NewEpoch).
+  std::atomic<std::uint64_t> stop_below{0};
   bool Enter(std::uint64_t work_epoch) {
     inside.fetch_add(1, std::memory_order_seq_cst);
-    if (epoch.load(std::memory_order_seq_cst) == work_epoch) return true;
+    if (epoch.load(std::memory_order_seq_cst) == work_epoch && work_epoch >= stop_below.load(std::memory_order_seq_cst))
+      return true;
     inside.fetch_sub(1, std::memory_order_release);
     return false;
   }
   void Leave() { inside.fetch_sub(1, std::memory_order_release); }
+  void RequestStop() {
+    const std::uint64_t want = epoch.load(std::memory_order_seq_cst) + 1;
+    std::uint64_t now = stop_below.load(std::memory_order_seq_cst);
+    while (now < want && !stop_below.compare_exchange_weak(now, want, std::memory_order_seq_cst)) {
+    }
+  }
 };
 // Inside a gate for a scope (a kernel that throws still leaves). A null gate is always open.
 class GateScope {
@@ -260,8 +273,9 @@ using ClusterMsg = std::variant<SetUnitFault, AttachUnits>;
 struct RunBlocks {
   static constexpr std::string_view kKind = "RunBlocks";
   KernelJob* job = nullptr;
-  std::uint32_t first = 0;
-  std::uint32_t count = 0;
+  std::uint32_t part = 0;   // the first part of this message, on the unit it is sent to
+  std::uint32_t group = 1;  // parts [part, part + group), on that unit and the ones after it
+  std::uint32_t parts = 1;  // the kernel's parts: part p has blocks PartBlocks(block_dim, parts, p)
   VTime at = 0;
 };
 

@@ -127,12 +127,17 @@ Status Runtime::Init() {
     auto wire = [&](Engine engine, int count) -> StatusOr<actors::Address<ClusterMsg>> {
       auto cluster = system_->Spawn<ClusterActor>(
           fmt::format("dev{}.{}", id, engine == Engine::kAICore ? "aicore" : "aicpu"), dev, engine);
-      std::vector<actors::Address<UnitMsg>>& units =
-          (engine == Engine::kAICore ? dev->aicore_units : dev->aicpu_units).units;
-      for (int u = 0; u < count; ++u)
-        units.push_back(system_->Spawn<UnitActor>(
-            fmt::format("dev{}.{}{}", id, engine == Engine::kAICore ? "aicore" : "aicpu", u), dev, engine, u));
-      NPUFLOW_RETURN_IF_ERROR(cluster.Ask(AttachUnits{units}).Get());
+      Device::UnitGroup& group = engine == Engine::kAICore ? dev->aicore_units : dev->aicpu_units;
+      group.lanes = static_cast<std::uint32_t>(std::max(system_->workers(), 1));
+      for (int u = 0; u < count; ++u) {
+        auto state = std::make_unique<UnitState>();
+        state->name = fmt::format("{} {}", engine == Engine::kAICore ? "aicore" : "aicpu", u);
+        if (dev->tracing()) state->track = dev->trace()->AddTrack(id, state->name);
+        group.states.push_back(std::move(state));
+        group.units.push_back(system_->Spawn<UnitActor>(
+            fmt::format("dev{}.{}{}", id, engine == Engine::kAICore ? "aicore" : "aicpu", u), dev, &group, u));
+      }
+      NPUFLOW_RETURN_IF_ERROR(cluster.Ask(AttachUnits{group.units}).Get());
       return cluster;
     };
     NPUFLOW_ASSIGN_OR_RETURN(dev->aicore, wire(Engine::kAICore, chip.aicore_count));
@@ -309,7 +314,7 @@ StatusOr<Stream> Runtime::CreateStream(int device) {
   }
   const auto id = static_cast<StreamId>(dev->streams.size());
   auto hs = std::make_unique<HostStream>();
-  hs->addr = system_->Spawn<StreamActor>(fmt::format("dev{}.stream{}", device, id), dev->device.get(), id);
+  hs->addr = system_->Spawn<StreamActor>(fmt::format("dev{}.stream{}", device, id), dev->device.get(), id, &hs->gate);
   hs->live = true;
   const StreamId registered = dev->device->AddStream(hs->addr);
   if (registered != id) return Status::Internal("npu_sim: stream table out of step ({} vs {})", registered, id);
@@ -389,6 +394,7 @@ Status Runtime::AbortStream(Stream stream) {
       return Status::ParamInvalid("npu_sim: device {} stream {} is bound to model {}; abort the model", stream.device,
                                   stream.id, hs->model);
   }
+  hs->gate.RequestStop();  // units stop at their next part, before the abort reaches the stream
   hs->addr.SendInOrder(npu_sim::AbortStream{Status::Aborted("device {} stream {}: aborted", stream.device, stream.id)});
   return Status::Ok();
 }
@@ -704,10 +710,19 @@ StatusOr<VTime> Runtime::ExecuteModel(Model model, std::vector<std::uint64_t> io
   return *end;
 }
 
+// The model's streams' units stop at their next part, before the abort reaches the model's actor
+// (WorkGate::stop_below).
+void Runtime::StopModelWork(DeviceEntry& dev, const ModelEntry& model) {
+  std::lock_guard<std::mutex> lock(dev.mu);
+  for (StreamId id : model.streams)
+    if (id < dev.streams.size()) dev.streams[id]->gate.RequestStop();
+}
+
 Status Runtime::AbortModel(Model model) {
   NPUFLOW_ASSIGN_OR_RETURN(ModelEntry * m, ModelOf(model));
   NPUFLOW_ASSIGN_OR_RETURN(DeviceEntry * dev, Dev(model.device));
   HostCall(*dev, "abort model");
+  StopModelWork(*dev, *m);
   return m->addr.Ask(npu_sim::AbortModel{Status::Aborted("device {} model {}: aborted", model.device, model.id)}).Get();
 }
 
@@ -716,6 +731,7 @@ actors::Future<Status> Runtime::AbortModelAsync(Model model) {
   if (!m.ok()) return actors::Future<Status>::Ready(m.status());
   auto dev = Dev(model.device);
   HostCall(**dev, "abort model");
+  StopModelWork(**dev, **m);
   return (*m)->addr.Ask(npu_sim::AbortModel{Status::Aborted("device {} model {}: aborted", model.device, model.id)});
 }
 

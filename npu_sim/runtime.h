@@ -219,6 +219,7 @@ class Runtime {
     std::uint64_t next_task = 0;
     std::int64_t model = -1;  // bound model id, -1 for a host stream
     bool live = false;
+    WorkGate gate;  // the stream actor's (StreamActor::gate_): an abort stops its units' work first
   };
   struct ModelEntry {
     actors::Address<ModelMsg> addr;
@@ -234,6 +235,7 @@ class Runtime {
   };
 
   explicit Runtime(RuntimeOptions options);
+  void StopModelWork(DeviceEntry& dev, const ModelEntry& model);
   Status Init();
   StatusOr<DeviceEntry*> Dev(int device) const;
   StatusOr<HostStream*> HostStreamOf(Stream stream) const;

@@ -10,7 +10,7 @@
 
 namespace npuflow::npu_sim {
 
-StreamActor::StreamActor(Device* device, StreamId id) : device_(device), id_(id) {
+StreamActor::StreamActor(Device* device, StreamId id, WorkGate* gate) : device_(device), id_(id), gate_(*gate) {
   name_ = fmt::format("stream {}", id);
   if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), name_);
   if (device->race != nullptr) race_agent_ = device->race->StreamAgent(device->id(), id);
@@ -21,7 +21,7 @@ StreamActor::StreamActor(Device* device, StreamId id) : device_(device), id_(id)
 // to units and channels is over: what has not started is skipped, what runs is waited for
 // (a few blocks or one copy; a hung unit never entered).
 void StreamActor::NewEpoch(bool stop_work) {
-  ++epoch_;
+  epoch_ = std::max(epoch_ + 1, gate_.stop_below.load(std::memory_order_seq_cst));
   gate_.epoch.store(epoch_, std::memory_order_seq_cst);
   if (!stop_work) return;
   while (gate_.inside.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
@@ -278,6 +278,7 @@ Status StreamActor::On(AbortStream& m, Ctx& ctx) {
   const bool work = state_ != State::kIdle || (draining_ && exec_ < tasks_.size());
   if (device_->race && work) device_->race->Release(race_agent_, RaceDetector::kHostWorld);
   if (work) Fail(std::move(m.why));
+  CatchUpWithStop();
   ctx.Reply();  // an Ask (AbortModel's) hears that the stream and its units' work have stopped
   return Status::Ok();
 }
@@ -297,8 +298,15 @@ Status StreamActor::On(ExecutionStopped& m, Ctx&) {
   return Status::Ok();
 }
 
+// A host caller stopped this stream's work (WorkGate::stop_below) while it had none, or before its
+// abort came: the next work goes in an epoch the units take.
+void StreamActor::CatchUpWithStop() {
+  if (gate_.stop_below.load(std::memory_order_seq_cst) > epoch_) NewEpoch(false);
+}
+
 Status StreamActor::On(ResetStream&, Ctx& ctx) {
   if (state_ != State::kIdle) Fail(Status::Aborted("device {} {}: reset", device_->id(), name_));
+  CatchUpWithStop();
   draining_ = false;  // the model answers the drain still; ExecutionStopped of it is ignored
   ++drain_;
   tasks_.clear();

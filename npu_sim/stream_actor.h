@@ -28,7 +28,8 @@ namespace npuflow::npu_sim {
 class StreamActor {
  public:
   using Message = StreamMsg;
-  StreamActor(Device* device, StreamId id);
+  // `gate`: the stream's, kept by the runtime so that a host caller can stop its work (WorkGate).
+  StreamActor(Device* device, StreamId id, WorkGate* gate);
   using Ctx = actors::Context<Message>;
   // One handler per message type; Receive dispatches with std::visit (a jump table).
   Status Receive(Message& msg, Ctx& ctx);
@@ -121,7 +122,8 @@ class StreamActor {
   std::size_t fetch_end_ = 0;    // tasks [.., fetch_end_) are fetched
   std::uint64_t base_ = 0;       // host: id of tasks_[0]
   std::uint64_t epoch_ = 1;      // bumped on failure/abort: stale completions are ignored
-  WorkGate gate_;                // epoch_ as the units see it (see WorkGate)
+  WorkGate& gate_;               // epoch_ as the units see it (see WorkGate)
+  void CatchUpWithStop();
   void NewEpoch(bool stop_work);
   VTime clock_ = 0;
   VTime wait_start_ = 0;

@@ -32,79 +32,114 @@ void ForwardFault(actors::Context<Msg>& ctx, const actors::Address<TargetMsg>& t
 }  // namespace
 
 // ---- UnitActor ------------------------------------------------------------------------------------
-UnitActor::UnitActor(Device* device, Engine engine, int index) : device_(device) {
-  name_ = fmt::format("{} {}", engine == Engine::kAICore ? "aicore" : "aicpu", index);
-  if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), name_);
-}
+namespace {
 
-void UnitActor::On(SetUnitFault& m, Ctx& ctx) {
-  fault_ = m.fault;
-  runs_ = 0;
-  ctx.Reply();
-}
-
-void UnitActor::On(RunBlocks& run, Ctx&) {
-  KernelJob& job = *run.job;
-  ++runs_;
+// Runs blocks [first, first + count) of `job` as one part on `unit`, which the caller holds, and
+// folds the part into the job; the last part to finish reports the kernel to its stream. The caller
+// must not touch `job` afterwards unless it has parts of it still to run (the stream reuses a job
+// once it is reported). Returns the wall time spent in the kernel's functions.
+std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint32_t first, std::uint32_t count,
+                     VTime at) {
+  ++unit.runs;
   // Blocks run first (their results do not depend on time); their cost then takes the earliest
   // idle gap on this unit at or after the kernel's start.
   VTime t = 0;
   Status status;
-  if (fault_ && runs_ == fault_->nth) {
-    switch (fault_->kind) {
+  if (unit.fault && unit.runs == unit.fault->nth) {
+    switch (unit.fault->kind) {
       case FaultKind::kHang:
-        return;  // never reports (and never enters the gate): the stream, and whoever waits on it, times out
+        return 0;  // never reports (and never enters the gate): the stream, and whoever waits on it, times out
       case FaultKind::kFail:
-        status = Status::Failed("device {} stream {} task {} ({}): injected fault on {}", device_->id(), job.stream_id,
-                                job.task, job.name, name_);
+        status = Status::Failed("device {} stream {} task {} ({}): injected fault on {}", device.id(), job.stream_id,
+                                job.task, job.name, unit.name);
         break;
       case FaultKind::kDelay:
-        t += fault_->delay;
+        t += unit.fault->delay;
         break;
       case FaultKind::kEndOfSequence:
-        status = Status::EndOfSequence("device {} stream {} task {} ({}): end of sequence on {}", device_->id(),
-                                       job.stream_id, job.task, job.name, name_);
+        status = Status::EndOfSequence("device {} stream {} task {} ({}): end of sequence on {}", device.id(),
+                                       job.stream_id, job.task, job.name, unit.name);
         break;
     }
   }
-  // The stream's task was aborted before these blocks started: skip them (the report is stale).
-  GateScope gate(job.gate, job.epoch);
-  if (!gate.entered()) status = Status::Aborted("device {} stream {} task {} ({}): aborted", device_->id(), job.stream_id, job.task, job.name);
-  const auto wall0 = std::chrono::steady_clock::now();
-  for (std::uint32_t b = run.first; status.ok() && b < run.first + run.count; ++b) {
-    KernelContext kctx(&device_->memory(), job.args, b, job.block_dim, job.tiling_key, job.launch);
-    status = job.def->run(kctx);
-    if (!status.ok()) {
-      status = status.WithContext(fmt::format("device {} stream {} task {} ({}) block {} on {}", device_->id(),
-                                              job.stream_id, job.task, job.name, b, name_));
-      break;
+  std::int64_t wall_ns = 0;
+  {
+    // The stream's task was aborted before these blocks started: skip them (the report is stale).
+    GateScope gate(job.gate, job.epoch);
+    if (!gate.entered())
+      status = Status::Aborted("device {} stream {} task {} ({}): aborted", device.id(), job.stream_id, job.task, job.name);
+    const auto wall0 = std::chrono::steady_clock::now();
+    for (std::uint32_t b = first; status.ok() && b < first + count; ++b) {
+      KernelContext kctx(&device.memory(), job.args, b, job.block_dim, job.tiling_key, job.launch);
+      status = job.def->run(kctx);
+      if (!status.ok()) {
+        status = status.WithContext(fmt::format("device {} stream {} task {} ({}) block {} on {}", device.id(),
+                                                job.stream_id, job.task, job.name, b, unit.name));
+        break;
+      }
+      t += job.def->cost ? std::max<VTime>(job.def->cost(kctx, device.chip()), 0) : 0;
     }
-    t += job.def->cost ? std::max<VTime>(job.def->cost(kctx, device_->chip()), 0) : 0;
+    wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wall0).count();
   }
-  device_->kernel_ns.fetch_add(
-      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wall0).count()),
-      std::memory_order_relaxed);
-  device_->kernel_blocks.fetch_add(run.count, std::memory_order_relaxed);
-  const VTime start = busy_.Reserve(run.at, t);
+  device.kernel_ns.fetch_add(static_cast<std::uint64_t>(wall_ns), std::memory_order_relaxed);
+  device.kernel_blocks.fetch_add(count, std::memory_order_relaxed);
+  const VTime start = unit.busy.Reserve(at, t);
   t += start;
-  if (track_) {
-    track_->Add(TraceEvent{run.count == job.block_dim ? job.name : fmt::format("{} [{}+{}]", job.name, run.first, run.count),
-                           start, t - start, device_->deterministic() ? -1 : WallNs(),
-                           {TraceArg{"stream", job.stream_id}, TraceArg{"task", job.task},
-                            TraceArg{"block_dim", job.block_dim}, TraceArg{"tiling_key", job.tiling_key}}});
+  if (unit.track) {
+    unit.track->Add(TraceEvent{count == job.block_dim ? job.name : fmt::format("{} [{}+{}]", job.name, first, count),
+                               start, t - start, device.deterministic() ? -1 : WallNs(),
+                               {TraceArg{"stream", job.stream_id}, TraceArg{"task", job.task},
+                                TraceArg{"block_dim", job.block_dim}, TraceArg{"tiling_key", job.tiling_key}}});
   }
-  // Fold this part into the job. The last part to finish reports the kernel to the stream itself
-  // (a kernel of n parts costs n + 1 messages: the stream sent the parts, SendKernelParts).
+  // Fold this part into the job. The last part to finish reports the kernel to the stream itself.
   VTime end = job.end.load(std::memory_order_relaxed);
   while (t > end && !job.end.compare_exchange_weak(end, t, std::memory_order_relaxed)) {
   }
   if (!status.ok() && !job.failed.exchange(true, std::memory_order_relaxed)) job.status = std::move(status);
-  if (job.parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (job.parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return wall_ns;
   UnitDone report{job.epoch, job.task, job.end.load(std::memory_order_relaxed), std::move(job.status)};
   job.status = Status::Ok();
   const StreamAddr stream = job.stream;
   job.in_use.store(false, std::memory_order_release);  // the last look: the stream may reuse it
   stream.Send(std::move(report));
+  return wall_ns;
+}
+
+}  // namespace
+
+UnitActor::UnitActor(Device* device, Device::UnitGroup* group, int index)
+    : device_(device), group_(group), index_(static_cast<std::uint32_t>(index)) {}
+
+void UnitActor::On(SetUnitFault& m, Ctx& ctx) {
+  UnitState& unit = *group_->states[index_];
+  unit.Take();
+  unit.fault = m.fault;
+  unit.runs = 0;
+  unit.Give();
+  ctx.Reply();
+}
+
+// This unit's part, then the group's others on the units after it (see SendKernelParts).
+void UnitActor::On(RunBlocks& run, Ctx&) {
+  KernelJob* job = run.job;
+  const std::uint32_t block_dim = job->block_dim;  // read first: the job is not ours after its last part
+  const auto n = static_cast<std::uint32_t>(group_->states.size());
+  UnitState& own = *group_->states[index_];
+  own.Take();
+  const auto [first, count] = PartBlocks(block_dim, run.parts, run.part);
+  std::int64_t spent = RunPart(*device_, own, *job, first, count, run.at);
+  own.Give();
+  for (std::uint32_t i = 1; i < run.group; ++i) {
+    const std::uint32_t p = run.part + i, u = (index_ + i) % n;
+    UnitState& unit = *group_->states[u];
+    if (spent < kGroupWallBudgetNs && unit.TryTake()) {
+      const auto [f, c] = PartBlocks(block_dim, run.parts, p);
+      spent += RunPart(*device_, unit, *job, f, c, run.at);
+      unit.Give();
+    } else {
+      group_->units[u].Send(RunBlocks{job, p, 1, run.parts, run.at});
+    }
+  }
 }
 
 // ---- ClusterActor ---------------------------------------------------------------------------------
@@ -165,12 +200,10 @@ void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at, std::ui
   // The stream's first kernel takes its home from the device's counter; a relaxed counter is
   // enough (which unit runs a part never changes a result, only whose virtual clock it takes).
   if (home == Device::kNoHomeUnit) home = HomeUnit(group.homes_given.fetch_add(1, std::memory_order_relaxed), n);
-  const std::uint32_t start = home;
-  std::uint32_t first = 0;
-  for (std::uint32_t p = 0; p < parts; ++p) {
-    const std::uint32_t count = job->block_dim / parts + (p < job->block_dim % parts ? 1 : 0);
-    group.units[(start + p) % n].Send(RunBlocks{job, first, count, at});
-    first += count;
+  const std::uint32_t groups = std::min(parts, std::max<std::uint32_t>(group.lanes, 1));
+  for (std::uint32_t g = 0; g < groups; ++g) {
+    const std::uint32_t p0 = g * parts / groups, p1 = (g + 1) * parts / groups;
+    group.units[(home + p0) % n].Send(RunBlocks{job, p0, p1 - p0, parts, at});
   }
 }
 

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "npu_sim/device.h"
@@ -25,7 +26,7 @@ class UnitActor {
  public:
   using Message = UnitMsg;
   using Ctx = actors::Context<Message>;
-  UnitActor(Device* device, Engine engine, int index);
+  UnitActor(Device* device, Device::UnitGroup* group, int index);
   void Receive(Message& msg, Ctx& ctx) {
     std::visit([&](auto& m) { On(m, ctx); }, msg);
   }
@@ -34,11 +35,8 @@ class UnitActor {
   void On(RunBlocks& run, Ctx& ctx);
   void On(SetUnitFault& m, Ctx& ctx);
   Device* device_;
-  std::string name_;  // "aicore 3": the engine and index, for traces and errors
-  TraceTrack* track_ = nullptr;
-  BusyTimeline busy_;
-  std::uint64_t runs_ = 0;  // RunBlocks handled since the fault was set
-  std::optional<Fault> fault_;
+  Device::UnitGroup* group_;
+  std::uint32_t index_;
 };
 
 class ClusterActor {
@@ -58,11 +56,20 @@ class ClusterActor {
   std::vector<actors::Address<UnitMsg>> units_;
 };
 
-// Sends `job`'s blocks [0, block_dim) to `group`'s units as min(block_dim, units) parts of
+// Runs `job`'s blocks [0, block_dim) on `group`'s units as min(block_dim, units) parts of
 // contiguous blocks on consecutive units, starting at the stream's home unit `home`; every part
-// starts at virtual time `at`. A stream without a home yet (Device::kNoHomeUnit) takes the next one
-// the device gives (HomeUnit). Sets the job's part bookkeeping first (the sends publish it). Called
-// by the stream that owns the job: a kernel of n parts is n + 1 messages (n parts, one report).
+// starts at virtual time `at` on its unit's clock. A stream without a home yet
+// (Device::kNoHomeUnit) takes the next one the device gives (HomeUnit). Sets the job's part
+// bookkeeping first (the sends publish it). Called by the stream that owns the job.
+//
+// The parts go as min(parts, group.lanes) messages, one per worker thread: each to the first unit
+// of a run of consecutive parts, which runs its own part and then the run's others on their units'
+// states (UnitState) while those are free; a part whose unit is busy elsewhere, and every part left
+// once the message has held its worker for kGroupWallBudgetNs, is sent to its own unit instead. So
+// a kernel of n parts costs min(n, workers) + 1 messages, not n + 1, and its virtual time is the
+// same (each part takes its own unit's clock). Why: with one worker a 24-part kernel was 24 actor
+// hops on one thread, each with the runtime's state cold after the part's weights went through
+// the caches (GPT-2 117M f16: about 400 parts a decode step; docs/gpt2.md).
 //
 // Why a home and not a round robin (which this was until issue 21): a stream runs one kernel at a
 // time, so its kernels on the same units never wait for each other, and those units' state (their
@@ -71,6 +78,16 @@ class ClusterActor {
 // the median step's overhead 46.7 -> 41.5 us on 2 x 64, 284 -> 251 us on 117M f16 (alternated
 // runs, 2026-11-29; docs/gpt2.md "A stream's kernels start at its home unit").
 void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at, std::uint32_t& home);
+
+// How long one message's run of parts may hold its worker before it sends the rest to their units:
+// other actors (an abort, another stream) wait at most this plus one part.
+inline constexpr std::int64_t kGroupWallBudgetNs = 1'000'000;
+
+// Part p of a kernel of `block_dim` blocks split into `parts`: its first block and block count.
+inline std::pair<std::uint32_t, std::uint32_t> PartBlocks(std::uint32_t block_dim, std::uint32_t parts, std::uint32_t p) {
+  const std::uint32_t each = block_dim / parts, extra = block_dim % parts;
+  return {p * each + std::min(p, extra), each + (p < extra ? 1 : 0)};
+}
 
 // The home of the k-th stream (from 0) to run a kernel on a group of `units`: the units in the order
 // the points 0, 1/2, 1/4, 3/4, 1/8, 5/8, ... of the way round first reach them, so the first streams

@@ -163,7 +163,11 @@ TEST(FaultPaths, AnAbortReturnsWhenNothingOfTheStoppedWorkCanStillWrite) {
   EXPECT_EQ(g_blocks_started.load(), started) << "blocks of the aborted kernel started after the abort";
   ASSERT_TRUE(rt->MemcpyD2H(0, later.data(), out, kBlocks * sizeof(float)).ok());
   EXPECT_EQ(later, at_abort) << "the aborted kernel wrote after the abort returned";
-  EXPECT_LT(started, static_cast<int>(kBlocks));
+  // The units stop at their next part, although a unit runs a run of parts without a pause for
+  // other actors (SendKernelParts): the abort raises the streams' stop mark before its messages
+  // wait for a worker (WorkGate::stop_below). About 6 blocks start (a part of 3 per worker); all 64
+  // but a part or two did when only the messages stopped them.
+  EXPECT_LE(started, static_cast<int>(kBlocks / 2));
   EXPECT_EQ(run.Get().status().code(), StatusCode::kAborted);
 }
 
@@ -183,7 +187,30 @@ TEST(FaultPaths, AnAbortedHostStreamsKernelStopsBeforeTheCollectingSynchronize) 
   const int started = g_blocks_started.load();
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(g_blocks_started.load(), started);
-  EXPECT_LT(started, static_cast<int>(kBlocks));
+  EXPECT_LE(started, static_cast<int>(kBlocks / 2));
+}
+
+// The stop mark an abort raises (WorkGate::stop_below) stops only the work that was out when it
+// came: a stream or model aborted while idle, or aborted and then reused, runs its next work.
+TEST(FaultPaths, AnAbortWithNothingRunningLeavesTheNextWorkToRun) {
+  for (int workers : {1, 2}) {
+    SCOPED_TRACE(workers);
+    auto rt = MakeRuntime({.workers = workers});
+    Stream s = rt->CreateStream(0).value();
+    for (int round = 0; round < 3; ++round) {
+      ASSERT_TRUE(rt->AbortStream(s).ok());
+      ASSERT_TRUE(rt->LaunchKernel(s, "noop", 24, {}).ok());
+      EXPECT_TRUE(rt->SynchronizeStream(s, 10s).ok());
+    }
+    Model m = rt->CreateModel(0).value();
+    Stream bound = rt->CreateStream(0).value();
+    ASSERT_TRUE(rt->BindStream(m, bound).ok());
+    ASSERT_TRUE(rt->LoadTasks(m, bound, {Task::Kernel(Kernel("noop"), 24, {}), Task::Nop()}).ok());
+    for (int round = 0; round < 3; ++round) {
+      ASSERT_TRUE(rt->AbortModel(m).ok());
+      EXPECT_TRUE(rt->ExecuteModel(m, 10s).ok());
+    }
+  }
 }
 
 // A synchronous copy behind a hung one times out (RuntimeOptions::copy_timeout) instead of waiting

@@ -348,6 +348,42 @@ TEST(Faults, EachStreamsKernelsStartAtItsHomeUnitAndTheStreamsHomesSpreadOverThe
   EXPECT_NE(st.message().find("aicore 6"), std::string_view::npos) << st;
 }
 
+// A kernel's parts go as one message per worker thread: the first unit of each run of parts runs
+// the run's others on their own units' states (SendKernelParts). So with one worker a 24-part
+// kernel costs the actors what a one-part kernel does, with two workers one message more, and
+// every part still runs on its own unit's clock: the same start, 24 unit tracks.
+TEST(Units, AKernelsPartsGoAsOneMessagePerWorkerEachOnItsOwnUnitsClock) {
+  for (int workers : {1, 2}) {
+    SCOPED_TRACE(workers);
+    auto rt = MakeRuntime({.workers = workers, .trace = true});
+    Stream s = rt->CreateStream(0).value();
+    auto messages = [&](std::uint32_t block_dim) -> std::uint64_t {
+      rt->system().WaitIdle();
+      const std::uint64_t before = rt->system().Stats().handled;
+      EXPECT_TRUE(rt->LaunchKernel(s, "noop", block_dim, {}).ok());
+      EXPECT_TRUE(rt->SynchronizeStream(s).ok());
+      rt->system().WaitIdle();
+      return rt->system().Stats().handled - before;
+    };
+    (void)messages(24);  // the stream's home and its units' first use
+    const std::uint64_t one = messages(1), many = messages(24);
+    EXPECT_EQ(many, one + static_cast<std::uint64_t>(workers - 1));
+    auto doc = nlohmann::json::parse(rt->trace().ToJson());
+    std::set<std::pair<double, double>> parts;  // (track, start) of the last kernel's parts
+    for (const auto& e : doc["traceEvents"])
+      if (e["ph"] == "X" && e["args"].contains("block_dim") && e["args"]["block_dim"] == 24 && e["args"]["task"] == 2)
+        parts.insert({e["tid"].get<double>(), e["ts"].get<double>()});
+    ASSERT_EQ(parts.size(), 24u);
+    std::set<double> tracks, starts;
+    for (const auto& [track, start] : parts) {
+      tracks.insert(track);
+      starts.insert(start);
+    }
+    EXPECT_EQ(tracks.size(), 24u) << "every part on its own unit";
+    EXPECT_EQ(starts.size(), 1u) << "every part starts at the kernel's start on its own idle unit";
+  }
+}
+
 TEST(Units, HomeUnitsHalveTheGapsBetweenThoseBeforeAndTakeEveryUnitOnceBeforeAnyAgain) {
   const std::uint32_t want24[] = {0, 12, 6, 18, 3, 15, 9, 21, 1, 13, 7, 19, 4, 16, 10, 22};
   for (std::uint32_t k = 0; k < 16; ++k) EXPECT_EQ(HomeUnit(k, 24), want24[k]) << k;
