@@ -67,7 +67,8 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
     // The stream's task was aborted before these blocks started: skip them (the report is stale).
     GateScope gate(job.gate, job.epoch);
     if (!gate.entered())
-      status = Status::Aborted("device {} stream {} task {} ({}): aborted", device.id(), job.stream_id, job.task, job.name);
+      status = Status::Aborted("device {} stream {} task {} ({}): aborted", device.id(), job.stream_id, job.task,
+                               job.name);
     const auto wall0 = std::chrono::steady_clock::now();
     for (std::uint32_t b = first; status.ok() && b < first + count; ++b) {
       KernelContext kctx(&device.memory(), job.args, b, job.block_dim, job.tiling_key, job.launch);

@@ -84,7 +84,8 @@ void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at, std::ui
 inline constexpr std::int64_t kGroupWallBudgetNs = 1'000'000;
 
 // Part p of a kernel of `block_dim` blocks split into `parts`: its first block and block count.
-inline std::pair<std::uint32_t, std::uint32_t> PartBlocks(std::uint32_t block_dim, std::uint32_t parts, std::uint32_t p) {
+inline std::pair<std::uint32_t, std::uint32_t> PartBlocks(std::uint32_t block_dim, std::uint32_t parts,
+                                                          std::uint32_t p) {
   const std::uint32_t each = block_dim / parts, extra = block_dim % parts;
   return {p * each + std::min(p, extra), each + (p < extra ? 1 : 0)};
 }
