@@ -143,6 +143,9 @@ struct UnitDone {  // a kernel, AICPU kernel or copy this stream started has fin
   std::uint32_t task = 0;
   VTime end = 0;
   Status status;
+  // Refused by the stop mark a host caller raised before its abort (WorkGate::stop_below): the
+  // stream waits for that abort instead of failing now, so the abort stops it as it would have.
+  bool stopped = false;
 };
 struct EventFired {  // the event this stream waits on was recorded
   static constexpr std::string_view kKind = "EventFired";
@@ -211,6 +214,11 @@ struct WorkGate {
     inside.fetch_sub(1, std::memory_order_release);
     return false;
   }
+  // After a refused Enter: refused by the stop mark alone (the stream has not moved on yet).
+  bool Stopped(std::uint64_t work_epoch) const {
+    return epoch.load(std::memory_order_seq_cst) == work_epoch &&
+           work_epoch < stop_below.load(std::memory_order_seq_cst);
+  }
   void Leave() { inside.fetch_sub(1, std::memory_order_release); }
   void RequestStop() {
     const std::uint64_t want = epoch.load(std::memory_order_seq_cst) + 1;
@@ -231,6 +239,8 @@ class GateScope {
   GateScope(const GateScope&) = delete;
   GateScope& operator=(const GateScope&) = delete;
   bool entered() const { return entered_; }
+  // Not entered because a host caller is stopping the stream's work (WorkGate::stop_below).
+  bool stopped(std::uint64_t epoch) const { return !entered_ && gate_->Stopped(epoch); }
 
  private:
   WorkGate* gate_;
@@ -256,6 +266,7 @@ struct KernelJob {
   std::atomic<VTime> end{0};
   std::atomic<bool> failed{false};  // a part has claimed `status`
   Status status;                    // written by that part before its parts_left decrement
+  bool stopped = false;             // with `status`: UnitDone::stopped
 };
 struct SetUnitFault {  // Ask<void>, forwarded by the cluster to one unit
   static constexpr std::string_view kKind = "SetFault";

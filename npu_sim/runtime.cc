@@ -317,8 +317,8 @@ StatusOr<Stream> Runtime::CreateStream(int device) {
   hs->addr = system_->Spawn<StreamActor>(fmt::format("dev{}.stream{}", device, id), dev->device.get(), id, &hs->gate);
   hs->live = true;
   const StreamId registered = dev->device->AddStream(hs->addr);
+  dev->streams.push_back(std::move(hs));  // first: the actor keeps a pointer to its gate
   if (registered != id) return Status::Internal("npu_sim: stream table out of step ({} vs {})", registered, id);
-  dev->streams.push_back(std::move(hs));
   return Stream{device, id};
 }
 

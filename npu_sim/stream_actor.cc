@@ -189,6 +189,9 @@ Status StreamActor::On(StartModel& m, Ctx&) {
 Status StreamActor::On(UnitDone& m, Ctx&) {
   if (m.epoch != epoch_ || state_ != State::kWaiting || m.task != TaskId(exec_)) return Status::Ok();  // stale
   if (!m.status.ok()) {
+    // Refused by a host caller's stop mark: its abort is on the way (Runtime::AbortStream, or the
+    // model's StopRun for AbortModel) and stops this stream as before the mark existed.
+    if (m.stopped) return Status::Ok();
     Fail(std::move(m.status));
     return Status::Ok();
   }

@@ -63,9 +63,11 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
     }
   }
   std::int64_t wall_ns = 0;
+  bool stopped = false;
   {
     // The stream's task was aborted before these blocks started: skip them (the report is stale).
     GateScope gate(job.gate, job.epoch);
+    stopped = gate.stopped(job.epoch);
     if (!gate.entered())
       status = Status::Aborted("device {} stream {} task {} ({}): aborted", device.id(), job.stream_id, job.task,
                                job.name);
@@ -96,10 +98,14 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
   VTime end = job.end.load(std::memory_order_relaxed);
   while (t > end && !job.end.compare_exchange_weak(end, t, std::memory_order_relaxed)) {
   }
-  if (!status.ok() && !job.failed.exchange(true, std::memory_order_relaxed)) job.status = std::move(status);
+  if (!status.ok() && !job.failed.exchange(true, std::memory_order_relaxed)) {
+    job.status = std::move(status);
+    job.stopped = stopped;
+  }
   if (job.parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return wall_ns;
-  UnitDone report{job.epoch, job.task, job.end.load(std::memory_order_relaxed), std::move(job.status)};
+  UnitDone report{job.epoch, job.task, job.end.load(std::memory_order_relaxed), std::move(job.status), job.stopped};
   job.status = Status::Ok();
+  job.stopped = false;
   const StreamAddr stream = job.stream;
   job.in_use.store(false, std::memory_order_release);  // the last look: the stream may reuse it
   stream.Send(std::move(report));
@@ -111,32 +117,55 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
 UnitActor::UnitActor(Device* device, Device::UnitGroup* group, int index)
     : device_(device), group_(group), index_(static_cast<std::uint32_t>(index)) {}
 
+namespace {
+// Holds a unit's state for a scope (a kernel that throws still gives it back).
+class Held {
+ public:
+  explicit Held(UnitState& unit) : unit_(unit) {}
+  ~Held() { unit_.Give(); }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+
+ private:
+  UnitState& unit_;
+};
+}  // namespace
+
 void UnitActor::On(SetUnitFault& m, Ctx& ctx) {
   UnitState& unit = *group_->states[index_];
   unit.Take();
+  Held held(unit);
   unit.fault = m.fault;
   unit.runs = 0;
-  unit.Give();
   ctx.Reply();
 }
 
 // This unit's part, then the group's others on the units after it (see SendKernelParts).
 void UnitActor::On(RunBlocks& run, Ctx&) {
+  UnitState& own = *group_->states[index_];
+  if (!own.TryTake()) {  // another unit runs a part on it: after that, from the back of the mailbox
+    group_->units[index_].Send(RunBlocks{run});
+    return;
+  }
   KernelJob* job = run.job;
   const std::uint32_t block_dim = job->block_dim;  // read first: the job is not ours after its last part
   const auto n = static_cast<std::uint32_t>(group_->states.size());
-  UnitState& own = *group_->states[index_];
-  own.Take();
-  const auto [first, count] = PartBlocks(block_dim, run.parts, run.part);
-  std::int64_t spent = RunPart(*device_, own, *job, first, count, run.at);
-  own.Give();
+  // In deterministic mode (one worker, so every unit is free) the run never stops early: what is
+  // sent where must not depend on how long the kernels took.
+  const bool budget = !device_->deterministic();
+  std::int64_t spent = 0;
+  {
+    Held held(own);
+    const auto [first, count] = PartBlocks(block_dim, run.parts, run.part);
+    spent = RunPart(*device_, own, *job, first, count, run.at);
+  }
   for (std::uint32_t i = 1; i < run.group; ++i) {
     const std::uint32_t p = run.part + i, u = (index_ + i) % n;
     UnitState& unit = *group_->states[u];
-    if (spent < kGroupWallBudgetNs && unit.TryTake()) {
+    if ((!budget || spent < kGroupWallBudgetNs) && unit.TryTake()) {
+      Held held(unit);
       const auto [f, c] = PartBlocks(block_dim, run.parts, p);
       spent += RunPart(*device_, unit, *job, f, c, run.at);
-      unit.Give();
     } else {
       group_->units[u].Send(RunBlocks{job, p, 1, run.parts, run.at});
     }
@@ -269,6 +298,7 @@ void DmaChannelActor::On(CopyRequest& req, Ctx&) {
                               req.stream.id(), req.task, req.name, index_);
   }
   GateScope gate(status.ok() ? req.gate : nullptr, req.epoch);
+  const bool stopped = gate.stopped(req.epoch);
   if (!gate.entered()) {
     status = Status::Aborted("device {} task {} ({}): aborted before the copy started", device_->id(), req.task, req.name);
   } else if (status.ok()) {
@@ -289,7 +319,7 @@ void DmaChannelActor::On(CopyRequest& req, Ctx&) {
                            device_->deterministic() ? -1 : WallNs(),
                            {TraceArg{"bytes", req.bytes}, TraceArg{"task", req.task}}});
   }
-  req.stream.Send(UnitDone{req.epoch, req.task, start + cost, std::move(status)});
+  req.stream.Send(UnitDone{req.epoch, req.task, start + cost, std::move(status), stopped});
 }
 
 void DmaEngineActor::On(AttachChannels& attach, Ctx& ctx) {
@@ -328,8 +358,10 @@ void DmaEngineActor::LinkCopy(CopyRequest& req) {
   const VTime start = std::max(link.free_at, req.at);
   link.free_at = start + cost;
   Status status;
+  bool stopped = false;
   {
     GateScope gate(req.gate, req.epoch);
+    stopped = gate.stopped(req.epoch);
     status = gate.entered() ? DmaChannelActor::Copy(device_->memory(), req)
                             : Status::Aborted("device {} task {} ({}): aborted before the copy started", device_->id(),
                                               req.task, req.name);
@@ -342,7 +374,7 @@ void DmaEngineActor::LinkCopy(CopyRequest& req) {
                                device_->deterministic() ? -1 : WallNs(),
                                {TraceArg{"bytes", req.bytes}, TraceArg{"task", req.task}}});
   }
-  req.stream.Send(UnitDone{req.epoch, req.task, start + cost, std::move(status)});
+  req.stream.Send(UnitDone{req.epoch, req.task, start + cost, std::move(status), stopped});
 }
 
 }  // namespace npuflow::npu_sim

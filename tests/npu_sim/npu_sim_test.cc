@@ -366,7 +366,13 @@ TEST(Units, AKernelsPartsGoAsOneMessagePerWorkerEachOnItsOwnUnitsClock) {
       return rt->system().Stats().handled - before;
     };
     (void)messages(24);  // the stream's home and its units' first use
-    const std::uint64_t one = messages(1), many = messages(24);
+    // The fewest of a few launches: a run of parts held up past its wall-time budget (a preempted
+    // thread) sends the rest as messages.
+    std::uint64_t one = ~std::uint64_t{0}, many = ~std::uint64_t{0};
+    for (int i = 0; i < 5; ++i) {
+      one = std::min(one, messages(1));
+      many = std::min(many, messages(24));
+    }
     EXPECT_EQ(many, one + static_cast<std::uint64_t>(workers - 1));
     auto doc = nlohmann::json::parse(rt->trace().ToJson());
     std::set<std::pair<double, double>> parts;  // (track, start) of the last kernel's parts
@@ -966,10 +972,23 @@ TEST(BusyTimeline, ReservesTheEarliestGapAtOrAfterTheReadyTime) {
   EXPECT_EQ(unit.Reserve(200, 800), 200);    // fits exactly in [200, 1000)
   EXPECT_EQ(unit.Reserve(0, 0), 0);          // zero work takes no time and any place
   EXPECT_EQ(unit.end(), 2000);
-  // Beyond kMaxIntervals the oldest gaps are forgotten (treated as busy), never double-booked.
+  // Beyond kMaxIntervals the oldest gaps may be forgotten (treated as busy), never double-booked;
+  // the latest kMaxIntervals always stay.
   BusyTimeline many;
   for (int i = 0; i < 200; ++i) EXPECT_EQ(many.Reserve(i * 20, 10), i * 20);
   EXPECT_GE(many.Reserve(0, 10), 10);
+  const VTime latest_gap = (200 - static_cast<VTime>(BusyTimeline::kMaxIntervals)) * 20 + 10;
+  EXPECT_EQ(many.Reserve(latest_gap, 10), latest_gap) << "a gap among the latest kMaxIntervals is still free";
+  // Work in virtual-time order, touching or not, and out of order after it.
+  BusyTimeline ordered;
+  EXPECT_EQ(ordered.Reserve(0, 10), 0);
+  EXPECT_EQ(ordered.Reserve(10, 10), 10);   // merges with [0, 10)
+  EXPECT_EQ(ordered.Reserve(5, 10), 20);    // inside the merged [0, 20): after it, [0, 30)
+  EXPECT_EQ(ordered.Reserve(40, 10), 40);   // a gap [30, 40)
+  EXPECT_EQ(ordered.Reserve(25, 10), 30);   // fits [30, 40) exactly
+  EXPECT_EQ(ordered.Reserve(20, 5), 50);    // nothing is free before 50 any more
+  EXPECT_EQ(ordered.Reserve(0, 100), 55);
+  EXPECT_EQ(ordered.end(), 155);
 }
 
 TEST(Trace, DeterministicModeGivesAByteIdenticalTrace) {
