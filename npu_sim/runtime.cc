@@ -394,7 +394,10 @@ Status Runtime::AbortStream(Stream stream) {
       return Status::ParamInvalid("npu_sim: device {} stream {} is bound to model {}; abort the model", stream.device,
                                   stream.id, hs->model);
   }
-  hs->gate.RequestStop();  // units stop at their next part, before the abort reaches the stream
+  // Units stop at their next part, before the abort reaches the stream. Not in deterministic mode:
+  // there the abort's message comes at a fixed point of the run, and a mark raised from this
+  // thread would stop the work at a point that depends on thread timing.
+  if (!dev->device->deterministic()) hs->gate.RequestStop();
   hs->addr.SendInOrder(npu_sim::AbortStream{Status::Aborted("device {} stream {}: aborted", stream.device, stream.id)});
   return Status::Ok();
 }
@@ -711,8 +714,9 @@ StatusOr<VTime> Runtime::ExecuteModel(Model model, std::vector<std::uint64_t> io
 }
 
 // The model's streams' units stop at their next part, before the abort reaches the model's actor
-// (WorkGate::stop_below).
+// (WorkGate::stop_below); the streams then wait for the abort, which stops them as before.
 void Runtime::StopModelWork(DeviceEntry& dev, const ModelEntry& model) {
+  if (dev.device->deterministic()) return;  // as in AbortStream
   std::lock_guard<std::mutex> lock(dev.mu);
   for (StreamId id : model.streams)
     if (id < dev.streams.size()) dev.streams[id]->gate.RequestStop();

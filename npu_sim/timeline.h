@@ -7,8 +7,8 @@
 // device, whichever message came first. Plain data: a sorted array of busy intervals, adjacent
 // ones merged. At least the latest kMaxIntervals are kept: once there are twice as many, the older
 // half is forgotten at once (the time before them counts as busy), so no allocation happens once
-// the array has grown, and a reservation touches the array's end only. Work that comes in
-// virtual-time order, the usual case, goes after the latest interval without a search.
+// the array has grown. Work that comes in virtual-time order, the usual case, goes after the latest
+// interval without a search and touches the array's end only.
 //
 // Why the batch: a unit that runs one part of most kernels has a gap between each two, so its array
 // stays full, and dropping the oldest interval one at a time moved the whole 1 KB array on every

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 
 #include <fmt/format.h>
 
@@ -33,6 +34,17 @@ void ForwardFault(actors::Context<Msg>& ctx, const actors::Address<TargetMsg>& t
 
 // ---- UnitActor ------------------------------------------------------------------------------------
 namespace {
+
+// A kernel function that throws fails its block: the part still reports, so its stream hears of it.
+Status RunBlock(const KernelDef& def, KernelContext& ctx) {
+  try {
+    return def.run(ctx);
+  } catch (const std::exception& e) {
+    return Status::Internal("kernel {} threw: {}", def.name, e.what());
+  } catch (...) {
+    return Status::Internal("kernel {} threw", def.name);
+  }
+}
 
 // Runs blocks [first, first + count) of `job` as one part on `unit`, which the caller holds, and
 // folds the part into the job; the last part to finish reports the kernel to its stream. The caller
@@ -74,7 +86,7 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
     const auto wall0 = std::chrono::steady_clock::now();
     for (std::uint32_t b = first; status.ok() && b < first + count; ++b) {
       KernelContext kctx(&device.memory(), job.args, b, job.block_dim, job.tiling_key, job.launch);
-      status = job.def->run(kctx);
+      status = RunBlock(*job.def, kctx);
       if (!status.ok()) {
         status = status.WithContext(fmt::format("device {} stream {} task {} ({}) block {} on {}", device.id(),
                                                 job.stream_id, job.task, job.name, b, unit.name));
@@ -142,11 +154,6 @@ void UnitActor::On(SetUnitFault& m, Ctx& ctx) {
 
 // This unit's part, then the group's others on the units after it (see SendKernelParts).
 void UnitActor::On(RunBlocks& run, Ctx&) {
-  UnitState& own = *group_->states[index_];
-  if (!own.TryTake()) {  // another unit runs a part on it: after that, from the back of the mailbox
-    group_->units[index_].Send(RunBlocks{run});
-    return;
-  }
   KernelJob* job = run.job;
   const std::uint32_t block_dim = job->block_dim;  // read first: the job is not ours after its last part
   const auto n = static_cast<std::uint32_t>(group_->states.size());
@@ -154,11 +161,18 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
   // sent where must not depend on how long the kernels took.
   const bool budget = !device_->deterministic();
   std::int64_t spent = 0;
-  {
+  UnitState& own = *group_->states[index_];
+  // Another unit's run may hold this unit's state for one of its parts: then this unit's own part
+  // goes last, after the others, by when that part has most likely ended (and else it is waited
+  // for: a holder never waits for anything).
+  const bool own_first = own.TryTake();
+  auto run_own = [&] {
+    if (!own_first) own.Take();
     Held held(own);
     const auto [first, count] = PartBlocks(block_dim, run.parts, run.part);
-    spent = RunPart(*device_, own, *job, first, count, run.at);
-  }
+    spent += RunPart(*device_, own, *job, first, count, run.at);
+  };
+  if (own_first) run_own();
   for (std::uint32_t i = 1; i < run.group; ++i) {
     const std::uint32_t p = run.part + i, u = (index_ + i) % n;
     UnitState& unit = *group_->states[u];
@@ -170,6 +184,7 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
       group_->units[u].Send(RunBlocks{job, p, 1, run.parts, run.at});
     }
   }
+  if (!own_first) run_own();  // the job is alive: this part has not reported yet
 }
 
 // ---- ClusterActor ---------------------------------------------------------------------------------

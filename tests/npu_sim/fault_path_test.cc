@@ -153,6 +153,7 @@ TEST(FaultPaths, AnAbortReturnsWhenNothingOfTheStoppedWorkCanStillWrite) {
   ASSERT_TRUE(rt->LoadTasks(m, s, {Task::Kernel(slow, kBlocks, {out.value})}).ok());
   g_blocks_started = 0;
   auto run = rt->ExecuteModelAsync(m);
+  auto queued = rt->ExecuteModelAsync(m);  // behind it: the abort fails it too
   while (g_blocks_started.load() == 0) std::this_thread::sleep_for(1ms);
   ASSERT_TRUE(rt->AbortModel(m).ok());
   EXPECT_EQ(g_blocks_inside.load(), 0) << "a block of the aborted kernel still runs";
@@ -169,6 +170,7 @@ TEST(FaultPaths, AnAbortReturnsWhenNothingOfTheStoppedWorkCanStillWrite) {
   // with runs of parts and no mark.
   EXPECT_LE(started, static_cast<int>(kBlocks / 2));
   EXPECT_EQ(run.Get().status().code(), StatusCode::kAborted);
+  EXPECT_EQ(queued.Get().status().code(), StatusCode::kAborted);
 }
 
 // D on a host stream: after AbortStream and the Synchronize that collects it, no block runs.
