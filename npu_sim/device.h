@@ -47,13 +47,18 @@ struct DeviceStats {
 // group's other parts on their units' states while those are free (SendKernelParts, units.h).
 // Whoever runs a part holds `taken`; the holder touches nothing else of another unit's and holds
 // one state at a time, so a unit's own actor waits at most one part for its state.
-struct UnitState {
+//
+// What a part reads comes first and fills one cache line (`fault_at` stands for the fault until it
+// is due), and the group's states are one array: a run of parts finds them cold after the parts'
+// weights went through the caches, and its first unit prefetches them all at once.
+struct alignas(64) UnitState {
   std::atomic<bool> taken{false};
-  std::string name;  // "aicore 3": the engine and index, for traces and errors
-  TraceTrack* track = nullptr;
+  std::uint64_t runs = 0;      // parts run since the fault was set
+  std::uint64_t fault_at = 0;  // `fault->nth` (0: none): the part that meets the fault
   BusyTimeline busy;
-  std::uint64_t runs = 0;  // parts run since the fault was set
   std::optional<Fault> fault;
+  TraceTrack* track = nullptr;
+  std::string name;  // "aicore 3": the engine and index, for traces and errors
   bool TryTake() { return !taken.load(std::memory_order_relaxed) && !taken.exchange(true, std::memory_order_acquire); }
   void Take() {
     while (!TryTake()) std::this_thread::yield();
@@ -85,7 +90,7 @@ class Device {
   // actor, which keeps only the units' faults.
   struct UnitGroup {
     std::vector<actors::Address<UnitMsg>> units;
-    std::vector<std::unique_ptr<UnitState>> states;  // by unit, as `units`
+    std::vector<UnitState> states;  // by unit, as `units`; made once at its size, never resized
     // How many groups a kernel's parts are sent as: the actor system's worker threads (a kernel
     // of n parts is min(n, lanes) messages and a report; see SendKernelParts).
     std::uint32_t lanes = 1;

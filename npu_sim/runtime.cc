@@ -129,11 +129,11 @@ Status Runtime::Init() {
           fmt::format("dev{}.{}", id, engine == Engine::kAICore ? "aicore" : "aicpu"), dev, engine);
       Device::UnitGroup& group = engine == Engine::kAICore ? dev->aicore_units : dev->aicpu_units;
       group.lanes = static_cast<std::uint32_t>(std::max(system_->workers(), 1));
+      group.states = std::vector<UnitState>(static_cast<std::size_t>(count));
       for (int u = 0; u < count; ++u) {
-        auto state = std::make_unique<UnitState>();
-        state->name = fmt::format("{} {}", engine == Engine::kAICore ? "aicore" : "aicpu", u);
-        if (dev->tracing()) state->track = dev->trace()->AddTrack(id, state->name);
-        group.states.push_back(std::move(state));
+        UnitState& state = group.states[static_cast<std::size_t>(u)];
+        state.name = fmt::format("{} {}", engine == Engine::kAICore ? "aicore" : "aicpu", u);
+        if (dev->tracing()) state.track = dev->trace()->AddTrack(id, state.name);
         group.units.push_back(system_->Spawn<UnitActor>(
             fmt::format("dev{}.{}{}", id, engine == Engine::kAICore ? "aicore" : "aicpu", u), dev, &group, u));
       }

@@ -35,14 +35,17 @@ class BusyTimeline {
   // Reserves `duration` at the earliest start >= `at` that overlaps no busy interval; returns it.
   VTime Reserve(VTime at, VTime duration) {
     VTime t = std::max(at, horizon_);
-    if (busy_.empty() || t >= busy_.back().second) {  // after everything: no search, nothing moves
+    // After everything: no search, nothing moves, and the array is only written (its latest end is
+    // kept beside it: the array's lines are cold when a unit's turn comes round again).
+    if (busy_.empty() || t >= last_end_) {
       if (duration <= 0) return t;
-      if (!busy_.empty() && busy_.back().second == t) {
+      if (!busy_.empty() && last_end_ == t) {
         busy_.back().second = t + duration;
       } else {
         busy_.push_back(Interval{t, t + duration});
         Forget();
       }
+      last_end_ = t + duration;
       return t;
     }
     // The first interval ending after t, then skip every interval the work would overlap.
@@ -65,11 +68,12 @@ class BusyTimeline {
       pos = busy_.erase(pos);
     }
     Forget();
+    last_end_ = busy_.back().second;
     return t;
   }
 
   // The end of the latest busy interval.
-  VTime end() const { return busy_.empty() ? horizon_ : std::max(horizon_, busy_.back().second); }
+  VTime end() const { return busy_.empty() ? horizon_ : std::max(horizon_, last_end_); }
 
  private:
   // Beyond twice kMaxIntervals, all but the latest kMaxIntervals go (one move per kMaxIntervals
@@ -83,6 +87,7 @@ class BusyTimeline {
   using Interval = std::pair<VTime, VTime>;  // [start, end)
   std::vector<Interval> busy_;               // sorted, disjoint
   VTime horizon_ = 0;                        // before this, everything counts as busy
+  VTime last_end_ = 0;                       // busy_.back().second when busy_ is not empty
 };
 
 }  // namespace npuflow::npu_sim

@@ -57,7 +57,7 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
   // idle gap on this unit at or after the kernel's start.
   VTime t = 0;
   Status status;
-  if (unit.fault && unit.runs == unit.fault->nth) {
+  if (unit.fault_at != 0 && unit.runs == unit.fault_at) {
     switch (unit.fault->kind) {
       case FaultKind::kHang:
         return 0;  // never reports (and never enters the gate): the stream, and whoever waits on it, times out
@@ -100,7 +100,7 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
   device.kernel_blocks.fetch_add(count, std::memory_order_relaxed);
   const VTime start = unit.busy.Reserve(at, t);
   t += start;
-  if (unit.track) {
+  if (device.tracing() && unit.track) {
     unit.track->Add(TraceEvent{count == job.block_dim ? job.name : fmt::format("{} [{}+{}]", job.name, first, count),
                                start, t - start, device.deterministic() ? -1 : WallNs(),
                                {TraceArg{"stream", job.stream_id}, TraceArg{"task", job.task},
@@ -144,10 +144,11 @@ class Held {
 }  // namespace
 
 void UnitActor::On(SetUnitFault& m, Ctx& ctx) {
-  UnitState& unit = *group_->states[index_];
+  UnitState& unit = group_->states[index_];
   unit.Take();
   Held held(unit);
   unit.fault = m.fault;
+  unit.fault_at = m.fault.nth;
   unit.runs = 0;
   ctx.Reply();
 }
@@ -161,10 +162,11 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
   // sent where must not depend on how long the kernels took.
   const bool budget = !device_->deterministic();
   std::int64_t spent = 0;
-  UnitState& own = *group_->states[index_];
+  UnitState& own = group_->states[index_];
   // Another unit's run may hold this unit's state for one of its parts: then this unit's own part
   // goes last, after the others, by when that part has most likely ended (and else it is waited
   // for: a holder never waits for anything).
+  for (std::uint32_t i = 1; i < run.group; ++i) __builtin_prefetch(&group_->states[(index_ + i) % n], 1);
   const bool own_first = own.TryTake();
   auto run_own = [&] {
     if (!own_first) own.Take();
@@ -175,7 +177,7 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
   if (own_first) run_own();
   for (std::uint32_t i = 1; i < run.group; ++i) {
     const std::uint32_t p = run.part + i, u = (index_ + i) % n;
-    UnitState& unit = *group_->states[u];
+    UnitState& unit = group_->states[u];
     if ((!budget || spent < kGroupWallBudgetNs) && unit.TryTake()) {
       Held held(unit);
       const auto [f, c] = PartBlocks(block_dim, run.parts, p);
