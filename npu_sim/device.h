@@ -66,6 +66,8 @@ struct alignas(64) UnitState {
   void Give() { taken.store(false, std::memory_order_release); }
 };
 
+static_assert(alignof(UnitState) == 64 && sizeof(UnitState) % 64 == 0, "a unit's state starts its own cache line");
+
 class Device {
  public:
   Device(int id, ChipSpec chip, TraceRecorder* trace, bool deterministic)

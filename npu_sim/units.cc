@@ -166,7 +166,8 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
   // Another unit's run may hold this unit's state for one of its parts: then this unit's own part
   // goes last, after the others, by when that part has most likely ended (and else it is waited
   // for: a holder never waits for anything).
-  for (std::uint32_t i = 1; i < run.group; ++i) __builtin_prefetch(&group_->states[(index_ + i) % n], 1);
+  // Read intent: a write prefetch would take the line from a worker running a part there.
+  for (std::uint32_t i = 1; i < run.group; ++i) __builtin_prefetch(&group_->states[(index_ + i) % n], 0);
   const bool own_first = own.TryTake();
   auto run_own = [&] {
     if (!own_first) own.Take();
