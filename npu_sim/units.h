@@ -65,7 +65,8 @@ class ClusterActor {
 // The parts go as min(parts, group.lanes) messages, one per worker thread: each to the first unit
 // of a run of consecutive parts, which runs its own part and then the run's others on their units'
 // states (UnitState) while those are free; a part whose unit is busy elsewhere, and every part left
-// once the message has held its worker for kGroupWallBudgetNs, is sent to its own unit instead. So
+// once the run has spent kGroupWallBudgetNs in kernels (not in deterministic mode), is sent to its
+// own unit instead. So
 // a kernel of n parts costs min(n, workers) + 1 messages, not n + 1, and its virtual time is the
 // same (each part takes its own unit's clock). Why: with one worker a 24-part kernel was 24 actor
 // hops on one thread, each with the runtime's state cold after the part's weights went through
@@ -79,8 +80,9 @@ class ClusterActor {
 // runs, 2026-11-29; docs/gpt2.md "A stream's kernels start at its home unit").
 void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at, std::uint32_t& home);
 
-// How long one message's run of parts may hold its worker before it sends the rest to their units:
-// other actors (an abort, another stream) wait at most this plus one part.
+// How much kernel wall time one message's run of parts may spend before it sends the rest to their
+// units: other actors (another stream) wait about this plus one part. Aborts do not wait for it
+// (WorkGate::stop_below).
 inline constexpr std::int64_t kGroupWallBudgetNs = 1'000'000;
 
 // Part p of a kernel of `block_dim` blocks split into `parts`: its first block and block count.
