@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/system.h"
+#include "base/cycle_clock.h"
 #include "npu_sim/chip_spec.h"
 #include "npu_sim/device_memory.h"
 #include "npu_sim/messages.h"
@@ -160,8 +161,12 @@ class Device {
   std::atomic<std::uint64_t> kernels_executed{0};
   std::atomic<std::uint64_t> dma_copy_ns{0};
   std::atomic<std::uint64_t> dma_copy_bytes{0};
-  std::atomic<std::uint64_t> kernel_ns{0};
+  // DeviceStats::kernel_ns in CycleClock ticks: the units add two readings' difference a part.
+  std::atomic<std::uint64_t> kernel_ticks{0};
   std::atomic<std::uint64_t> kernel_blocks{0};
+  std::uint64_t kernel_ns() const {
+    return static_cast<std::uint64_t>(CycleClock::ToNs(kernel_ticks.load(std::memory_order_relaxed)));
+  }
   std::atomic<std::size_t> live_events{0};
 
  private:

@@ -780,7 +780,7 @@ StatusOr<DeviceStats> Runtime::Stats(int device) const {
   s.tasks_executed = dev->device->tasks_executed.load(std::memory_order_relaxed);
   s.kernels_executed = dev->device->kernels_executed.load(std::memory_order_relaxed);
   s.dma_copy_ns = dev->device->dma_copy_ns.load(std::memory_order_relaxed);
-  s.kernel_ns = dev->device->kernel_ns.load(std::memory_order_relaxed);
+  s.kernel_ns = dev->device->kernel_ns();
   s.kernel_blocks = dev->device->kernel_blocks.load(std::memory_order_relaxed);
   s.dma_copy_bytes = dev->device->dma_copy_bytes.load(std::memory_order_relaxed);
   s.aicore_homes = dev->device->aicore_units.homes_given.load(std::memory_order_relaxed);
@@ -793,7 +793,7 @@ StatusOr<DeviceStats> Runtime::Stats(int device) const {
 
 std::uint64_t Runtime::KernelWallNs(int device) const {
   auto dev = Dev(device);
-  return dev.ok() ? (*dev)->device->kernel_ns.load(std::memory_order_relaxed) : 0;
+  return dev.ok() ? (*dev)->device->kernel_ns() : 0;
 }
 
 std::uint64_t Runtime::DmaCopyWallNs(int device) const {

@@ -29,7 +29,7 @@ struct TraceArg {
 
 // Recording an event copies plain data; the JSON text is made once, by TraceRecorder::ToJson.
 struct TraceEvent {
-  static constexpr std::size_t kMaxArgs = 4;
+  static constexpr std::size_t kMaxArgs = 5;
   std::string name;
   VTime start = 0;
   VTime duration = 0;

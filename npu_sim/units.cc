@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "base/cycle_clock.h"
+
 namespace npuflow::npu_sim {
 
 double CopyBandwidth(const ChipSpec& chip, CopyKind kind) {
@@ -49,8 +51,8 @@ Status RunBlock(const KernelDef& def, KernelContext& ctx) {
 // Runs blocks [first, first + count) of `job` as one part on `unit`, which the caller holds, and
 // folds the part into the job; the last part to finish reports the kernel to its stream. The caller
 // must not touch `job` afterwards unless it has parts of it still to run (the stream reuses a job
-// once it is reported). Returns the wall time spent in the kernel's functions.
-std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint32_t first, std::uint32_t count,
+// once it is reported). Returns the wall time spent in the kernel's functions, in CycleClock ticks.
+std::uint64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint32_t first, std::uint32_t count,
                      VTime at) {
   ++unit.runs;
   // Blocks run first (their results do not depend on time); their cost then takes the earliest
@@ -74,7 +76,7 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
         break;
     }
   }
-  std::int64_t wall_ns = 0;
+  std::uint64_t wall_ticks = 0;
   bool stopped = false;
   {
     // The stream's task was aborted before these blocks started: skip them (the report is stale).
@@ -83,7 +85,9 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
     if (!gate.entered())
       status = Status::Aborted("device {} stream {} task {} ({}): aborted", device.id(), job.stream_id, job.task,
                                job.name);
-    const auto wall0 = std::chrono::steady_clock::now();
+    // CycleClock, not steady_clock: two readings a part, and steady_clock's clock page is cold
+    // after the part's weights went through the caches (docs/gpt2.md "Parts timed by the TSC").
+    const std::uint64_t wall0 = CycleClock::Now();
     for (std::uint32_t b = first; status.ok() && b < first + count; ++b) {
       KernelContext kctx(&device.memory(), job.args, b, job.block_dim, job.tiling_key, job.launch);
       status = RunBlock(*job.def, kctx);
@@ -94,9 +98,9 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
       }
       t += job.def->cost ? std::max<VTime>(job.def->cost(kctx, device.chip()), 0) : 0;
     }
-    wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wall0).count();
+    wall_ticks = CycleClock::Now() - wall0;
   }
-  device.kernel_ns.fetch_add(static_cast<std::uint64_t>(wall_ns), std::memory_order_relaxed);
+  device.kernel_ticks.fetch_add(wall_ticks, std::memory_order_relaxed);
   device.kernel_blocks.fetch_add(count, std::memory_order_relaxed);
   const VTime start = unit.busy.Reserve(at, t);
   t += start;
@@ -104,7 +108,11 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
     unit.track->Add(TraceEvent{count == job.block_dim ? job.name : fmt::format("{} [{}+{}]", job.name, first, count),
                                start, t - start, device.deterministic() ? -1 : WallNs(),
                                {TraceArg{"stream", job.stream_id}, TraceArg{"task", job.task},
-                                TraceArg{"block_dim", job.block_dim}, TraceArg{"tiling_key", job.tiling_key}}});
+                                TraceArg{"block_dim", job.block_dim}, TraceArg{"tiling_key", job.tiling_key},
+                                // the wall time the part's kernel functions took (not in deterministic mode)
+                                device.deterministic() ? TraceArg{}
+                                                       : TraceArg{"run_ns", static_cast<std::uint64_t>(
+                                                                                           CycleClock::ToNs(wall_ticks))}}});
   }
   // Fold this part into the job. The last part to finish reports the kernel to the stream itself.
   VTime end = job.end.load(std::memory_order_relaxed);
@@ -114,20 +122,21 @@ std::int64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint3
     job.status = std::move(status);
     job.stopped = stopped;
   }
-  if (job.parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return wall_ns;
+  if (job.parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return wall_ticks;
   UnitDone report{job.epoch, job.task, job.end.load(std::memory_order_relaxed), std::move(job.status), job.stopped};
   job.status = Status::Ok();
   job.stopped = false;
   const StreamAddr stream = job.stream;
   job.in_use.store(false, std::memory_order_release);  // the last look: the stream may reuse it
   stream.Send(std::move(report));
-  return wall_ns;
+  return wall_ticks;
 }
 
 }  // namespace
 
 UnitActor::UnitActor(Device* device, Device::UnitGroup* group, int index)
-    : device_(device), group_(group), index_(static_cast<std::uint32_t>(index)) {}
+    : device_(device), group_(group), index_(static_cast<std::uint32_t>(index)),
+      budget_ticks_(CycleClock::FromNs(static_cast<double>(kGroupWallBudgetNs))) {}
 
 namespace {
 // Holds a unit's state for a scope (a kernel that throws still gives it back).
@@ -161,7 +170,7 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
   // In deterministic mode (one worker, so every unit is free) the run never stops early: what is
   // sent where must not depend on how long the kernels took.
   const bool budget = !device_->deterministic();
-  std::int64_t spent = 0;
+  std::uint64_t spent = 0;  // CycleClock ticks
   UnitState& own = group_->states[index_];
   // Another unit's run may hold this unit's state for one of its parts: then this unit's own part
   // goes last, after the others, by when that part has most likely ended (and else it is waited
@@ -179,7 +188,7 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
   for (std::uint32_t i = 1; i < run.group; ++i) {
     const std::uint32_t p = run.part + i, u = (index_ + i) % n;
     UnitState& unit = group_->states[u];
-    if ((!budget || spent < kGroupWallBudgetNs) && unit.TryTake()) {
+    if ((!budget || spent < budget_ticks_) && unit.TryTake()) {
       Held held(unit);
       const auto [f, c] = PartBlocks(block_dim, run.parts, p);
       spent += RunPart(*device_, unit, *job, f, c, run.at);

@@ -37,6 +37,7 @@ class UnitActor {
   Device* device_;
   Device::UnitGroup* group_;
   std::uint32_t index_;
+  std::uint64_t budget_ticks_;  // kGroupWallBudgetNs in CycleClock ticks
 };
 
 class ClusterActor {

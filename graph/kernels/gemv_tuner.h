@@ -22,11 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#else
-#include <chrono>
-#endif
+#include "base/cycle_clock.h"
 
 namespace npuflow::graph {
 
@@ -104,15 +100,8 @@ class GemvReadTuner {
   double cost(Way way) const { return cost_[way]; }
   std::uint64_t runs(Way way) const { return runs_[way]; }
 
-  // A cheap clock for the samples: the TSC where there is one (ratios only, so its rate does not
-  // matter), else steady_clock's nanoseconds.
-  static std::uint64_t Now() {
-#if defined(__x86_64__) || defined(__i386__)
-    return __rdtsc();
-#else
-    return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-#endif
-  }
+  // A cheap clock for the samples (ratios only, so its rate does not matter).
+  static std::uint64_t Now() { return CycleClock::Now(); }
 
   // The calling thread's tuner for the weight matrix at `weights` read at a lead that streams or
   // not (the same matrix at the other lead is another entry). A small table per thread, looked up by
