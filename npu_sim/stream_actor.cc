@@ -96,7 +96,16 @@ void StreamActor::ApplyElisions() {
     tasks_[i].kind = TaskKind::kNop;
     tasks_[i].name.clear();
   }
+  if (!elide_.empty()) CountNopRuns();
   elide_.clear();
+}
+
+void StreamActor::CountNopRuns() {
+  nop_run_.assign(tasks_.size(), 0);
+  for (std::size_t i = tasks_.size(); i-- > 0;) {
+    const Task& t = tasks_[i];
+    if (t.kind == TaskKind::kNop && !t.elided_wait) nop_run_[i] = 1 + (i + 1 < tasks_.size() ? nop_run_[i + 1] : 0);
+  }
 }
 
 Status StreamActor::Receive(Message& msg, Ctx& ctx) {
@@ -150,6 +159,7 @@ Status StreamActor::On(LoadProgram& m, Ctx& ctx) {
   snap_.resize(tasks_.size());
   for (std::size_t i = 0; i < tasks_.size(); ++i) live_[i] = {tasks_[i].block_dim, tasks_[i].tiling_key};
   ready_at_.assign(tasks_.size(), 0);
+  CountNopRuns();
   base_ = 0;
   exec_ = fetch_end_ = 0;
   ctx.Reply();
@@ -313,6 +323,7 @@ Status StreamActor::On(ResetStream&, Ctx& ctx) {
   draining_ = false;  // the model answers the drain still; ExecutionStopped of it is ignored
   ++drain_;
   tasks_.clear();
+  nop_run_.clear();
   patches_.clear();
   elide_.clear();
   live_.clear();
@@ -445,6 +456,10 @@ bool StreamActor::InjectFault() {
 void StreamActor::Advance() {
   const ChipSpec& chip = device_->chip();
   const std::uint64_t start_executed = executed_;
+  // A row of NOPs runs at once where nothing looks at them one by one (see nop_run_). Nothing
+  // else runs on this stream meanwhile, so fetching the row's tasks-ahead after it, not one by
+  // one, snapshots the same parameters.
+  const bool nop_rows = mode_ == Mode::kModel && track_ == nullptr && !fault_ && device_->race == nullptr;
   while (state_ == State::kRunning && exec_ < tasks_.size()) {
     FetchAhead();
     if (mode_ == Mode::kHost) clock_ = std::max(clock_, ready_at_[exec_]);
@@ -459,6 +474,12 @@ void StreamActor::Advance() {
     }
     switch (t.kind) {
       case TaskKind::kNop:
+        if (nop_rows && exec_ < nop_run_.size() && nop_run_[exec_] > 1) {
+          const std::uint32_t more = nop_run_[exec_] - 1;
+          clock_ += static_cast<VTime>(more) * chip.nop_latency_ns;
+          exec_ += more;
+          executed_ += more;
+        }
         if (track_) Trace("nop", clock_, chip.nop_latency_ns, TaskId(exec_));
         clock_ += chip.nop_latency_ns;
         break;

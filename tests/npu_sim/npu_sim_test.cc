@@ -538,6 +538,34 @@ TEST(Prefetch, EnoughNopsLetTheUpdateLandAndTheKernelRunsWithIt) {
   }
 }
 
+// An untraced model stream runs a row of NOPs at once (StreamActor::nop_run_); a traced one runs
+// them one by one. Both reach the same virtual times, and the update still lands.
+TEST(Prefetch, ARowOfNopsEndsAtTheSameVirtualTimeTracedOrNot) {
+  std::vector<VTime> ends;
+  for (bool trace : {false, true}) {
+    auto rt = MakeRuntime({.deterministic = true, .trace = trace});
+    auto p = BuildTilingSink(*rt, 12);
+    VTime last = 0;
+    for (int run = 0; run < 3; ++run) {
+      auto end = rt->ExecuteModel(p.model, 10s);
+      ASSERT_TRUE(end.ok()) << end.status();
+      std::uint64_t launch[2];
+      ASSERT_TRUE(rt->MemcpyD2H(0, launch, p.out, sizeof(launch)).ok());
+      EXPECT_EQ(launch[0], 8u);
+      EXPECT_EQ(launch[1], 42u);
+      last = *end;
+    }
+    ends.push_back(last);
+    if (trace) {  // the traced stream shows every NOP
+      const std::string json = rt->trace().ToJson();
+      std::size_t nops = 0;
+      for (std::size_t at = json.find("\"nop\""); at != std::string::npos; at = json.find("\"nop\"", at + 1)) ++nops;
+      EXPECT_EQ(nops, 3u * 12u);
+    }
+  }
+  EXPECT_EQ(ends[0], ends[1]);
+}
+
 TEST(Prefetch, AnUpdateAfterTheKernelWasFetchedIsADetectedRace) {
   for (int nops : {0, 3, 7}) {
     auto rt = MakeRuntime();
