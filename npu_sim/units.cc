@@ -54,6 +54,7 @@ Status RunBlock(const KernelDef& def, KernelContext& ctx) {
 // once it is reported). Returns the wall time spent in the kernel's functions, in CycleClock ticks.
 std::uint64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint32_t first, std::uint32_t count,
                      VTime at) {
+  unit.busy.PrefetchNext();  // reserved after the blocks: the line arrives while they run
   ++unit.runs;
   // Blocks run first (their results do not depend on time); their cost then takes the earliest
   // idle gap on this unit at or after the kernel's start.
