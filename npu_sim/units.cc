@@ -48,12 +48,54 @@ Status RunBlock(const KernelDef& def, KernelContext& ctx) {
   }
 }
 
+// The gate of a run of parts (On(RunBlocks)): entered once for the run, and looked at again before
+// each part with plain loads, so an abort still stops the run at its next part (as each part's own
+// Enter did), while the run pays one Enter and one Leave, not one each part. Left before the run
+// reports: the stream that waits for the gate to empty (StreamActor::NewEpoch) may be the one told.
+class RunGate {
+ public:
+  RunGate(WorkGate* gate, std::uint64_t epoch) : gate_(gate), epoch_(epoch) {
+    entered_ = gate_ == nullptr || gate_->Enter(epoch_);
+  }
+  ~RunGate() { Leave(); }
+  RunGate(const RunGate&) = delete;
+  RunGate& operator=(const RunGate&) = delete;
+  // Whether the next part may start; once not, the rest of the run is out too.
+  bool Open() {
+    if (gate_ == nullptr || !entered_) return entered_;
+    if (gate_->epoch.load(std::memory_order_seq_cst) == epoch_ &&
+        epoch_ >= gate_->stop_below.load(std::memory_order_seq_cst))
+      return true;
+    Leave();
+    return false;
+  }
+  // Shut because a host caller is stopping the stream's work (WorkGate::stop_below).
+  bool Stopped() const { return gate_ != nullptr && gate_->Stopped(epoch_); }
+  void Leave() {
+    if (entered_ && gate_ != nullptr) gate_->Leave();
+    entered_ = false;
+  }
+
+ private:
+  WorkGate* gate_;
+  std::uint64_t epoch_;
+  bool entered_ = false;
+};
+
+// What a run's parts fold into their job and device at once, after the run: one atomic each per
+// run, not per part (about 400 parts a GPT-2 117M decode step, at 1 worker in about 100 runs).
+struct PartTally {
+  VTime end = 0;
+  std::uint64_t ticks = 0;   // CycleClock ticks in the kernel's functions
+  std::uint64_t blocks = 0;
+  std::uint32_t parts = 0;   // parts that report (a hung one never does)
+};
+
 // Runs blocks [first, first + count) of `job` as one part on `unit`, which the caller holds, and
-// folds the part into the job; the last part to finish reports the kernel to its stream. The caller
-// must not touch `job` afterwards unless it has parts of it still to run (the stream reuses a job
-// once it is reported). Returns the wall time spent in the kernel's functions, in CycleClock ticks.
-std::uint64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint32_t first, std::uint32_t count,
-                     VTime at) {
+// adds it to `tally`; a failure goes into the job at once (the first wins). The caller folds the
+// tally into the job after its run (FoldParts).
+void RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint32_t first, std::uint32_t count, VTime at,
+             RunGate& gate, PartTally& tally) {
   unit.busy.PrefetchNext();  // reserved after the blocks: the line arrives while they run
   ++unit.runs;
   // Blocks run first (their results do not depend on time); their cost then takes the earliest
@@ -63,7 +105,7 @@ std::uint64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint
   if (unit.fault_at != 0 && unit.runs == unit.fault_at) {
     switch (unit.fault->kind) {
       case FaultKind::kHang:
-        return 0;  // never reports (and never enters the gate): the stream, and whoever waits on it, times out
+        return;  // never reports (nor runs): the stream, and whoever waits on it, times out
       case FaultKind::kFail:
         status = Status::Failed("device {} stream {} task {} ({}): injected fault on {}", device.id(), job.stream_id,
                                 job.task, job.name, unit.name);
@@ -77,32 +119,27 @@ std::uint64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint
         break;
     }
   }
-  std::uint64_t wall_ticks = 0;
+  // The stream's task was aborted before these blocks started: skip them (the report is stale).
   bool stopped = false;
-  {
-    // The stream's task was aborted before these blocks started: skip them (the report is stale).
-    GateScope gate(job.gate, job.epoch);
-    stopped = gate.stopped(job.epoch);
-    if (!gate.entered())
-      status = Status::Aborted("device {} stream {} task {} ({}): aborted", device.id(), job.stream_id, job.task,
-                               job.name);
-    // CycleClock, not steady_clock: two readings a part, and steady_clock's clock page is cold
-    // after the part's weights went through the caches (docs/gpt2.md "Parts timed by the TSC").
-    const std::uint64_t wall0 = CycleClock::Now();
-    for (std::uint32_t b = first; status.ok() && b < first + count; ++b) {
-      KernelContext kctx(&device.memory(), job.args, b, job.block_dim, job.tiling_key, job.launch);
-      status = RunBlock(*job.def, kctx);
-      if (!status.ok()) {
-        status = status.WithContext(fmt::format("device {} stream {} task {} ({}) block {} on {}", device.id(),
-                                                job.stream_id, job.task, job.name, b, unit.name));
-        break;
-      }
-      t += job.def->cost ? std::max<VTime>(job.def->cost(kctx, device.chip()), 0) : 0;
-    }
-    wall_ticks = CycleClock::Now() - wall0;
+  if (!gate.Open()) {
+    stopped = gate.Stopped();
+    status = Status::Aborted("device {} stream {} task {} ({}): aborted", device.id(), job.stream_id, job.task,
+                             job.name);
   }
-  device.kernel_ticks.fetch_add(wall_ticks, std::memory_order_relaxed);
-  device.kernel_blocks.fetch_add(count, std::memory_order_relaxed);
+  // CycleClock, not steady_clock: two readings a part, and steady_clock's clock page is cold after
+  // the part's weights went through the caches (docs/gpt2.md "Parts timed by the TSC").
+  const std::uint64_t wall0 = CycleClock::Now();
+  for (std::uint32_t b = first; status.ok() && b < first + count; ++b) {
+    KernelContext kctx(&device.memory(), job.args, b, job.block_dim, job.tiling_key, job.launch);
+    status = RunBlock(*job.def, kctx);
+    if (!status.ok()) {
+      status = status.WithContext(fmt::format("device {} stream {} task {} ({}) block {} on {}", device.id(),
+                                              job.stream_id, job.task, job.name, b, unit.name));
+      break;
+    }
+    t += job.def->cost ? std::max<VTime>(job.def->cost(kctx, device.chip()), 0) : 0;
+  }
+  const std::uint64_t wall_ticks = CycleClock::Now() - wall0;
   const VTime start = unit.busy.Reserve(at, t);
   t += start;
   if (device.tracing() && unit.track) {
@@ -115,22 +152,33 @@ std::uint64_t RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint
                                                        : TraceArg{"run_ns", static_cast<std::uint64_t>(
                                                                                            CycleClock::ToNs(wall_ticks))}}});
   }
-  // Fold this part into the job. The last part to finish reports the kernel to the stream itself.
-  VTime end = job.end.load(std::memory_order_relaxed);
-  while (t > end && !job.end.compare_exchange_weak(end, t, std::memory_order_relaxed)) {
-  }
   if (!status.ok() && !job.failed.exchange(true, std::memory_order_relaxed)) {
     job.status = std::move(status);
     job.stopped = stopped;
   }
-  if (job.parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return wall_ticks;
+  tally.end = std::max(tally.end, t);
+  tally.ticks += wall_ticks;
+  tally.blocks += count;
+  ++tally.parts;
+}
+
+// Folds a run's parts into the device's counters and the job; if they were the job's last, reports
+// the kernel to its stream. The caller must not touch `job` afterwards (the stream reuses a job once
+// it is reported), nor at all when the tally has no part: the job may be reused already.
+void FoldParts(Device& device, KernelJob& job, const PartTally& tally) {
+  if (tally.parts == 0) return;
+  device.kernel_ticks.fetch_add(tally.ticks, std::memory_order_relaxed);
+  device.kernel_blocks.fetch_add(tally.blocks, std::memory_order_relaxed);
+  VTime end = job.end.load(std::memory_order_relaxed);
+  while (tally.end > end && !job.end.compare_exchange_weak(end, tally.end, std::memory_order_relaxed)) {
+  }
+  if (job.parts_left.fetch_sub(tally.parts, std::memory_order_acq_rel) != tally.parts) return;
   UnitDone report{job.epoch, job.task, job.end.load(std::memory_order_relaxed), std::move(job.status), job.stopped};
   job.status = Status::Ok();
   job.stopped = false;
   const StreamAddr stream = job.stream;
   job.in_use.store(false, std::memory_order_release);  // the last look: the stream may reuse it
   stream.Send(std::move(report));
-  return wall_ticks;
 }
 
 }  // namespace
@@ -166,38 +214,42 @@ void UnitActor::On(SetUnitFault& m, Ctx& ctx) {
 // This unit's part, then the group's others on the units after it (see SendKernelParts).
 void UnitActor::On(RunBlocks& run, Ctx&) {
   KernelJob* job = run.job;
-  const std::uint32_t block_dim = job->block_dim;  // read first: the job is not ours after its last part
+  const std::uint32_t block_dim = job->block_dim;
   const auto n = static_cast<std::uint32_t>(group_->states.size());
   // In deterministic mode (one worker, so every unit is free) the run never stops early: what is
   // sent where must not depend on how long the kernels took.
   const bool budget = !device_->deterministic();
-  std::uint64_t spent = 0;  // CycleClock ticks
-  UnitState& own = group_->states[index_];
-  // Another unit's run may hold this unit's state for one of its parts: then this unit's own part
-  // goes last, after the others, by when that part has most likely ended (and else it is waited
-  // for: a holder never waits for anything).
-  // Read intent: a write prefetch would take the line from a worker running a part there.
-  for (std::uint32_t i = 1; i < run.group; ++i) __builtin_prefetch(&group_->states[(index_ + i) % n], 0);
-  const bool own_first = own.TryTake();
-  auto run_own = [&] {
-    if (!own_first) own.Take();
-    Held held(own);
-    const auto [first, count] = PartBlocks(block_dim, run.parts, run.part);
-    spent += RunPart(*device_, own, *job, first, count, run.at);
-  };
-  if (own_first) run_own();
-  for (std::uint32_t i = 1; i < run.group; ++i) {
-    const std::uint32_t p = run.part + i, u = (index_ + i) % n;
-    UnitState& unit = group_->states[u];
-    if ((!budget || spent < budget_ticks_) && unit.TryTake()) {
-      Held held(unit);
-      const auto [f, c] = PartBlocks(block_dim, run.parts, p);
-      spent += RunPart(*device_, unit, *job, f, c, run.at);
-    } else {
-      group_->units[u].Send(RunBlocks{job, p, 1, run.parts, run.at});
+  PartTally tally;  // the job stays alive until it is folded: its parts here have not reported
+  {
+    RunGate gate(job->gate, job->epoch);
+    UnitState& own = group_->states[index_];
+    // Another unit's run may hold this unit's state for one of its parts: then this unit's own part
+    // goes last, after the others, by when that part has most likely ended (and else it is waited
+    // for: a holder never waits for anything).
+    // Read intent: a write prefetch would take the line from a worker running a part there.
+    for (std::uint32_t i = 1; i < run.group; ++i) __builtin_prefetch(&group_->states[(index_ + i) % n], 0);
+    const bool own_first = own.TryTake();
+    auto run_own = [&] {
+      if (!own_first) own.Take();
+      Held held(own);
+      const auto [first, count] = PartBlocks(block_dim, run.parts, run.part);
+      RunPart(*device_, own, *job, first, count, run.at, gate, tally);
+    };
+    if (own_first) run_own();
+    for (std::uint32_t i = 1; i < run.group; ++i) {
+      const std::uint32_t p = run.part + i, u = (index_ + i) % n;
+      UnitState& unit = group_->states[u];
+      if ((!budget || tally.ticks < budget_ticks_) && unit.TryTake()) {
+        Held held(unit);
+        const auto [f, c] = PartBlocks(block_dim, run.parts, p);
+        RunPart(*device_, unit, *job, f, c, run.at, gate, tally);
+      } else {
+        group_->units[u].Send(RunBlocks{job, p, 1, run.parts, run.at});
+      }
     }
+    if (!own_first) run_own();
   }
-  if (!own_first) run_own();  // the job is alive: this part has not reported yet
+  FoldParts(*device_, *job, tally);
 }
 
 // ---- ClusterActor ---------------------------------------------------------------------------------
