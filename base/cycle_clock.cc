@@ -28,21 +28,31 @@ struct Pair {
   std::uint64_t bracket;
 };
 
+std::uint64_t Tsc() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __rdtsc();
+#else
+  return 0;
+#endif
+}
+
 Pair ReadPair() {
   Pair best{0, 0, ~std::uint64_t{0}};
   for (int i = 0; i < 5; ++i) {  // the tightest of a few: a preemption widens one bracket, not all
-    const std::uint64_t a = CycleClock::Now();
+    const std::uint64_t a = Tsc();
     const auto ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());
-    const std::uint64_t b = CycleClock::Now();
+    const std::uint64_t b = Tsc();
     if (b - a < best.bracket) best = Pair{a + (b - a) / 2, ns, b - a};
   }
   return best;
 }
 
+// Asks the CPU itself, not kTscUsable: a call before this file's static initialisation must not
+// settle on 1 for good.
 double MeasureNsPerTick() {
-  if (!CycleClock::UsesTsc()) return 1.0;
+  if (!InvariantTsc()) return 1.0;
   constexpr std::uint64_t kSpanNs = 200'000;
   const Pair p0 = ReadPair();
   Pair p1 = ReadPair();

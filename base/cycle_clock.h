@@ -12,7 +12,10 @@
 //   const double ns = CycleClock::ToNs(ticks);          // convert where the figure is read
 //
 // The rate is measured once, on the first call that needs it (ToNs, FromNs, NsPerTick), against
-// steady_clock over about 200 us. Ticks are only comparable within a process.
+// steady_clock over about 200 us. Ticks are only comparable within a process, and only after its
+// static initialisation (before it, Now() reads steady_clock: time no span across main()'s start).
+// The counters of different cores may disagree a little: take a difference as zero if it is
+// negative.
 #pragma once
 
 #include <cstdint>

@@ -161,7 +161,8 @@ class Device {
   std::atomic<std::uint64_t> kernels_executed{0};
   std::atomic<std::uint64_t> dma_copy_ns{0};
   std::atomic<std::uint64_t> dma_copy_bytes{0};
-  // DeviceStats::kernel_ns in CycleClock ticks: the units add two readings' difference a part.
+  // DeviceStats::kernel_ns in CycleClock ticks: a run of parts adds its parts' sum when it ends
+  // (each part's, the difference of two readings around its blocks).
   std::atomic<std::uint64_t> kernel_ticks{0};
   std::atomic<std::uint64_t> kernel_blocks{0};
   std::uint64_t kernel_ns() const {

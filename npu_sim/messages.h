@@ -259,13 +259,13 @@ struct KernelJob {
   std::uint64_t epoch = 0;
   std::uint32_t task = 0;
   std::uint64_t launch = 0;  // NextKernelLaunch: KernelContext::launch of its blocks
-  // The parts' bookkeeping, set by SendKernelParts before it sends them: each part folds its end
-  // and (the first) error in, and the part that finishes last reports the kernel to the stream
-  // itself.
+  // The parts' bookkeeping, set by SendKernelParts before it sends them: each run of parts folds
+  // its parts' latest end in once it ends, each part its error (the first wins) as it ends, and the
+  // run that folds the last parts reports the kernel to the stream itself (units.cc FoldParts).
   std::atomic<std::uint32_t> parts_left{0};
   std::atomic<VTime> end{0};
   std::atomic<bool> failed{false};  // a part has claimed `status`
-  Status status;                    // written by that part before its parts_left decrement
+  Status status;                    // written by that part before its run's parts_left decrement
   bool stopped = false;             // with `status`: UnitDone::stopped
 };
 struct SetUnitFault {  // Ask<void>, forwarded by the cluster to one unit

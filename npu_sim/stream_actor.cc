@@ -18,8 +18,9 @@ StreamActor::StreamActor(Device* device, StreamId id, WorkGate* gate) : device_(
 }
 
 // Stale completions of the old epoch are ignored from now on. `stop_work`: and the work it sent
-// to units and channels is over: what has not started is skipped, what runs is waited for
-// (a few blocks or one copy; a hung unit never entered).
+// to units and channels is over: what has not started is skipped, what runs is waited for (a run
+// of parts leaves the gate before its next part, and while it waits for a unit's state; a copy
+// ends). A run with a hung part leaves when the run ends.
 void StreamActor::NewEpoch(bool stop_work) {
   epoch_ = std::max(epoch_ + 1, gate_.stop_below.load(std::memory_order_seq_cst));
   gate_.epoch.store(epoch_, std::memory_order_seq_cst);

@@ -62,6 +62,11 @@ class RunGate {
   RunGate& operator=(const RunGate&) = delete;
   // Whether the next part may start; once not, the rest of the run is out too.
   bool Open() {
+    if (paused_) {
+      paused_ = false;
+      entered_ = gate_->Enter(epoch_);
+      return entered_;
+    }
     if (gate_ == nullptr || !entered_) return entered_;
     if (gate_->epoch.load(std::memory_order_seq_cst) == epoch_ &&
         epoch_ >= gate_->stop_below.load(std::memory_order_seq_cst))
@@ -75,11 +80,20 @@ class RunGate {
     if (entered_ && gate_ != nullptr) gate_->Leave();
     entered_ = false;
   }
+  // Out of the gate while the run waits for a unit's state (held by another stream's part), so an
+  // abort of this stream does not wait for that part too; the next Open enters again.
+  void Pause() {
+    if (!entered_ || gate_ == nullptr) return;
+    gate_->Leave();
+    entered_ = false;
+    paused_ = true;
+  }
 
  private:
   WorkGate* gate_;
   std::uint64_t epoch_;
   bool entered_ = false;
+  bool paused_ = false;
 };
 
 // What a run's parts fold into their job and device at once, after the run: one atomic each per
@@ -127,7 +141,7 @@ void RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint32_t firs
                              job.name);
   }
   // CycleClock, not steady_clock: two readings a part, and steady_clock's clock page is cold after
-  // the part's weights went through the caches (docs/gpt2.md "Parts timed by the TSC").
+  // the part's weights went through the caches (docs/gpt2.md "A part's time read from the TSC").
   const std::uint64_t wall0 = CycleClock::Now();
   for (std::uint32_t b = first; status.ok() && b < first + count; ++b) {
     KernelContext kctx(&device.memory(), job.args, b, job.block_dim, job.tiling_key, job.launch);
@@ -139,7 +153,9 @@ void RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint32_t firs
     }
     t += job.def->cost ? std::max<VTime>(job.def->cost(kctx, device.chip()), 0) : 0;
   }
-  const std::uint64_t wall_ticks = CycleClock::Now() - wall0;
+  const std::uint64_t wall1 = CycleClock::Now();
+  // Never negative: a thread moved to a core whose counter is behind counts nothing.
+  const std::uint64_t wall_ticks = wall1 > wall0 ? wall1 - wall0 : 0;
   const VTime start = unit.busy.Reserve(at, t);
   t += start;
   if (device.tracing() && unit.track) {
@@ -230,7 +246,10 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
     for (std::uint32_t i = 1; i < run.group; ++i) __builtin_prefetch(&group_->states[(index_ + i) % n], 0);
     const bool own_first = own.TryTake();
     auto run_own = [&] {
-      if (!own_first) own.Take();
+      if (!own_first && !own.TryTake()) {
+        gate.Pause();
+        own.Take();
+      }
       Held held(own);
       const auto [first, count] = PartBlocks(block_dim, run.parts, run.part);
       RunPart(*device_, own, *job, first, count, run.at, gate, tally);

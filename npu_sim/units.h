@@ -4,8 +4,8 @@
 //                  A kernel's blocks are spread over the units as parts (contiguous block ranges,
 //                  one per unit) by SendKernelParts, which the stream calls: no hop through here.
 //   UnitActor      one AICore or AICPU unit with its own virtual clock: runs blocks on the CPU
-//                  over device memory, in order; the unit that ends a kernel's last part reports
-//                  the kernel done to its stream.
+//                  over device memory, in order; the run of parts that ends a kernel's last
+//                  parts reports the kernel done to its stream.
 //   DmaEngineActor picks the channel that frees up first (it knows every copy's cost).
 //   DmaChannelActor one copy channel with a virtual clock and the chip's bandwidth.
 #pragma once
