@@ -22,7 +22,7 @@ bool InvariantTsc() {
 
 // One reading of steady_clock bracketed by two of the counter: the counter's value at the
 // reading is taken as the midpoint, off by at most half the bracket.
-struct Pair {
+struct ClockReading {
   std::uint64_t ticks;
   std::uint64_t ns;
   std::uint64_t bracket;
@@ -30,21 +30,21 @@ struct Pair {
 
 std::uint64_t Tsc() {
 #if defined(__x86_64__) || defined(__i386__)
-  return __rdtsc();
+  return __builtin_ia32_rdtsc();
 #else
   return 0;
 #endif
 }
 
-Pair ReadPair() {
-  Pair best{0, 0, ~std::uint64_t{0}};
+ClockReading ReadBoth() {
+  ClockReading best{0, 0, ~std::uint64_t{0}};
   for (int i = 0; i < 5; ++i) {  // the tightest of a few: a preemption widens one bracket, not all
     const std::uint64_t a = Tsc();
     const auto ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());
     const std::uint64_t b = Tsc();
-    if (b - a < best.bracket) best = Pair{a + (b - a) / 2, ns, b - a};
+    if (b - a < best.bracket) best = ClockReading{a + (b - a) / 2, ns, b - a};
   }
   return best;
 }
@@ -54,9 +54,9 @@ Pair ReadPair() {
 double MeasureNsPerTick() {
   if (!InvariantTsc()) return 1.0;
   constexpr std::uint64_t kSpanNs = 200'000;
-  const Pair p0 = ReadPair();
-  Pair p1 = ReadPair();
-  while (p1.ns - p0.ns < kSpanNs) p1 = ReadPair();
+  const ClockReading p0 = ReadBoth();
+  ClockReading p1 = ReadBoth();
+  while (p1.ns - p0.ns < kSpanNs) p1 = ReadBoth();
   if (p1.ticks <= p0.ticks) return 1.0;  // not ticking forward: treat ticks as nanoseconds
   return static_cast<double>(p1.ns - p0.ns) / static_cast<double>(p1.ticks - p0.ticks);
 }

@@ -20,10 +20,6 @@
 
 #include <cstdint>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#endif
-
 namespace npuflow {
 
 class CycleClock {
@@ -31,7 +27,7 @@ class CycleClock {
   // The counter now: TSC ticks where the TSC is invariant, else steady_clock nanoseconds.
   static std::uint64_t Now() {
 #if defined(__x86_64__) || defined(__i386__)
-    if (kTscUsable) return __rdtsc();
+    if (kTscUsable) return __builtin_ia32_rdtsc();
 #endif
     return SteadyNs();
   }

@@ -19,8 +19,8 @@ const std::vector<Area>& Areas() {
   static const std::vector<Area> areas = {
       {"actors", "actor hop, fan-in, ring, fan-out/fan-in and tap-hook cost vs raw oneTBB nodes and CAF", &RegisterActorBenchmarks,
        &ActorFigures},
-      {"npu", "simulated device, one stream: NOPs (a row of them runs at once in the stream's task loop; "
-              "traced, one by one) vs a plain loop; tiny "
+      {"npu", "simulated device, one stream: NOPs (run inline in the stream's task loop, one by one and in rows; "
+              "traced) vs a plain loop; tiny "
               "kernels (each a full round trip stream -> AICore unit -> back, 2 actor messages) vs raw "
               "flow-graph nodes doing the same 2 hops with the same handoff; 1 GiB H2D in 10 MiB chunks vs memcpy",
        &RegisterNpuBenchmarks, &NpuFigures},

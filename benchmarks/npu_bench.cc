@@ -54,14 +54,36 @@ std::unique_ptr<Runtime> NewRuntime() {
 struct OneStreamModel {
   std::unique_ptr<Runtime> rt;
   npu_sim::Model model;
+  npu_sim::Stream stream;
   bool ok = false;
   explicit OneStreamModel(std::vector<Task> tasks) : rt(NewRuntime()) {
     if (!rt) return;
     model = rt->CreateModel(0).value();
-    auto s = rt->CreateStream(0).value();
-    ok = rt->BindStream(model, s).ok() && rt->LoadTasks(model, s, std::move(tasks)).ok();
+    stream = rt->CreateStream(0).value();
+    ok = rt->BindStream(model, stream).ok() && rt->LoadTasks(model, stream, std::move(tasks)).ok();
   }
 };
+
+// kNops tasks of which every (row + 1)-th is an event wait and the rest plain NOPs, the waits
+// elided into NOPs before the first run (as a model's weight gates are once the weights landed).
+// An untraced model stream runs a row of plain NOPs at once (Task::nop_row) but an elided
+// wait on its own: row 0 is every NOP one by one.
+std::unique_ptr<OneStreamModel> NopModel(std::size_t row) {
+  std::vector<Task> tasks;
+  tasks.reserve(kNops);
+  std::vector<std::uint32_t> waits;
+  for (std::size_t i = 0; i < kNops; ++i) {
+    if (i % (row + 1) == row) {
+      waits.push_back(static_cast<std::uint32_t>(i));
+      tasks.push_back(Task::Wait(0));
+    } else {
+      tasks.push_back(Task::Nop());
+    }
+  }
+  auto m = std::make_unique<OneStreamModel>(std::move(tasks));
+  m->ok = m->ok && m->rt->ElideWaits(m->model, m->stream, std::move(waits)).ok();
+  return m;
+}
 
 // A fresh traced runtime per iteration (setup untimed): a trace keeps every event, so one
 // runtime run again and again would measure a growing buffer.
@@ -83,14 +105,20 @@ void BM_NpuNopStreamTraced(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kNops));
 }
 
-void BM_NpuNopStream(benchmark::State& state) {
-  OneStreamModel m(std::vector<Task>(kNops, Task::Nop()));
-  if (!m.ok) return state.SkipWithError("runtime setup failed");
+void RunNops(benchmark::State& state, std::size_t row) {
+  std::unique_ptr<OneStreamModel> m = NopModel(row);
+  if (!m->ok) return state.SkipWithError("runtime setup failed");
   for (auto _ : state) {
-    if (!m.rt->ExecuteModel(m.model).ok()) return state.SkipWithError("execute failed");
+    if (!m->rt->ExecuteModel(m->model).ok()) return state.SkipWithError("execute failed");
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kNops));
 }
+
+// Every NOP one by one: the stream loop's cost per task.
+void BM_NpuNopStream(benchmark::State& state) { RunNops(state, 0); }
+
+// Rows of 8 NOPs (910B's prefetch_num: a tiling-sink chain's) between elided waits.
+void BM_NpuNopRows(benchmark::State& state) { RunNops(state, 8); }
 
 // The stream loop's floor: walk the same vector of tasks with the same switch and clock.
 void BM_RawTaskLoop(benchmark::State& state) {
@@ -292,6 +320,7 @@ void BM_H2DPairedWithMemcpy(benchmark::State& state) {
 void RegisterNpuBenchmarks() {
   for (auto [name, fn] : std::initializer_list<std::pair<const char*, void (*)(benchmark::State&)>>{
            {"BM_NpuNopStream", BM_NpuNopStream},
+           {"BM_NpuNopRows", BM_NpuNopRows},
            {"BM_NpuNopStreamTraced", BM_NpuNopStreamTraced},
            {"BM_RawTaskLoop", BM_RawTaskLoop},
            {"BM_NpuTinyKernels", BM_NpuTinyKernels},
@@ -309,12 +338,16 @@ std::vector<Figure> NpuFigures(const Results& r) {
   const double memcpy_bw = Counter(r, "BM_H2DPairedWithMemcpy", "memcpy_bytes_per_second") / 1e9;
   return {
       {"nop_tasks_per_s", nops, "task/s", Counter(r, "BM_RawTaskLoop", "items_per_second"),
-       "plain loop over the same tasks, one by one (the untraced model stream runs a row of NOPs at once, "
-       "StreamActor::nop_run_; traced_nop_tasks_per_s walks them one by one)",
+       "plain loop over the same number of tasks (the stream's NOPs are elided event waits, which it "
+       "runs one by one)",
        "value >= 2e7"},
       {"nop_tasks_vs_target", nops, "task/s", 20e6, "the npu_sim issue's floor, 20 M/s", "ratio >= 1", true},
       {"traced_nop_tasks_per_s", Counter(r, "BM_NpuNopStreamTraced", "items_per_second"), "task/s", nops,
-       "the same NOPs untraced, same run", ""},
+       "as many NOPs untraced, one by one, same run (traced, a stream runs every NOP on its own)", ""},
+      {"nop_row_tasks_per_s", Counter(r, "BM_NpuNopRows", "items_per_second"), "task/s", nops,
+       "as many NOPs one by one, same run: here rows of 8 plain NOPs (a tiling-sink chain's) between "
+       "elided waits, which an untraced model stream runs a row at a time",
+       ""},
       {"tiny_kernels_per_s", kernels, "kernel/s", Counter(r, "BM_RawKernelHopHandoffs", "items_per_second"),
        "raw flow-graph nodes, the same 2 hops (stream -> unit -> stream), same handoff",
        "value >= 5e5"},

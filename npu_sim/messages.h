@@ -207,10 +207,14 @@ struct WorkGate {
   // worker (a unit runs a run of parts without a pause for other actors: SendKernelParts). The
   // stream's next epoch starts at it or after (StreamActor::NewEpoch).
   std::atomic<std::uint64_t> stop_below{0};
+  // Whether work of `work_epoch` may start: its epoch is current and not below the stop mark.
+  bool Admits(std::uint64_t work_epoch) const {
+    return epoch.load(std::memory_order_seq_cst) == work_epoch &&
+           work_epoch >= stop_below.load(std::memory_order_seq_cst);
+  }
   bool Enter(std::uint64_t work_epoch) {
     inside.fetch_add(1, std::memory_order_seq_cst);
-    if (epoch.load(std::memory_order_seq_cst) == work_epoch && work_epoch >= stop_below.load(std::memory_order_seq_cst))
-      return true;
+    if (Admits(work_epoch)) return true;
     inside.fetch_sub(1, std::memory_order_release);
     return false;
   }

@@ -108,15 +108,14 @@ class StreamActor {
 
   Status ApplyPatches(const std::vector<std::uint64_t>& io);
   void ApplyElisions();
-  void CountNopRuns();
+  // Model: sets each task's Task::nop_row, the plain NOPs (not elided waits) in a row from it. An
+  // untraced model stream without a fault or race detector runs such a row at once (Advance): a
+  // task is four cache lines, and a tiling-sink chain's prefetch_num NOPs were as many misses.
+  void CountNopRows();
 
   std::vector<IoPatch> patches_;  // model: zero-copy places, applied at each run's start
   std::vector<std::uint32_t> elide_;  // model: waits to turn into NOPs at the next run's start
   std::vector<Task> tasks_;      // host: the queue (executed prefix compacted away); model: the program
-  // Model: how many plain NOPs (not elided waits) run in a row from task i, 0 if it is none. An
-  // untraced model stream without a fault or race detector runs such a row at once (Advance): a
-  // task is four cache lines, and a tiling-sink chain's prefetch_num NOPs were as many misses.
-  std::vector<std::uint32_t> nop_run_;
   std::vector<Param> live_;      // current parameters, patchable until fetched
   std::vector<Param> snap_;      // parameters as fetched
   std::vector<std::unique_ptr<KernelJob>> jobs_;  // kernel launches, reused (see KernelJob)

@@ -71,6 +71,10 @@ class HostWindow {
 
 struct Task {
   TaskKind kind = TaskKind::kNop;
+  // Set by a model stream when it loads its program (the caller's value is ignored): how many plain
+  // NOPs run in a row from this one (0 if it is none), for the stream to run the row at once. Beside
+  // `kind`, in what would be padding: a NOP's check reads no other line.
+  std::uint32_t nop_row = 0;
   std::string name;  // for traces and errors; empty: the kind's name
 
   // kKernel, kAicpuKernel

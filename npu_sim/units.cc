@@ -68,9 +68,7 @@ class RunGate {
       return entered_;
     }
     if (gate_ == nullptr || !entered_) return entered_;
-    if (gate_->epoch.load(std::memory_order_seq_cst) == epoch_ &&
-        epoch_ >= gate_->stop_below.load(std::memory_order_seq_cst))
-      return true;
+    if (gate_->Admits(epoch_)) return true;
     Leave();
     return false;
   }
@@ -97,7 +95,7 @@ class RunGate {
 };
 
 // What a run's parts fold into their job and device at once, after the run: one atomic each per
-// run, not per part (about 400 parts a GPT-2 117M decode step, at 1 worker in about 100 runs).
+// run, not per part (about 370 parts a GPT-2 117M decode step, at 1 worker in about 100 runs).
 struct PartTally {
   VTime end = 0;
   std::uint64_t ticks = 0;   // CycleClock ticks in the kernel's functions
@@ -159,14 +157,15 @@ void RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint32_t firs
   const VTime start = unit.busy.Reserve(at, t);
   t += start;
   if (device.tracing() && unit.track) {
+    // The wall time the part's kernel functions took (not in deterministic mode, whose traces are
+    // byte-identical run to run).
+    const TraceArg run_ns = device.deterministic()
+                                ? TraceArg{}
+                                : TraceArg{"run_ns", static_cast<std::uint64_t>(CycleClock::ToNs(wall_ticks))};
     unit.track->Add(TraceEvent{count == job.block_dim ? job.name : fmt::format("{} [{}+{}]", job.name, first, count),
                                start, t - start, device.deterministic() ? -1 : WallNs(),
                                {TraceArg{"stream", job.stream_id}, TraceArg{"task", job.task},
-                                TraceArg{"block_dim", job.block_dim}, TraceArg{"tiling_key", job.tiling_key},
-                                // the wall time the part's kernel functions took (not in deterministic mode)
-                                device.deterministic() ? TraceArg{}
-                                                       : TraceArg{"run_ns", static_cast<std::uint64_t>(
-                                                                                           CycleClock::ToNs(wall_ticks))}}});
+                                TraceArg{"block_dim", job.block_dim}, TraceArg{"tiling_key", job.tiling_key}, run_ns}});
   }
   if (!status.ok() && !job.failed.exchange(true, std::memory_order_relaxed)) {
     job.status = std::move(status);

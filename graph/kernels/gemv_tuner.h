@@ -22,7 +22,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "base/cycle_clock.h"
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#else
+#include <chrono>
+#endif
 
 namespace npuflow::graph {
 
@@ -100,8 +104,15 @@ class GemvReadTuner {
   double cost(Way way) const { return cost_[way]; }
   std::uint64_t runs(Way way) const { return runs_[way]; }
 
-  // A cheap clock for the samples (ratios only, so its rate does not matter).
-  static std::uint64_t Now() { return CycleClock::Now(); }
+  // A cheap clock for the samples: the TSC where there is one (ratios only, so its rate does not
+  // matter), else steady_clock's nanoseconds.
+  static std::uint64_t Now() {
+#if defined(__x86_64__) || defined(__i386__)
+    return __rdtsc();
+#else
+    return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+  }
 
   // The calling thread's tuner for the weight matrix at `weights` read at a lead that streams or
   // not (the same matrix at the other lead is another entry). A small table per thread, looked up by

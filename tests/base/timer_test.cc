@@ -2,14 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include "base/cycle_clock.h"
 #include "base/timer.h"
 
 namespace npuflow {
@@ -129,25 +127,3 @@ TEST(DeadlineTimer, CancelOnlyReachesItsOwnCallbacks) {
 
 }  // namespace
 }  // namespace npuflow
-
-// CycleClock converts its ticks to the nanoseconds steady_clock measures over the same span (the
-// rate is measured against it once, so the two agree to well under a percent), and never runs
-// backwards on one thread.
-TEST(CycleClock, TicksConvertToTheNanosecondsSteadyClockMeasures) {
-  std::uint64_t last = npuflow::CycleClock::Now();
-  for (int i = 0; i < 1000; ++i) {
-    const std::uint64_t now = npuflow::CycleClock::Now();
-    ASSERT_GE(now, last);
-    last = now;
-  }
-  const auto s0 = std::chrono::steady_clock::now();
-  const std::uint64_t c0 = npuflow::CycleClock::Now();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const std::uint64_t c1 = npuflow::CycleClock::Now();
-  const auto s1 = std::chrono::steady_clock::now();
-  const double steady_ns = std::chrono::duration<double, std::nano>(s1 - s0).count();
-  const double cycle_ns = npuflow::CycleClock::ToNs(c1 - c0);
-  EXPECT_GT(cycle_ns, 0.98 * steady_ns - 1000);
-  EXPECT_LE(cycle_ns, 1.02 * steady_ns);
-  EXPECT_NEAR(npuflow::CycleClock::ToNs(npuflow::CycleClock::FromNs(1e6)), 1e6, 1e3);
-}

@@ -538,8 +538,9 @@ TEST(Prefetch, EnoughNopsLetTheUpdateLandAndTheKernelRunsWithIt) {
   }
 }
 
-// An untraced model stream runs a row of NOPs at once (StreamActor::nop_run_); a traced one runs
-// them one by one. Both reach the same virtual times, and the update still lands.
+// An untraced model stream runs a row of NOPs at once (Task::nop_row); a traced one runs
+// them one by one. Both reach the same virtual times, and the update still lands. (With the race
+// detector forced on for the process, NPUFLOW_RACE_DETECT, both run them one by one.)
 TEST(Prefetch, ARowOfNopsEndsAtTheSameVirtualTimeTracedOrNot) {
   std::vector<VTime> ends;
   for (bool trace : {false, true}) {
