@@ -37,9 +37,6 @@ class CycleClock {
   static double ToNs(std::uint64_t ticks) { return static_cast<double>(ticks) * NsPerTick(); }
   static std::uint64_t FromNs(double ns) { return static_cast<std::uint64_t>(ns / NsPerTick()); }
 
-  // Whether Now() reads the TSC.
-  static bool UsesTsc() { return kTscUsable; }
-
  private:
   static std::uint64_t SteadyNs();
   static const bool kTscUsable;
