@@ -45,8 +45,8 @@ constexpr std::uint64_t kCopyBytes = 1ull << 30;
 constexpr std::uint64_t kChunk = 10ull << 20;  // 10 MiB, the weight loader's chunk
 constexpr int kWorkers = 2;
 
-std::unique_ptr<Runtime> NewRuntime() {
-  auto rt = Runtime::Create({.chips = {"910B"}, .workers = kWorkers});
+std::unique_ptr<Runtime> NewRuntime(bool kernel_runs = true) {
+  auto rt = Runtime::Create({.chips = {"910B"}, .workers = kWorkers, .kernel_runs = kernel_runs});
   return rt.ok() ? std::move(rt).value() : nullptr;
 }
 
@@ -56,7 +56,7 @@ struct OneStreamModel {
   npu_sim::Model model;
   npu_sim::Stream stream;
   bool ok = false;
-  explicit OneStreamModel(std::vector<Task> tasks) : rt(NewRuntime()) {
+  explicit OneStreamModel(std::vector<Task> tasks, bool kernel_runs = true) : rt(NewRuntime(kernel_runs)) {
     if (!rt) return;
     model = rt->CreateModel(0).value();
     stream = rt->CreateStream(0).value();
@@ -137,15 +137,17 @@ void BM_RawTaskLoop(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kNops));
 }
 
-// `kernels` noop kernels of `block_dim` blocks through one stream; items: blocks (one per part,
-// as long as block_dim is at most the chip's AICore count).
-void RunNoopKernels(benchmark::State& state, std::size_t kernels, std::uint32_t block_dim) {
+// `kernels` noop kernels of `block_dim` blocks through one model stream; items: blocks (one per
+// part, as long as block_dim is at most the chip's AICore count). `runs`: RuntimeOptions::kernel_runs
+// (back to back, the stream starts one kernel in prefetch_num + 1 and units the rest); without, every
+// kernel goes through the stream.
+void RunNoopKernels(benchmark::State& state, std::size_t kernels, std::uint32_t block_dim, bool runs) {
   npu_sim::RegisterBuiltinKernels();
   const npu_sim::KernelDef* def = npu_sim::KernelRegistry::Global().Find("noop").value();
   std::vector<Task> tasks;
   tasks.reserve(kernels);
   for (std::size_t i = 0; i < kernels; ++i) tasks.push_back(Task::Kernel(def, block_dim, {}));
-  OneStreamModel m(std::move(tasks));
+  OneStreamModel m(std::move(tasks), runs);
   if (!m.ok) return state.SkipWithError("runtime setup failed");
   for (auto _ : state) {
     if (!m.rt->ExecuteModel(m.model).ok()) return state.SkipWithError("execute failed");
@@ -153,11 +155,15 @@ void RunNoopKernels(benchmark::State& state, std::size_t kernels, std::uint32_t 
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kernels * block_dim));
 }
 
-void BM_NpuTinyKernels(benchmark::State& state) { RunNoopKernels(state, kKernels, 1); }
+// One-block kernels one by one: each is two actor hops, stream -> unit -> stream.
+void BM_NpuTinyKernels(benchmark::State& state) { RunNoopKernels(state, kKernels, 1, false); }
 
-// The same number of blocks as BM_NpuTinyKernels, as kernels of 20 parts (910B has 24 AICores):
-// what a part costs the simulator, the floor a block's work must pay for.
-void BM_NpuSplitKernels(benchmark::State& state) { RunNoopKernels(state, kKernels / 20, 20); }
+// The same kernels as runs of kernels (StreamActor::StartKernelRun).
+void BM_NpuKernelRuns(benchmark::State& state) { RunNoopKernels(state, kKernels, 1, true); }
+
+// The same number of blocks as BM_NpuTinyKernels, as kernels of 20 parts (910B has 24 AICores),
+// one by one: what a part costs the simulator, the floor a block's work must pay for.
+void BM_NpuSplitKernels(benchmark::State& state) { RunNoopKernels(state, kKernels / 20, 20, false); }
 
 // The raw side of a kernel round trip: the same two hops a one-block kernel makes (stream -> unit
 // -> stream; until issue 21 four, then three, through the AICore cluster actor) between two
@@ -324,6 +330,7 @@ void RegisterNpuBenchmarks() {
            {"BM_NpuNopStreamTraced", BM_NpuNopStreamTraced},
            {"BM_RawTaskLoop", BM_RawTaskLoop},
            {"BM_NpuTinyKernels", BM_NpuTinyKernels},
+           {"BM_NpuKernelRuns", BM_NpuKernelRuns},
            {"BM_NpuSplitKernels", BM_NpuSplitKernels},
            {"BM_RawKernelHopHandoffs", BM_RawKernelHopHandoffs},
            {"BM_H2DPairedWithMemcpy", BM_H2DPairedWithMemcpy}}) {
@@ -352,6 +359,9 @@ std::vector<Figure> NpuFigures(const Results& r) {
        "raw flow-graph nodes, the same 2 hops (stream -> unit -> stream), same handoff",
        "value >= 5e5"},
       {"tiny_kernels_vs_target", kernels, "kernel/s", 500e3, "the npu_sim issue's floor, 500 k/s", "ratio >= 1", true},
+      {"run_kernels_per_s", Counter(r, "BM_NpuKernelRuns", "items_per_second"), "kernel/s", kernels,
+       "the same one-block kernels one by one through the stream (tiny_kernels_per_s), same run: here "
+       "back to back in a model stream, which starts them as runs of kernels", "ratio >= 1"},
       {"split_kernel_parts_per_s", Counter(r, "BM_NpuSplitKernels", "items_per_second"), "part/s", kernels,
        "the same number of noop blocks as one-block kernels (tiny_kernels_per_s), same run: 20-part kernels "
        "pay the stream once per 20 parts", "ratio >= 1"},

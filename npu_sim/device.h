@@ -26,6 +26,9 @@ struct DeviceStats {
   std::uint64_t host_interactions = 0;  // host API calls that reached the device
   std::uint64_t tasks_executed = 0;
   std::uint64_t kernels_executed = 0;
+  // Of them, those started by the unit that ended the kernel before them, in a model stream's run
+  // of kernels (StreamActor::StartKernelRun), not by their stream.
+  std::uint64_t run_kernels = 0;
   // Wall time the DMA channels spent moving bytes (the memcpy of each copy, including first
   // touches of fresh destination pages), and the bytes they moved.
   std::uint64_t dma_copy_ns = 0;
@@ -71,9 +74,9 @@ static_assert(alignof(UnitState) == 64 && sizeof(UnitState) % 64 == 0, "a unit's
 
 class Device {
  public:
-  Device(int id, ChipSpec chip, TraceRecorder* trace, bool deterministic)
+  Device(int id, ChipSpec chip, TraceRecorder* trace, bool deterministic, bool kernel_runs = true)
       : id_(id), chip_(std::move(chip)), memory_(id, chip_.hbm_capacity_bytes), trace_(trace),
-        deterministic_(deterministic) {}
+        deterministic_(deterministic), kernel_runs_(kernel_runs) {}
 
   int id() const { return id_; }
   const ChipSpec& chip() const { return chip_; }
@@ -82,6 +85,7 @@ class Device {
   TraceRecorder* trace() const { return trace_; }
   bool tracing() const { return trace_ != nullptr && trace_->enabled(); }
   bool deterministic() const { return deterministic_; }
+  bool kernel_runs() const { return kernel_runs_; }  // RuntimeOptions::kernel_runs
 
   // Wired once at creation, read-only afterwards.
   actors::Address<ClusterMsg> aicore;
@@ -158,7 +162,8 @@ class Device {
 
   std::atomic<std::uint64_t> host_interactions{0};
   std::atomic<std::uint64_t> tasks_executed{0};
-  std::atomic<std::uint64_t> kernels_executed{0};
+  std::atomic<std::uint64_t> kernels_executed{0};  // started by their streams
+  std::atomic<std::uint64_t> run_kernels{0};       // started in a run of kernels (DeviceStats)
   std::atomic<std::uint64_t> dma_copy_ns{0};
   std::atomic<std::uint64_t> dma_copy_bytes{0};
   // DeviceStats::kernel_ns in CycleClock ticks: a run of parts adds its parts' sum when it ends
@@ -180,6 +185,7 @@ class Device {
   DeviceMemory memory_;
   TraceRecorder* trace_;
   const bool deterministic_;
+  const bool kernel_runs_;
   mutable std::mutex streams_mu_;
   std::vector<StreamEntry> streams_;
   std::vector<actors::Address<ModelMsg>> models_;  // an invalid address: destroyed

@@ -263,6 +263,12 @@ struct KernelJob {
   std::uint64_t epoch = 0;
   std::uint32_t task = 0;
   std::uint64_t launch = 0;  // NextKernelLaunch: KernelContext::launch of its blocks
+  // A run of kernels (StreamActor::StartKernelRun): the kernel after this one on its stream, started
+  // by the run of parts that ends this one, `lead` after this one's end (the NOPs between them and
+  // the launch overhead) and from `home`. Only the last of them, or one that fails, reports.
+  KernelJob* next = nullptr;
+  VTime lead = 0;
+  std::uint32_t home = 0;
   // The parts' bookkeeping, set by SendKernelParts before it sends them: each run of parts folds
   // its parts' latest end in once it ends, each part its error (the first wins) as it ends, and the
   // run that folds the last parts reports the kernel to the stream itself (units.cc FoldParts).

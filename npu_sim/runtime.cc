@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include <boost/fiber/fss.hpp>
 #include <fmt/format.h>
@@ -117,10 +119,14 @@ Status Runtime::Init() {
   system_ = std::make_unique<actors::System>(
       actors::SystemOptions{
           .workers = options_.workers, .deterministic = options_.deterministic, .io_threads = options_.io_threads});
+  // NPUFLOW_KERNEL_RUNS=0: no runs of kernels in this process (to compare the same binary both ways).
+  const char* runs_env = std::getenv("NPUFLOW_KERNEL_RUNS");
+  const bool kernel_runs = options_.kernel_runs && !(runs_env != nullptr && std::string_view(runs_env) == "0");
   for (std::size_t i = 0; i < chips.size(); ++i) {
     const int id = static_cast<int>(i);
     auto entry = std::make_unique<DeviceEntry>();
-    entry->device = std::make_unique<Device>(id, std::move(chips[i]), trace_.get(), options_.deterministic);
+    entry->device = std::make_unique<Device>(id, std::move(chips[i]), trace_.get(), options_.deterministic,
+                                             kernel_runs);
     Device* dev = entry->device.get();
     dev->race = race_.get();
     const ChipSpec& chip = dev->chip();
@@ -778,7 +784,8 @@ StatusOr<DeviceStats> Runtime::Stats(int device) const {
   DeviceStats s;
   s.host_interactions = dev->device->host_interactions.load(std::memory_order_relaxed);
   s.tasks_executed = dev->device->tasks_executed.load(std::memory_order_relaxed);
-  s.kernels_executed = dev->device->kernels_executed.load(std::memory_order_relaxed);
+  s.run_kernels = dev->device->run_kernels.load(std::memory_order_relaxed);
+  s.kernels_executed = dev->device->kernels_executed.load(std::memory_order_relaxed) + s.run_kernels;
   s.dma_copy_ns = dev->device->dma_copy_ns.load(std::memory_order_relaxed);
   s.kernel_ns = dev->device->kernel_ns();
   s.kernel_blocks = dev->device->kernel_blocks.load(std::memory_order_relaxed);

@@ -49,6 +49,12 @@ struct RuntimeOptions {
   // Happens-before race detection on device memory (race_detector.h). Also on when the process
   // default is (RaceDetector::SetProcessDefault, `--race-detect`, NPUFLOW_RACE_DETECT=1).
   bool race_detect = false;
+  // A model stream starts the fetched kernels that follow a kernel, with only NOPs between them, as
+  // one run: each started by the unit that ends the one before it, the stream told once
+  // (StreamActor::StartKernelRun). Results and virtual times are the same either way; false runs
+  // every kernel through its stream (as a traced stream does), for comparison; so does the
+  // environment variable NPUFLOW_KERNEL_RUNS=0 for every runtime of the process.
+  bool kernel_runs = true;
   // How long a synchronous copy (MemcpyH2D / D2H / D2D, on the device's default stream) waits
   // before it aborts the default stream and fails with Timeout, so that a hung copy cannot wedge
   // every later synchronous copy. 0: wait for good.

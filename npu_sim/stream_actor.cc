@@ -200,7 +200,16 @@ Status StreamActor::On(StartModel& m, Ctx&) {
 }
 
 Status StreamActor::On(UnitDone& m, Ctx&) {
-  if (m.epoch != epoch_ || state_ != State::kWaiting || m.task != TaskId(exec_)) return Status::Ok();  // stale
+  // From the kernel at exec_, or from one of the run of kernels started with it (StartKernelRun).
+  if (m.epoch != epoch_ || state_ != State::kWaiting || m.task < TaskId(exec_) || m.task > TaskId(run_last_))
+    return Status::Ok();  // stale
+  if (const std::size_t at = exec_ + (m.task - TaskId(exec_)); at != exec_) {
+    // The tasks of the run before the reporting kernel have ended (NOPs, and kernels that did not
+    // fail: a failed one reports).
+    executed_ += at - exec_;
+    device_->tasks_executed.fetch_add(at - exec_, std::memory_order_relaxed);
+    exec_ = at;
+  }
   if (!m.status.ok()) {
     // Refused by a host caller's stop mark: its abort is on the way (Runtime::AbortStream, or the
     // model's StopRun for AbortModel) and stops this stream as before the mark existed.
@@ -509,6 +518,7 @@ void StreamActor::Advance() {
 void StreamActor::StartTask(Task& t, std::uint32_t index) {
   const std::uint32_t task_id = TaskId(index);
   wait_start_ = clock_;
+  run_last_ = index;  // a kernel's run may reach further (StartKernelRun)
   switch (t.kind) {
     case TaskKind::kEventWait: return StartEventWait(t, task_id);
     case TaskKind::kKernel:
@@ -550,6 +560,70 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
     Fail(Status::ParamInvalid("kernel {} on stream {} task {}: block_dim 0", t.display_name(), id_, task_id));
     return;
   }
+  KernelJob* job = FillJob(t, p, task_id);
+  state_ = State::kWaiting;
+  device_->kernels_executed.fetch_add(1, std::memory_order_relaxed);
+  if (t.kind == TaskKind::kKernel && mode_ == Mode::kModel && device_->kernel_runs() && track_ == nullptr &&
+      !fault_ && device_->race == nullptr) {
+    StartKernelRun(job, index);
+  }
+  if (t.kind == TaskKind::kKernel) {
+    SendKernelParts(device_->aicore_units, job, clock_ + chip.kernel_launch_overhead_ns, home_aicore_);
+  } else {
+    SendKernelParts(device_->aicpu_units, job, clock_ + chip.aicpu_launch_overhead_ns, home_aicpu_);
+  }
+}
+
+// A run of kernels: the kernels after the one at `index` with nothing but NOPs between them, each
+// started by the run of parts that ends the one before it (units.cc FoldParts) at the virtual time
+// this loop would start it: the end before it, the NOPs' latency, the launch overhead. The stream
+// hears once, from the last kernel or from one that fails. A kernel's report and the stream's turn
+// before the next were two actor hops a kernel (GPT-2 117M: about 100 kernels a decode step).
+//
+// Each kernel of the run is fetched by the time it would start here (within prefetch_num of the one
+// before it), and the run fetches what the stream would have fetched by its last kernel's start: an
+// update to any of those is a detected race, as it would be when it came after that start. A run
+// is at most prefetch_num + 1 kernels (a job each, reused once the run has reported), and
+// stops at anything else (an event wait among them), so a tiling-sink kernel, behind its wait and
+// its prefetch_num NOPs, is fetched when the stream reaches the wait, as before. Only in an
+// untraced model stream with no fault set and no race detector (which look at each task as it
+// starts).
+void StreamActor::StartKernelRun(KernelJob* first, std::size_t index) {
+  const ChipSpec& chip = device_->chip();
+  Device::UnitGroup& group = device_->aicore_units;
+  if (home_aicore_ == Device::kNoHomeUnit)
+    home_aicore_ = HomeUnit(group.homes_given.fetch_add(1, std::memory_order_relaxed),
+                            static_cast<std::uint32_t>(group.units.size()));
+  KernelJob* prev = first;
+  VTime lead = 0;
+  // At most prefetch_num kernels after the first: a run holds a job per kernel.
+  std::uint32_t left = static_cast<std::uint32_t>(chip.prefetch_num);
+  for (std::size_t i = index + 1; i < fetch_end_ && left > 0; ++i) {
+    const Task& t = tasks_[i];
+    if (t.kind == TaskKind::kNop) {
+      lead += chip.nop_latency_ns;
+      continue;
+    }
+    const Param& p = snap_[i];
+    // Anything else, and a kernel StartKernel would refuse, waits for this loop.
+    if (t.kind != TaskKind::kKernel || t.kernel == nullptr || p.block_dim == kTilingSinkBlockDim || p.block_dim == 0)
+      break;
+    KernelJob* job = FillJob(t, p, TaskId(i));
+    job->lead = lead + chip.kernel_launch_overhead_ns;
+    job->home = home_aicore_;
+    prev->next = job;
+    prev = job;
+    run_last_ = i;
+    lead = 0;
+    --left;
+    // What the stream fetches when this kernel starts (FetchAhead with exec_ at i).
+    const std::size_t want = std::min(tasks_.size(), i + 1 + static_cast<std::size_t>(chip.prefetch_num));
+    for (; fetch_end_ < want; ++fetch_end_) snap_[fetch_end_] = live_[fetch_end_];
+  }
+}
+
+// A free job for kernel task `t`, fetched with parameters `p`.
+KernelJob* StreamActor::FillJob(const Task& t, const Param& p, std::uint32_t task_id) {
   KernelJob* job = FreeJob();
   job->def = t.kernel;
   job->args.assign(t.args.begin(), t.args.end());  // a copy: the stream may be aborted and reloaded meanwhile
@@ -562,13 +636,8 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
   job->gate = &gate_;
   job->task = task_id;
   job->launch = NextKernelLaunch();
-  state_ = State::kWaiting;
-  device_->kernels_executed.fetch_add(1, std::memory_order_relaxed);
-  if (t.kind == TaskKind::kKernel) {
-    SendKernelParts(device_->aicore_units, job, clock_ + chip.kernel_launch_overhead_ns, home_aicore_);
-  } else {
-    SendKernelParts(device_->aicpu_units, job, clock_ + chip.aicpu_launch_overhead_ns, home_aicpu_);
-  }
+  job->next = nullptr;
+  return job;
 }
 
 // A job no unit holds any more. One kernel runs per stream at a time, so this is the first job

@@ -177,10 +177,11 @@ void RunPart(Device& device, UnitState& unit, KernelJob& job, std::uint32_t firs
   ++tally.parts;
 }
 
-// Folds a run's parts into the device's counters and the job; if they were the job's last, reports
-// the kernel to its stream. The caller must not touch `job` afterwards (the stream reuses a job once
-// it is reported), nor at all when the tally has no part: the job may be reused already.
-void FoldParts(Device& device, KernelJob& job, const PartTally& tally) {
+// Folds a run's parts into the device's counters and the job; if they were the job's last, starts
+// the next kernel of its run of kernels (KernelJob::next) on `group`, or reports to its stream when
+// there is none or this one failed. The caller must not touch `job` afterwards (the stream reuses a
+// job once it is reported), nor at all when the tally has no part: the job may be reused already.
+void FoldParts(Device& device, Device::UnitGroup& group, KernelJob& job, const PartTally& tally) {
   if (tally.parts == 0) return;
   device.kernel_ticks.fetch_add(tally.ticks, std::memory_order_relaxed);
   device.kernel_blocks.fetch_add(tally.blocks, std::memory_order_relaxed);
@@ -188,10 +189,28 @@ void FoldParts(Device& device, KernelJob& job, const PartTally& tally) {
   while (tally.end > end && !job.end.compare_exchange_weak(end, tally.end, std::memory_order_relaxed)) {
   }
   if (job.parts_left.fetch_sub(tally.parts, std::memory_order_acq_rel) != tally.parts) return;
+  KernelJob* const next = std::exchange(job.next, nullptr);
+  if (next != nullptr && !job.failed.load(std::memory_order_relaxed)) {
+    // The stream would start it at this end plus the NOPs between and the launch overhead: the
+    // same virtual time, without the report and the stream's turn in between. An abort meanwhile
+    // stops it at its parts' gate, as it would stop this kernel's next part.
+    const VTime at = job.end.load(std::memory_order_relaxed) + next->lead;
+    job.in_use.store(false, std::memory_order_release);  // the last look
+    device.run_kernels.fetch_add(1, std::memory_order_relaxed);
+    std::uint32_t home = next->home;
+    SendKernelParts(group, next, at, home);
+    return;
+  }
   UnitDone report{job.epoch, job.task, job.end.load(std::memory_order_relaxed), std::move(job.status), job.stopped};
   job.status = Status::Ok();
   job.stopped = false;
   const StreamAddr stream = job.stream;
+  // The kernels of the run that will not start now: free for the stream again.
+  for (KernelJob* left = next; left != nullptr;) {
+    KernelJob* const after = std::exchange(left->next, nullptr);
+    left->in_use.store(false, std::memory_order_release);
+    left = after;
+  }
   job.in_use.store(false, std::memory_order_release);  // the last look: the stream may reuse it
   stream.Send(std::move(report));
 }
@@ -267,7 +286,7 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
     }
     if (!own_first) run_own();
   }
-  FoldParts(*device_, *job, tally);
+  FoldParts(*device_, *group_, *job, tally);
 }
 
 // ---- ClusterActor ---------------------------------------------------------------------------------

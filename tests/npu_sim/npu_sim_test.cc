@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "npu_sim/race_detector.h"
 #include "npu_sim/runtime.h"
 #include "npu_sim/timeline.h"
 #include "npu_sim/units.h"
@@ -685,6 +686,131 @@ TEST(DeviceModel, AHangEndsInTimeoutAndAbortAndTheModelRunsAgain) {
   ASSERT_TRUE(rt->AbortModel(m).ok());
   EXPECT_EQ(first.Get().status().code(), StatusCode::kAborted);
   EXPECT_EQ(second.Get().status().code(), StatusCode::kAborted);
+}
+
+// ---- runs of kernels ------------------------------------------------------------------------------
+// An untraced model stream starts the fetched kernels after a kernel, with only NOPs between them,
+// as one run (StreamActor::StartKernelRun): the run of parts that ends one starts the next, and the
+// stream hears once, from the last or from one that fails. A traced stream runs them one by one.
+struct KernelRunProgram {
+  static constexpr std::uint64_t kN = 4096;
+  Model model;
+  Stream stream;
+  DevicePtr a, b, c;
+  std::uint64_t tasks = 0;
+  std::uint64_t kernels = 0;
+};
+
+KernelRunProgram BuildKernelRun(Runtime& rt) {
+  KernelRunProgram p;
+  p.model = rt.CreateModel(0).value();
+  p.stream = rt.CreateStream(0).value();
+  EXPECT_TRUE(rt.BindStream(p.model, p.stream).ok());
+  const std::uint64_t n = KernelRunProgram::kN, bytes = n * sizeof(float);
+  p.a = rt.Malloc(0, bytes, Placement::kHbm, "a").value();
+  p.b = rt.Malloc(0, bytes, Placement::kHbm, "b").value();
+  p.c = rt.Malloc(0, bytes, Placement::kHbm, "c").value();
+  const Event e = rt.CreateEvent(0).value();
+  const std::uint64_t a = p.a.value, b = p.b.value, c = p.c.value;
+  std::vector<Task> t;
+  t.push_back(Task::Kernel(Kernel("fill_f32"), 4, {a, n, FloatBits(1.5f)}));
+  t.push_back(Task::Nop());
+  t.push_back(Task::Kernel(Kernel("fill_f32"), 24, {b, n, FloatBits(2.0f)}));  // a part on every unit
+  t.push_back(Task::Kernel(Kernel("vector_add_f32"), 3, {a, b, c, n}));       // c = 3.5
+  for (int i = 0; i < 3; ++i) t.push_back(Task::Nop());
+  t.push_back(Task::Kernel(Kernel("vector_add_f32"), 30, {c, a, b, n}));      // b = 5, 24 parts
+  for (int i = 0; i < 9; ++i) t.push_back(Task::Nop());                        // past the prefetch window
+  t.push_back(Task::Kernel(Kernel("vector_add_f32"), 2, {b, c, a, n}));       // a = 8.5
+  t.push_back(Task::Record(e.id));                                            // a run stops here
+  t.push_back(Task::Wait(e.id));
+  t.push_back(Task::Kernel(Kernel("vector_add_f32"), 5, {a, b, c, n}));       // c = 13.5
+  for (int i = 0; i < 8; ++i) t.push_back(Task::Kernel(Kernel("noop"), 1 + i % 3, {}));
+  p.tasks = t.size();
+  p.kernels = static_cast<std::uint64_t>(std::count_if(t.begin(), t.end(), [](const Task& x) { return x.kind == TaskKind::kKernel; }));
+  EXPECT_TRUE(rt.LoadTasks(p.model, p.stream, std::move(t)).ok());
+  return p;
+}
+
+TEST(KernelRuns, GiveTheSameResultsVirtualTimesAndCountsAsKernelsOneByOne) {
+  std::vector<VTime> ends;
+  for (int workers : {1, 2}) {
+    for (auto [runs, trace] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
+      SCOPED_TRACE(fmt::format("{} workers, kernel runs {}, traced {}", workers, runs, trace));
+      auto rt = MakeRuntime({.workers = workers, .trace = trace, .kernel_runs = runs});
+      auto p = BuildKernelRun(*rt);
+      for (int run = 0; run < 5; ++run) {
+        const DeviceStats before = rt->Stats(0).value();
+        auto end = rt->ExecuteModel(p.model, 10s);
+        ASSERT_TRUE(end.ok()) << end.status();
+        const DeviceStats after = rt->Stats(0).value();
+        EXPECT_EQ(after.kernels_executed - before.kernels_executed, p.kernels);
+        // The runs [fill, fill, add, add(30)] and [add(5), noop x 8]: 3 + 8 kernels started by
+        // units; add(2), 10 tasks after add(30), runs alone. One by one without runs, when traced,
+        // and with the race detector forced on for the process (NPUFLOW_RACE_DETECT).
+        const bool one_by_one = !runs || trace || RaceDetector::ProcessDefault();
+        EXPECT_EQ(after.run_kernels - before.run_kernels, one_by_one ? 0u : 3u + 8u);
+        EXPECT_EQ(after.tasks_executed - before.tasks_executed, p.tasks);
+        const std::vector<float> c = Read(*rt, p.c, KernelRunProgram::kN);
+        EXPECT_TRUE(std::all_of(c.begin(), c.end(), [](float x) { return x == 13.5f; })) << c[0];
+        // Every run starts where the last ended: compare the first run's length.
+        if (run == 0) ends.push_back(*end);
+      }
+    }
+  }
+  for (VTime end : ends) EXPECT_EQ(end, ends[0]);
+}
+
+// A model of one stream running six one-block kernels back to back: one run of kernels.
+std::pair<Model, Stream> SixKernelModel(Runtime& rt) {
+  Model m = rt.CreateModel(0).value();
+  Stream s = rt.CreateStream(0).value();
+  EXPECT_TRUE(rt.BindStream(m, s).ok());
+  std::vector<Task> t;
+  for (int i = 0; i < 6; ++i) t.push_back(Task::Kernel(Kernel("noop"), 1, {}));
+  EXPECT_TRUE(rt.LoadTasks(m, s, std::move(t)).ok());
+  return {m, s};
+}
+
+// A kernel that fails inside a run stops it: the error names that kernel's task, the kernels after
+// it never start, and the next run of the model runs them all.
+TEST(KernelRuns, AFailedKernelStopsItsRunAndNamesItsTask) {
+  auto rt = MakeRuntime();
+  auto [m, s] = SixKernelModel(*rt);
+  for (int round = 0; round < 3; ++round) {
+    // The first stream to run a kernel has its home at aicore 0: kernel k is that unit's run k + 1.
+    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kFail, 3}).ok());
+    std::uint64_t before = rt->Stats(0)->kernels_executed;
+    auto end = rt->ExecuteModel(m, 10s);
+    ASSERT_FALSE(end.ok());
+    EXPECT_EQ(end.status().code(), StatusCode::kFailed) << end.status();
+    EXPECT_NE(end.status().message().find(fmt::format("stream {} task 2 ", s.id)), std::string_view::npos) << end.status();
+    EXPECT_NE(end.status().message().find("aicore 0"), std::string_view::npos) << end.status();
+    EXPECT_EQ(rt->Stats(0)->kernels_executed - before, 3u);
+    before = rt->Stats(0)->kernels_executed;
+    const std::uint64_t in_runs = rt->Stats(0)->run_kernels;
+    ASSERT_TRUE(rt->ExecuteModel(m, 10s).ok());
+    EXPECT_EQ(rt->Stats(0)->kernels_executed - before, 6u);
+    // One run: the stream started the first kernel.
+    EXPECT_EQ(rt->Stats(0)->run_kernels - in_runs, RaceDetector::ProcessDefault() ? 0u : 5u);
+  }
+}
+
+// A kernel that hangs inside a run: the execution times out and is aborted; the kernels after it
+// never start, and the stream runs the model again (the hung kernel's run keeps its jobs).
+TEST(KernelRuns, AHungKernelInARunTimesOutAndTheModelRunsAgain) {
+  auto rt = MakeRuntime();
+  auto [m, s] = SixKernelModel(*rt);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kHang, 2}).ok());
+    std::uint64_t before = rt->Stats(0)->kernels_executed;
+    auto end = rt->ExecuteModel(m, 50ms);
+    ASSERT_FALSE(end.ok());
+    EXPECT_EQ(end.status().code(), StatusCode::kTimeout) << end.status();
+    EXPECT_EQ(rt->Stats(0)->kernels_executed - before, 2u);
+    before = rt->Stats(0)->kernels_executed;
+    ASSERT_TRUE(rt->ExecuteModel(m, 10s).ok());
+    EXPECT_EQ(rt->Stats(0)->kernels_executed - before, 6u);
+  }
 }
 
 // An actor that hands executions on with its asker's reply slot (as the ModelActor does), counting
