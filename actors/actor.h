@@ -39,6 +39,13 @@ using ReplyType = std::conditional_t<std::is_void_v<R>, Status, StatusOr<R>>;
 template <typename R>
 class Replier;
 
+// From inside a handler: an idle actor that a send of this handler woke, and that would run next on
+// this thread once this actor's drain ends (a handoff), is scheduled now instead, where another
+// worker may take it. For a handler whose actor goes on with long work of its own (a message it
+// sent itself, drained in the same pass), so the woken actor runs beside that work, not after it.
+// With one worker (the woken actors queue on this thread anyway) and outside a handler, nothing.
+void SpawnHandoffNow();
+
 namespace detail {
 
 template <typename Msg>

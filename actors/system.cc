@@ -1,6 +1,7 @@
 #include "actors/system.h"
 
 #include <thread>
+#include <utility>
 
 #include <boost/fiber/operations.hpp>
 
@@ -401,6 +402,12 @@ detail::CellBase* System::TakeFreeCell(std::type_index type) {
     return cell;
   }
   return nullptr;
+}
+
+void SpawnHandoffNow() {
+  detail::DrainThreadState& ts = detail::ThisThread();
+  if (!ts.in_drain || ts.current == nullptr || ts.handoff == nullptr || ts.current->core()->queue_handoffs) return;
+  std::exchange(ts.handoff, nullptr)->Spawn();
 }
 
 SystemStats System::Stats() const {

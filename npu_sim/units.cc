@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -199,6 +200,11 @@ void FoldParts(Device& device, Device::UnitGroup& group, KernelJob& job, const P
     device.run_kernels.fetch_add(1, std::memory_order_relaxed);
     std::uint32_t home = next->home;
     SendKernelParts(group, next, at, home);
+    // Its parts on this unit (sent to itself) may run in this very pass: its parts elsewhere must not
+    // wait for them as this thread's handoff (with two workers, that serialized the two halves of
+    // every kernel of a run: GPT-2 4 x 256 decoded 27% slower at 2 threads).
+    if (std::min<std::uint32_t>(next->block_dim, static_cast<std::uint32_t>(group.units.size())) > 1 && group.lanes > 1)
+      actors::SpawnHandoffNow();
     return;
   }
   UnitDone report{job.epoch, job.task, job.end.load(std::memory_order_relaxed), std::move(job.status), job.stopped};

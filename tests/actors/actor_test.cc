@@ -360,6 +360,67 @@ TEST(Actors, WithOneWorkerWokenActorsRunInTheOrderTheyWereWoken) {
   }
 }
 
+// A handler that wakes an idle actor and then goes on working (as a unit does that sends the next
+// kernel's parts to itself and to another unit): with SpawnHandoffNow the woken actor runs on the
+// other worker meanwhile; without it, it is this thread's handoff and waits for the drain to end.
+class Flagger {
+ public:
+  using Message = std::variant<int>;
+  explicit Flagger(std::atomic<bool>* flag) : flag_(flag) {}
+  void Receive(Message&, Context<Message>&) { flag_->store(true, std::memory_order_release); }
+
+ private:
+  std::atomic<bool>* flag_;
+};
+class WakeThenWork {
+ public:
+  struct Go {
+    Address<Flagger::Message> other;
+    bool spawn;
+    std::chrono::milliseconds work;  // how long the handler waits for the other actor to run
+  };
+  using Message = std::variant<Go>;
+  WakeThenWork(std::atomic<bool>* flag, std::atomic<int>* seen) : flag_(flag), seen_(seen) {}
+  void Receive(Message& msg, Context<Message>&) {
+    const Go& go = std::get<Go>(msg);
+    go.other.Send(1);
+    if (go.spawn) SpawnHandoffNow();
+    const auto until = std::chrono::steady_clock::now() + go.work;
+    while (!flag_->load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    seen_->store(flag_->load(std::memory_order_acquire) ? 1 : 0);
+  }
+
+ private:
+  std::atomic<bool>* flag_;
+  std::atomic<int>* seen_;
+};
+
+TEST(Actors, SpawnHandoffNowLetsAWokenActorRunBesideTheHandler) {
+  for (const int workers : {2, 1}) {
+    System system({.workers = workers});
+    std::atomic<bool> flag{false};
+    std::atomic<int> seen{-1};
+    auto flagger = system.Spawn<Flagger>("flagger", &flag);
+    auto worker = system.Spawn<WakeThenWork>("worker", &flag, &seen);
+    for (int rep = 0; rep < 20; ++rep) {
+      // Spawned: the other worker runs it while the handler waits (bounded generously, never
+      // reached). With one worker there is no other: it runs after the handler, as without.
+      flag = false;
+      worker.Send(WakeThenWork::Go{flagger, true, workers == 2 ? 10s : 5ms});
+      system.WaitIdle();
+      EXPECT_EQ(seen.load(), workers == 2 ? 1 : 0) << workers << " workers, rep " << rep;
+      EXPECT_TRUE(flag.load());
+      // A handoff: it cannot run before the handler's drain ends, however long the handler waits.
+      flag = false;
+      worker.Send(WakeThenWork::Go{flagger, false, 5ms});
+      system.WaitIdle();
+      EXPECT_EQ(seen.load(), 0) << workers << " workers, rep " << rep;
+      EXPECT_TRUE(flag.load());
+    }
+  }
+}
+
 TEST(Actors, ForwardLetsTheReceiverAnswerTheOriginalAsker) {
   System system({.workers = 2});
   auto doubler = system.Spawn<Doubler>("doubler");
