@@ -188,6 +188,17 @@ struct SetStreamFault {  // Ask<void>
 };
 
 // ---- to the AICore cluster / AICPU units -------------------------------------------------------
+// How far a stream's run of kernels has come (StreamActor::StartKernelRun): the kernel the run
+// started last, the epoch it started in, and the stream's clock before it (the end before it and the
+// NOPs between). Written by the unit that starts the kernel, inside the stream's gate, so the stream
+// reads it settled once its new epoch has emptied the gate (an abort) or from the report of a kernel
+// that failed (StreamActor::CatchUpWithRun). The stream owns it; streams live as long as the device.
+struct RunProgress {
+  std::atomic<std::uint64_t> epoch{0};
+  std::atomic<std::uint32_t> task{0};
+  std::atomic<VTime> clock{0};
+};
+
 // One kernel launch, from the stream to the units (SendKernelParts). Owned by the stream that
 // launched it and reused (its vectors and name keep their capacity): `in_use` is set by the stream
 // when it fills the job and cleared by the unit that ends its last part, after its last look at
@@ -264,11 +275,12 @@ struct KernelJob {
   std::uint32_t task = 0;
   std::uint64_t launch = 0;  // NextKernelLaunch: KernelContext::launch of its blocks
   // A run of kernels (StreamActor::StartKernelRun): the kernel after this one on its stream, started
-  // by the run of parts that ends this one, `lead` after this one's end (the NOPs between them and
-  // the launch overhead) and from `home`. Only the last of them, or one that fails, reports.
+  // by the run of parts that ends this one, the NOPs' latency `lead` and the launch overhead after
+  // this one's end, from `home`. Only the last of them, or one that fails, reports.
   KernelJob* next = nullptr;
   VTime lead = 0;
   std::uint32_t home = 0;
+  RunProgress* progress = nullptr;  // the stream's, where the run records each kernel it starts
   // The parts' bookkeeping, set by SendKernelParts before it sends them: each run of parts folds
   // its parts' latest end in once it ends, each part its error (the first wins) as it ends, and the
   // run that folds the last parts reports the kernel to the stream itself (units.cc FoldParts).

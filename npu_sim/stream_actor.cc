@@ -203,19 +203,18 @@ Status StreamActor::On(UnitDone& m, Ctx&) {
   // From the kernel at exec_, or from one of the run of kernels started with it (StartKernelRun).
   if (m.epoch != epoch_ || state_ != State::kWaiting || m.task < TaskId(exec_) || m.task > TaskId(run_last_))
     return Status::Ok();  // stale
-  if (const std::size_t at = exec_ + (m.task - TaskId(exec_)); at != exec_) {
-    // The tasks of the run before the reporting kernel have ended (NOPs, and kernels that did not
-    // fail: a failed one reports).
-    executed_ += at - exec_;
-    device_->tasks_executed.fetch_add(at - exec_, std::memory_order_relaxed);
-    exec_ = at;
-  }
   if (!m.status.ok()) {
     // Refused by a host caller's stop mark: its abort is on the way (Runtime::AbortStream, or the
     // model's StopRun for AbortModel) and stops this stream as before the mark existed.
     if (m.stopped) return Status::Ok();
-    Fail(std::move(m.status));
+    Fail(std::move(m.status));  // from where the run got to (CatchUpWithRun)
     return Status::Ok();
+  }
+  if (const std::size_t at = exec_ + (m.task - TaskId(exec_)); at != exec_) {
+    // The tasks of the run before the reporting kernel have ended: its NOPs and kernels.
+    executed_ += at - exec_;
+    device_->tasks_executed.fetch_add(at - exec_, std::memory_order_relaxed);
+    exec_ = at;
   }
   CompleteWaitingTask(m.end);
   Advance();
@@ -596,6 +595,8 @@ void StreamActor::StartKernelRun(KernelJob* first, std::size_t index) {
                             static_cast<std::uint32_t>(group.units.size()));
   KernelJob* prev = first;
   VTime lead = 0;
+  // No unit writes it now: the last run has reported, or its epoch is over.
+  run_progress_.epoch.store(0, std::memory_order_relaxed);
   // At most prefetch_num kernels after the first: a run holds a job per kernel.
   std::uint32_t left = static_cast<std::uint32_t>(chip.prefetch_num);
   for (std::size_t i = index + 1; i < fetch_end_ && left > 0; ++i) {
@@ -609,8 +610,9 @@ void StreamActor::StartKernelRun(KernelJob* first, std::size_t index) {
     if (t.kind != TaskKind::kKernel || t.kernel == nullptr || p.block_dim == kTilingSinkBlockDim || p.block_dim == 0)
       break;
     KernelJob* job = FillJob(t, p, TaskId(i));
-    job->lead = lead + chip.kernel_launch_overhead_ns;
+    job->lead = lead;  // the NOPs' latency; the unit adds the launch overhead
     job->home = home_aicore_;
+    job->progress = &run_progress_;
     prev->next = job;
     prev = job;
     run_last_ = i;
@@ -620,6 +622,21 @@ void StreamActor::StartKernelRun(KernelJob* first, std::size_t index) {
     const std::size_t want = std::min(tasks_.size(), i + 1 + static_cast<std::size_t>(chip.prefetch_num));
     for (; fetch_end_ < want; ++fetch_end_) snap_[fetch_end_] = live_[fetch_end_];
   }
+}
+
+// A run of kernels that stops early (a kernel failed, or the stream is aborted while it runs): the
+// stream moves to the kernel the run started last, with the clock before it, as it would be had it
+// run the kernels one by one. Called with the gate emptied by a new epoch (NewEpoch with stop_work),
+// so the run's progress is settled; `epoch` is the run's.
+void StreamActor::CatchUpWithRun(std::uint64_t epoch) {
+  if (run_last_ <= exec_ || run_progress_.epoch.load(std::memory_order_relaxed) != epoch) return;
+  const std::uint32_t task = run_progress_.task.load(std::memory_order_relaxed);
+  if (task <= TaskId(exec_) || task > TaskId(run_last_)) return;
+  const std::size_t at = exec_ + (task - TaskId(exec_));
+  executed_ += at - exec_;
+  device_->tasks_executed.fetch_add(at - exec_, std::memory_order_relaxed);
+  exec_ = at;
+  clock_ = std::max(clock_, run_progress_.clock.load(std::memory_order_relaxed));
 }
 
 // A free job for kernel task `t`, fetched with parameters `p`.
@@ -769,7 +786,9 @@ void StreamActor::Fail(Status status) {
           .OnComplete([self = self_, drain = ++drain_](Status) { self.Send(ExecutionStopped{drain}); });
     }
   }
+  const std::uint64_t epoch = epoch_;
   NewEpoch(waiting);
+  if (waiting) CatchUpWithRun(epoch);
   state_ = State::kIdle;
   if (was_waiting_event) device_->events.Send(CancelWaits{id_});
   if (mode_ == Mode::kModel) {

@@ -77,6 +77,7 @@ class StreamActor {
   void StartEventWait(const Task& t, std::uint32_t task_id);
   void StartKernel(const Task& t, std::uint32_t index, std::uint32_t task_id);
   void StartKernelRun(KernelJob* first, std::size_t index);
+  void CatchUpWithRun(std::uint64_t epoch);
   KernelJob* FillJob(const Task& t, const Param& p, std::uint32_t task_id);
   KernelJob* FreeJob();
   void StartMemcpy(const Task& t, std::uint32_t task_id);
@@ -127,6 +128,7 @@ class StreamActor {
   std::size_t exec_ = 0;         // the task executing (or next to)
   std::size_t fetch_end_ = 0;    // tasks [.., fetch_end_) are fetched
   std::size_t run_last_ = 0;     // waiting for a kernel: the last of its run (StartKernelRun)
+  RunProgress run_progress_;     // the run's, written by the units that start its kernels
   std::uint64_t base_ = 0;       // host: id of tasks_[0]
   std::uint64_t epoch_ = 1;      // bumped on failure/abort: stale completions are ignored
   WorkGate& gate_;               // epoch_ as the units see it (see WorkGate)

@@ -190,22 +190,39 @@ void FoldParts(Device& device, Device::UnitGroup& group, KernelJob& job, const P
   while (tally.end > end && !job.end.compare_exchange_weak(end, tally.end, std::memory_order_relaxed)) {
   }
   if (job.parts_left.fetch_sub(tally.parts, std::memory_order_acq_rel) != tally.parts) return;
-  KernelJob* const next = std::exchange(job.next, nullptr);
+  KernelJob* next = std::exchange(job.next, nullptr);
   if (next != nullptr && !job.failed.load(std::memory_order_relaxed)) {
     // The stream would start it at this end plus the NOPs between and the launch overhead: the
-    // same virtual time, without the report and the stream's turn in between. An abort meanwhile
-    // stops it at its parts' gate, as it would stop this kernel's next part.
-    const VTime at = job.end.load(std::memory_order_relaxed) + next->lead;
-    job.in_use.store(false, std::memory_order_release);  // the last look
-    device.run_kernels.fetch_add(1, std::memory_order_relaxed);
-    std::uint32_t home = next->home;
-    SendKernelParts(group, next, at, home);
-    // Its parts on this unit (sent to itself) may run in this very pass: its parts elsewhere must not
-    // wait for them as this thread's handoff (with two workers, that serialized the two halves of
-    // every kernel of a run: GPT-2 4 x 256 decoded 27% slower at 2 threads).
-    if (std::min<std::uint32_t>(next->block_dim, static_cast<std::uint32_t>(group.units.size())) > 1 && group.lanes > 1)
-      actors::SpawnHandoffNow();
-    return;
+    // same virtual time, without the report and the stream's turn in between. Inside the stream's
+    // gate, so an abort either waits for this start (and finds it in the run's progress) or makes
+    // it stop here, as the stream would not have started it either.
+    GateScope gate(job.gate, job.epoch);
+    if (gate.entered()) {
+      const VTime before = job.end.load(std::memory_order_relaxed) + next->lead;
+      const VTime at = before + device.chip().kernel_launch_overhead_ns;
+      next->progress->epoch.store(job.epoch, std::memory_order_relaxed);
+      next->progress->task.store(next->task, std::memory_order_relaxed);
+      next->progress->clock.store(before, std::memory_order_relaxed);
+      // Nothing on `next` after its parts are sent: the run may end and the stream reuse it.
+      const bool split = std::min<std::uint32_t>(next->block_dim, static_cast<std::uint32_t>(group.units.size())) > 1 &&
+                         group.lanes > 1;
+      job.in_use.store(false, std::memory_order_release);  // the last look
+      device.run_kernels.fetch_add(1, std::memory_order_relaxed);
+      std::uint32_t home = next->home;
+      SendKernelParts(group, next, at, home);
+      // Its parts on this unit (sent to itself) may run in this very pass: its parts elsewhere must
+      // not wait for them as this thread's handoff (with two workers, that serialized the two halves
+      // of every kernel of a run: GPT-2 4 x 256 decoded 27% slower at 2 threads).
+      if (split) actors::SpawnHandoffNow();
+      return;
+    }
+    // Stopped: report this kernel as the stream would see it (its abort makes the report stale,
+    // or a host caller's stop mark makes it one the stream ignores), and free the rest.
+    if (!job.failed.exchange(true, std::memory_order_relaxed)) {
+      job.status = Status::Aborted("device {} stream {} task {} ({}): aborted", device.id(), job.stream_id, next->task,
+                                   next->name);
+      job.stopped = gate.stopped(job.epoch);
+    }
   }
   UnitDone report{job.epoch, job.task, job.end.load(std::memory_order_relaxed), std::move(job.status), job.stopped};
   job.status = Status::Ok();

@@ -1,7 +1,9 @@
 // The simulated device through its host API: chips, memory, streams, events, prefetch and task
 // update, faults, timeouts, device models, traces.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <random>
 #include <set>
 #include <thread>
@@ -692,6 +694,12 @@ TEST(DeviceModel, AHangEndsInTimeoutAndAbortAndTheModelRunsAgain) {
 // An untraced model stream starts the fetched kernels after a kernel, with only NOPs between them,
 // as one run (StreamActor::StartKernelRun): the run of parts that ends one starts the next, and the
 // stream hears once, from the last or from one that fails. A traced stream runs them one by one.
+// Whether NPUFLOW_KERNEL_RUNS=0 turns runs of kernels off for this process (Runtime::Init).
+bool KernelRunsOffByEnv() {
+  const char* v = std::getenv("NPUFLOW_KERNEL_RUNS");
+  return v != nullptr && std::string_view(v) == "0";
+}
+
 struct KernelRunProgram {
   static constexpr std::uint64_t kN = 4096;
   Model model;
@@ -747,7 +755,7 @@ TEST(KernelRuns, GiveTheSameResultsVirtualTimesAndCountsAsKernelsOneByOne) {
         // The runs [fill, fill, add, add(30)] and [add(5), noop x 8]: 3 + 8 kernels started by
         // units; add(2), 10 tasks after add(30), runs alone. One by one without runs, when traced,
         // and with the race detector forced on for the process (NPUFLOW_RACE_DETECT).
-        const bool one_by_one = !runs || trace || RaceDetector::ProcessDefault();
+        const bool one_by_one = !runs || trace || RaceDetector::ProcessDefault() || KernelRunsOffByEnv();
         EXPECT_EQ(after.run_kernels - before.run_kernels, one_by_one ? 0u : 3u + 8u);
         EXPECT_EQ(after.tasks_executed - before.tasks_executed, p.tasks);
         const std::vector<float> c = Read(*rt, p.c, KernelRunProgram::kN);
@@ -771,46 +779,81 @@ std::pair<Model, Stream> SixKernelModel(Runtime& rt) {
   return {m, s};
 }
 
+// What a model run left behind: its end (or the next run's, after a failed one), and the counts.
+struct RunRecord {
+  VTime next_end = 0;
+  std::uint64_t tasks = 0, kernels = 0, in_runs = 0;
+  friend bool operator==(const RunRecord&, const RunRecord&) = default;
+};
+
 // A kernel that fails inside a run stops it: the error names that kernel's task, the kernels after
-// it never start, and the next run of the model runs them all.
+// it never start, and the stream is where it would be one by one (its clock before the failed
+// kernel: the next run ends at the same virtual time). Then the model runs all of them again.
 TEST(KernelRuns, AFailedKernelStopsItsRunAndNamesItsTask) {
-  auto rt = MakeRuntime();
-  auto [m, s] = SixKernelModel(*rt);
-  for (int round = 0; round < 3; ++round) {
-    // The first stream to run a kernel has its home at aicore 0: kernel k is that unit's run k + 1.
-    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kFail, 3}).ok());
-    std::uint64_t before = rt->Stats(0)->kernels_executed;
-    auto end = rt->ExecuteModel(m, 10s);
-    ASSERT_FALSE(end.ok());
-    EXPECT_EQ(end.status().code(), StatusCode::kFailed) << end.status();
-    EXPECT_NE(end.status().message().find(fmt::format("stream {} task 2 ", s.id)), std::string_view::npos) << end.status();
-    EXPECT_NE(end.status().message().find("aicore 0"), std::string_view::npos) << end.status();
-    EXPECT_EQ(rt->Stats(0)->kernels_executed - before, 3u);
-    before = rt->Stats(0)->kernels_executed;
-    const std::uint64_t in_runs = rt->Stats(0)->run_kernels;
-    ASSERT_TRUE(rt->ExecuteModel(m, 10s).ok());
-    EXPECT_EQ(rt->Stats(0)->kernels_executed - before, 6u);
-    // One run: the stream started the first kernel.
-    EXPECT_EQ(rt->Stats(0)->run_kernels - in_runs, RaceDetector::ProcessDefault() ? 0u : 5u);
+  std::vector<RunRecord> records;
+  for (bool runs : {true, false}) {
+    SCOPED_TRACE(fmt::format("kernel runs {}", runs));
+    auto rt = MakeRuntime({.deterministic = true, .kernel_runs = runs});
+    auto [m, s] = SixKernelModel(*rt);
+    RunRecord rec;
+    for (int round = 0; round < 3; ++round) {
+      // The first stream to run a kernel has its home at aicore 0: kernel k is that unit's run k + 1.
+      ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kFail, 3}).ok());
+      const DeviceStats before = rt->Stats(0).value();
+      auto end = rt->ExecuteModel(m, 10s);
+      ASSERT_FALSE(end.ok());
+      EXPECT_EQ(end.status().code(), StatusCode::kFailed) << end.status();
+      EXPECT_NE(end.status().message().find(fmt::format("stream {} task 2 ", s.id)), std::string_view::npos)
+          << end.status();
+      EXPECT_NE(end.status().message().find("aicore 0"), std::string_view::npos) << end.status();
+      const DeviceStats after = rt->Stats(0).value();
+      EXPECT_EQ(after.kernels_executed - before.kernels_executed, 3u);
+      rec.tasks += after.tasks_executed - before.tasks_executed;
+      rec.kernels += after.kernels_executed - before.kernels_executed;
+      const std::uint64_t in_runs = after.run_kernels;
+      auto next = rt->ExecuteModel(m, 10s);
+      ASSERT_TRUE(next.ok()) << next.status();
+      rec.next_end += *next;
+      EXPECT_EQ(rt->Stats(0)->kernels_executed - after.kernels_executed, 6u);
+      // One run: the stream started the first kernel.
+      const bool one_by_one = !runs || RaceDetector::ProcessDefault() || KernelRunsOffByEnv();
+      EXPECT_EQ(rt->Stats(0)->run_kernels - in_runs, one_by_one ? 0u : 5u);
+      rec.in_runs += rt->Stats(0)->run_kernels - in_runs;
+    }
+    records.push_back(rec);
   }
+  EXPECT_EQ(records[0].next_end, records[1].next_end);
+  EXPECT_EQ(records[0].tasks, records[1].tasks);
+  EXPECT_EQ(records[0].kernels, records[1].kernels);
 }
 
 // A kernel that hangs inside a run: the execution times out and is aborted; the kernels after it
-// never start, and the stream runs the model again (the hung kernel's run keeps its jobs).
+// never start, the stream counts the tasks that ran and takes the clock it would have one by one,
+// and it runs the model again (the hung kernel's run keeps its jobs).
 TEST(KernelRuns, AHungKernelInARunTimesOutAndTheModelRunsAgain) {
-  auto rt = MakeRuntime();
-  auto [m, s] = SixKernelModel(*rt);
-  for (int round = 0; round < 3; ++round) {
-    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kHang, 2}).ok());
-    std::uint64_t before = rt->Stats(0)->kernels_executed;
-    auto end = rt->ExecuteModel(m, 50ms);
-    ASSERT_FALSE(end.ok());
-    EXPECT_EQ(end.status().code(), StatusCode::kTimeout) << end.status();
-    EXPECT_EQ(rt->Stats(0)->kernels_executed - before, 2u);
-    before = rt->Stats(0)->kernels_executed;
-    ASSERT_TRUE(rt->ExecuteModel(m, 10s).ok());
-    EXPECT_EQ(rt->Stats(0)->kernels_executed - before, 6u);
+  std::vector<RunRecord> records;
+  for (bool runs : {true, false}) {
+    SCOPED_TRACE(fmt::format("kernel runs {}", runs));
+    auto rt = MakeRuntime({.kernel_runs = runs});
+    auto [m, s] = SixKernelModel(*rt);
+    RunRecord rec;
+    for (int round = 0; round < 3; ++round) {
+      ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kAICore, 0, Fault{FaultKind::kHang, 4}).ok());
+      const DeviceStats before = rt->Stats(0).value();
+      auto end = rt->ExecuteModel(m, 50ms);
+      ASSERT_FALSE(end.ok());
+      EXPECT_EQ(end.status().code(), StatusCode::kTimeout) << end.status();
+      const DeviceStats after = rt->Stats(0).value();
+      EXPECT_EQ(after.kernels_executed - before.kernels_executed, 4u);
+      EXPECT_EQ(after.tasks_executed - before.tasks_executed, 3u);  // the three before the hung one
+      rec.tasks += after.tasks_executed - before.tasks_executed;
+      auto next = rt->ExecuteModel(m, 10s);
+      ASSERT_TRUE(next.ok()) << next.status();
+      EXPECT_EQ(rt->Stats(0)->kernels_executed - after.kernels_executed, 6u);
+    }
+    records.push_back(rec);
   }
+  EXPECT_EQ(records[0].tasks, records[1].tasks);
 }
 
 // An actor that hands executions on with its asker's reply slot (as the ModelActor does), counting
