@@ -146,6 +146,11 @@ struct ResourceNeeds {
 
 class DavinciModel {
  public:
+  // The synchronous wait's options for `workers` device workers on `cores` cores this process may
+  // run on (0: unknown): a spin with a core of its own, none without one (ExecWaitOptions in
+  // davinci_model.cc has the figures).
+  static actors::AdaptiveWait::Options ExecWaitOptions(int workers, int cores);
+
   // What Init needs from the device for `model` under `config` (before any allocation).
   static ResourceNeeds Needs(const CompiledModel& model, const LoadConfig& config);
 

@@ -68,6 +68,22 @@ class SchedulerDavinciModel : public test::ModelManagerTest {
   }
 };
 
+// The synchronous wait spins through a step's expected end only where the waiting thread has a
+// core of its own (fewer device workers than cores); with as many workers as cores it sleeps, as a
+// spin there took a core a worker needed.
+TEST(DavinciModelExecWait, SpinsOnlyWithASpareCore) {
+  const actors::AdaptiveWait::Options spare = DavinciModel::ExecWaitOptions(1, 2);
+  EXPECT_TRUE(spare.enabled);
+  EXPECT_GT(spare.spare_core_lead, 0);
+  for (auto [workers, cores] : {std::pair{2, 2}, std::pair{4, 2}, std::pair{8, 8}}) {
+    const actors::AdaptiveWait::Options none = DavinciModel::ExecWaitOptions(workers, cores);
+    EXPECT_FALSE(none.enabled) << workers << " workers, " << cores << " cores";
+  }
+  const actors::AdaptiveWait::Options unknown = DavinciModel::ExecWaitOptions(2, 0);
+  EXPECT_TRUE(unknown.enabled);
+  EXPECT_EQ(unknown.spare_core_lead, 0);
+}
+
 TEST_F(SchedulerDavinciModel, InitRunsTheDocumentedStagesInOrder) {
   auto compiled = Compile();
   DavinciModel model(&rt(), 1000, compiled, {});
