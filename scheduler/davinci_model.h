@@ -73,14 +73,18 @@ using graph::CompiledModel;
 using graph::Tensor;
 
 // A model input or output buffer: host memory (copied in, or filled on completion) or device
-// memory on the model's device (zero copy). `bytes` must equal the tensor's size.
+// memory on the model's device (zero copy). `bytes` must equal the tensor's size. An output the
+// caller does not want is Discard(): the run writes it in the model's own memory, and nothing
+// copies it out (a greedy decode step leaves its logits there and reads only the next token).
 struct DataBuffer {
   void* host = nullptr;
   npu_sim::DevicePtr device;
   std::uint64_t bytes = 0;
+  bool discard = false;  // outputs only: neither host nor device, bytes 0
   static DataBuffer Host(void* data, std::uint64_t bytes) { return DataBuffer{data, {}, bytes}; }
   static DataBuffer Host(const void* data, std::uint64_t bytes) { return DataBuffer{const_cast<void*>(data), {}, bytes}; }
   static DataBuffer Device(npu_sim::DevicePtr ptr, std::uint64_t bytes) { return DataBuffer{nullptr, ptr, bytes}; }
+  static DataBuffer Discard() { return DataBuffer{nullptr, {}, 0, true}; }
 };
 
 struct ExecuteArgs {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -46,6 +47,13 @@ Status DavinciModel::CheckArgs(const ExecuteArgs& args) const {
     return Status::ParamInvalid("model {}: {} output buffers given, the model has {} outputs", id_, args.outputs.size(),
                                 m.outputs.size());
   auto check = [&](const DataBuffer& b, const graph::IoDef& io, const char* what) -> Status {
+    if (b.discard) {
+      if (what != std::string_view("output"))
+        return Status::ParamInvalid("model {}: {} '{}' is discarded; only an output may be", id_, what, io.name);
+      if (b.host != nullptr || b.device || b.bytes != 0)
+        return Status::ParamInvalid("model {}: output '{}' is discarded but names a buffer", id_, io.name);
+      return Status::Ok();
+    }
     const std::uint64_t want = io.desc.bytes().value_or(0);
     if (b.bytes != want)
       return Status::ParamInvalid("model {}: {} '{}' ({}) takes {} bytes, got {}", id_, what, io.name, io.desc.ToString(),

@@ -1,5 +1,5 @@
 // Device kernels of the neural-network ops (graph/ops/nn.cc), registered as "op.<Type>":
-// op.MatMul, op.BatchMatMul, op.Softmax, op.LayerNorm, op.Gather, op.Attention, op.KvCacheWrite.
+// op.MatMul, op.BatchMatMul, op.Softmax, op.ArgMax, op.LayerNorm, op.Gather, op.Attention, op.KvCacheWrite.
 //
 // Each kernel reads its KernelParams (graph/kernels/kernel_abi.h), checks them against what the op
 // promises, and does the share of the work items that BlockRange gives its block, so every
@@ -12,6 +12,7 @@
 //                graph/kernels/gemv_prefetch.h)
 //   BatchMatMul  ints[0] transpose_a, ints[1] transpose_b
 //   Softmax      ints[0] axis (normalized)
+//   ArgMax       ints[0] axis (normalized)
 //   LayerNorm    floats[0] epsilon
 //   Gather       ints[0] axis (normalized)
 //   Attention    floats[0] scale
@@ -24,6 +25,9 @@
 //                         row (M = 1, no batch) is a GEMV over the output columns instead.
 //   Softmax               the vectors along the axis; LayerNorm: the rows (last axis). f32/f16/bf16,
 //                         each vector converted to f32 scratch.
+//   ArgMax                the vectors along the axis, whole (i32 out); f32/f16/bf16. A contiguous f32
+//                         vector takes base/first_max.h's 8-lane pass, others a scalar scan: the
+//                         same index either way.
 //   Gather                (outer index, index) rows of the slice after the axis; any dtype (bytes);
 //                         an index outside [0, dim) fails the block, naming index and bound.
 //   Attention             query rows (b, h, t); f32/f16/bf16. valid_len is read from device memory;
@@ -39,6 +43,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/first_max.h"
 #include "graph/kernels/activations.h"
 #include "graph/kernels/kernel_abi.h"
 #include "graph/kernels/matmul.h"
@@ -437,6 +442,14 @@ struct AxisSplit {
   std::int64_t vectors() const { return outer * inner; }
 };
 
+// x cut at its (normalized) axis, which the params give.
+StatusOr<AxisSplit> SplitAtAxis(std::string_view kernel, const KernelTensor& x, std::int64_t axis) {
+  if (axis < 0 || axis >= static_cast<std::int64_t>(x.rank))
+    return Status::ParamInvalid("{}: axis {} out of range for {}", kernel, axis, DimsString(x));
+  const auto a = static_cast<std::uint32_t>(axis);
+  return AxisSplit{Product(x, 0, a), x.dims[a], Product(x, a + 1, x.rank)};
+}
+
 StatusOr<AxisSplit> ReadSoftmax(const KernelParams& p) {
   constexpr std::string_view kernel = "op.Softmax";
   NPUFLOW_RETURN_IF_ERROR(NeedArity(p, kernel, 1, 1));
@@ -444,10 +457,7 @@ StatusOr<AxisSplit> ReadSoftmax(const KernelParams& p) {
   NPUFLOW_RETURN_IF_ERROR(NeedFloat(kernel, "x", x));
   NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(kernel, "the output", y, x));
   if (!SameDims(x, y)) return Mismatch(kernel, "the output", y, DimsString(x));
-  if (p.ints[0] < 0 || p.ints[0] >= static_cast<std::int64_t>(x.rank))
-    return Status::ParamInvalid("{}: axis {} out of range for {}", kernel, p.ints[0], DimsString(x));
-  const auto axis = static_cast<std::uint32_t>(p.ints[0]);
-  return AxisSplit{Product(x, 0, axis), x.dims[axis], Product(x, axis + 1, x.rank)};
+  return SplitAtAxis(kernel, x, p.ints[0]);
 }
 
 Status SoftmaxKernel(KernelContext& ctx) {
@@ -478,6 +488,56 @@ VTime SoftmaxCost(const KernelContext& ctx, const ChipSpec& chip) {
   if (!s.ok()) return BlockCost(chip, 0, 0);
   const double bytes = 2.0 * static_cast<double>(view->params().input(0).bytes());
   return ShareCost(ctx, chip, s->vectors(), bytes, 8.0 * static_cast<double>(s->vectors() * s->len));
+}
+
+// ---- ArgMax -----------------------------------------------------------------------------------------
+StatusOr<AxisSplit> ReadArgMax(const KernelParams& p) {
+  constexpr std::string_view kernel = "op.ArgMax";
+  NPUFLOW_RETURN_IF_ERROR(NeedArity(p, kernel, 1, 1));
+  const KernelTensor &x = p.input(0), &y = p.output(0);
+  NPUFLOW_RETURN_IF_ERROR(NeedFloat(kernel, "x", x));
+  NPUFLOW_ASSIGN_OR_RETURN(AxisSplit s, SplitAtAxis(kernel, x, p.ints[0]));
+  if (y.data_type() != DataType::kInt32)
+    return Status::ParamInvalid("{}: the output is {}, expected i32", kernel, DataTypeName(y.data_type()));
+  if (y.num_elements() != s.vectors()) return Mismatch(kernel, "the output", y, "x's shape without the axis");
+  return s;
+}
+
+Status ArgMaxKernel(KernelContext& ctx) {
+  NPUFLOW_ASSIGN_OR_RETURN(OpKernelView view, OpKernelView::Open(ctx));
+  NPUFLOW_ASSIGN_OR_RETURN(AxisSplit s, ReadArgMax(view.params()));
+  const auto [begin, end] = BlockRange(s.vectors(), view.block_idx(), view.block_dim());
+  if (begin == end) return Status::Ok();
+  NPUFLOW_ASSIGN_OR_RETURN(RawTensor x, MapInput(view, 0));
+  NPUFLOW_ASSIGN_OR_RETURN(RawTensor y, MapOutput(view, 0));
+  for (std::int64_t v = begin; v < end; ++v) {
+    const std::int64_t first = v / s.inner * s.len * s.inner + v % s.inner;  // element 0 of the vector
+    std::int64_t best = -1;
+    if (x.dtype == DataType::kFloat32 && s.inner == 1) {
+      best = FirstMaxIndex(reinterpret_cast<const float*>(x.at(first)), static_cast<std::size_t>(s.len));
+    } else {
+      float best_value = -std::numeric_limits<float>::infinity();
+      for (std::int64_t a = 0; a < s.len; ++a) {
+        const float e = x.LoadF(first + a * s.inner);
+        if (e > best_value) {
+          best_value = e;
+          best = a;
+        }
+      }
+    }
+    const auto out = static_cast<std::int32_t>(best);
+    std::memcpy(y.at(v), &out, sizeof(out));
+  }
+  return Status::Ok();
+}
+
+VTime ArgMaxCost(const KernelContext& ctx, const ChipSpec& chip) {
+  auto view = OpKernelView::Open(ctx);
+  if (!view.ok()) return BlockCost(chip, 0, 0);
+  auto s = ReadArgMax(view->params());
+  if (!s.ok()) return BlockCost(chip, 0, 0);
+  const double bytes = static_cast<double>(view->params().input(0).bytes());
+  return ShareCost(ctx, chip, s->vectors(), bytes, static_cast<double>(s->vectors() * s->len));
 }
 
 // ---- LayerNorm --------------------------------------------------------------------------------------
@@ -768,6 +828,7 @@ void RegisterNnKernels() {
            {"MatMul", &MatMulKernel, &MatMulCost},
            {"BatchMatMul", &BatchMatMulKernel, &BatchMatMulCost},
            {"Softmax", &SoftmaxKernel, &SoftmaxCost},
+           {"ArgMax", &ArgMaxKernel, &ArgMaxCost},
            {"LayerNorm", &LayerNormKernel, &LayerNormCost},
            {"Gather", &GatherKernel, &GatherCost},
            {"Attention", &AttentionKernel, &AttentionCost},

@@ -18,6 +18,10 @@
 //   BatchMatMul(a, b)       same attrs; a [..., M, K], b [..., K, N], rank >= 3, the batch dims
 //                           broadcast (NumPy); out [batch..., M, N].
 //   Softmax(x)              attr axis (int, default -1); numerically stable (max subtracted).
+//   ArgMax(x)               attr axis (int, default -1); out i32, x's shape without the axis: the
+//                           index of the first largest element along it (greedy decoding's next
+//                           token, base/first_max.h). NaN never compares larger and -inf never
+//                           wins: a vector of only -inf and NaN gives -1.
 //   LayerNorm(x, gamma, beta)  attr epsilon (float, default 1e-5); normalizes over the last axis;
 //                           gamma and beta are [last dim].
 //   Gather(params, indices) attr axis (int, default 0); indices i32 or i64, each in
@@ -40,6 +44,7 @@
 //                prologue (0 / 1) with floats[0] its epsilon
 //   BatchMatMul  ints[0] transpose_a, ints[1] transpose_b
 //   Softmax      ints[0] axis, normalized to [0, rank)
+//   ArgMax       ints[0] axis, normalized to [0, rank)
 //   LayerNorm    floats[0] epsilon
 //   Gather       ints[0] axis, normalized to [0, rank of params)
 //   Attention    floats[0] scale (the attribute, or 1/sqrt(D))
@@ -52,6 +57,8 @@
 //                        an even count when more than one (2 host threads share it evenly)
 //   Softmax, LayerNorm, Gather, KvCacheWrite  one block per 4096 (KvCacheWrite: 16384) elements,
 //                        at most one per row (KvCacheWrite counts the new rows it writes)
+//   ArgMax               one block per vector along the axis, up to the cores: a vector is never
+//                        split (its maximum would need a second pass across blocks)
 //   Attention (tiling-depend on valid_len, may tile on AICPU): L = valid_len when its value is
 //                        given, else S_max; block_dim = min(core_count, B*H*T, B*H*ceil(L / 128));
 //                        tiling_key = the key chunk the kernel walks (online softmax):
@@ -366,6 +373,20 @@ Status ParamsMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, KernelP
   return Status::Ok();
 }
 
+// A static shape cut at op's attr axis (default -1): the vectors along it are `outer` x `inner`,
+// each `len` long, element a of vector (o, i) at (o * len + a) * inner + i.
+struct AxisSplit {
+  std::size_t axis = 0;
+  std::int64_t outer = 1, len = 1, inner = 1;
+  std::int64_t vectors() const { return outer * inner; }
+};
+StatusOr<AxisSplit> SplitAtAxis(const OpDesc& op, const Shape& s) {
+  NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis_attr, op.AttrOr<std::int64_t>("axis", -1));
+  NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis, NormalizedAxis(op, axis_attr, s.rank(), s));
+  const auto ax = static_cast<std::size_t>(axis);
+  return AxisSplit{ax, Product(s, 0, ax), s.dim(ax).size, Product(s, ax + 1, s.rank())};
+}
+
 // ---- Softmax ----------------------------------------------------------------------------------------
 Status InferSoftmax(const OpDesc& op, const std::vector<TensorDesc>& in, std::vector<TensorDesc>& out) {
   NPUFLOW_RETURN_IF_ERROR(NeedFloat(op, "x", in[0]));
@@ -377,11 +398,8 @@ Status InferSoftmax(const OpDesc& op, const std::vector<TensorDesc>& in, std::ve
 
 Status RefSoftmax(const OpDesc& op, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = *in[0];
-  const Shape& s = x.desc.shape;
-  NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis_attr, op.AttrOr<std::int64_t>("axis", -1));
-  NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis, NormalizedAxis(op, axis_attr, s.rank(), s));
-  const auto ax = static_cast<std::size_t>(axis);
-  const std::int64_t outer = Product(s, 0, ax), len = s.dim(ax).size, inner = Product(s, ax + 1, s.rank());
+  NPUFLOW_ASSIGN_OR_RETURN(AxisSplit split, SplitAtAxis(op, x.desc.shape));
+  const std::int64_t outer = split.outer, len = split.len, inner = split.inner;
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t i = 0; i < inner; ++i) {
       auto at = [&](std::int64_t a) { return static_cast<std::size_t>((o * len + a) * inner + i); };
@@ -411,10 +429,54 @@ StatusOr<TilingInfo> TileSoftmax(const OpDesc& op, const std::vector<TensorDesc>
   return TileRows(n, len == 0 ? 0 : n / len, 4096, core_count);
 }
 
-Status ParamsSoftmax(const OpDesc& op, const std::vector<TensorDesc>& in, KernelParams& p) {
+// Softmax, ArgMax: ints[0] the axis, normalized.
+Status ParamsAxis(const OpDesc& op, const std::vector<TensorDesc>& in, KernelParams& p) {
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis, op.AttrOr<std::int64_t>("axis", -1));
   NPUFLOW_ASSIGN_OR_RETURN(p.ints[0], NormalizedAxis(op, axis, in[0].shape.rank(), in[0].shape));
   return Status::Ok();
+}
+
+// ---- ArgMax -----------------------------------------------------------------------------------------
+Status InferArgMax(const OpDesc& op, const std::vector<TensorDesc>& in, std::vector<TensorDesc>& out) {
+  NPUFLOW_RETURN_IF_ERROR(NeedFloat(op, "x", in[0]));
+  const Shape& x = in[0].shape;
+  if (x.rank() == 0)
+    return Status::ParamInvalid("node '{}' (ArgMax): x must have rank >= 1, got {}", op.name(), x.ToString());
+  NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis_attr, op.AttrOr<std::int64_t>("axis", -1));
+  NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis, NormalizedAxis(op, axis_attr, x.rank(), x));
+  std::vector<Dim> dims = x.dims();
+  dims.erase(dims.begin() + axis);
+  out.push_back(TensorDesc{DataType::kInt32, Shape(std::move(dims))});
+  return Status::Ok();
+}
+
+Status RefArgMax(const OpDesc& op, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const Tensor& x = *in[0];
+  NPUFLOW_ASSIGN_OR_RETURN(AxisSplit split, SplitAtAxis(op, x.desc.shape));
+  const std::int64_t outer = split.outer, len = split.len, inner = split.inner;
+  for (std::int64_t o = 0; o < outer; ++o) {
+    for (std::int64_t i = 0; i < inner; ++i) {
+      // A plain running scan: the first strictly larger element.
+      float best_value = -std::numeric_limits<float>::infinity();
+      std::int64_t best = -1;
+      for (std::int64_t a = 0; a < len; ++a) {
+        const float v = LoadF(x, static_cast<std::size_t>((o * len + a) * inner + i));
+        if (v > best_value) {
+          best_value = v;
+          best = a;
+        }
+      }
+      StoreI(out[0], static_cast<std::size_t>(o * inner + i), best);
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<TilingInfo> TileArgMax(const OpDesc& op, const std::vector<TensorDesc>& in, const std::vector<const Tensor*>&,
+                                int core_count) {
+  NPUFLOW_RETURN_IF_ERROR(StaticElements(op, in[0]).status());
+  NPUFLOW_ASSIGN_OR_RETURN(AxisSplit split, SplitAtAxis(op, in[0].shape));
+  return TileRows(split.vectors(), split.vectors(), 1, core_count);
 }
 
 // ---- LayerNorm --------------------------------------------------------------------------------------
@@ -717,8 +779,11 @@ void RegisterNnOps(OpRegistry& r) {
               .params = &ParamsMatMul,
               .device_kernel = DeviceKernelName("BatchMatMul")});
   r.Register({.type = "Softmax", .min_inputs = 1, .max_inputs = 1, .engine = OpEngine::kAICore,
-              .infer = &InferSoftmax, .reference = &RefSoftmax, .tiling = &TileSoftmax, .params = &ParamsSoftmax,
+              .infer = &InferSoftmax, .reference = &RefSoftmax, .tiling = &TileSoftmax, .params = &ParamsAxis,
               .device_kernel = DeviceKernelName("Softmax")});
+  r.Register({.type = "ArgMax", .min_inputs = 1, .max_inputs = 1, .engine = OpEngine::kAICore,
+              .infer = &InferArgMax, .reference = &RefArgMax, .tiling = &TileArgMax, .params = &ParamsAxis,
+              .device_kernel = DeviceKernelName("ArgMax")});
   r.Register({.type = "LayerNorm", .min_inputs = 3, .max_inputs = 3, .engine = OpEngine::kAICore,
               .infer = &InferLayerNorm, .reference = &RefLayerNorm, .tiling = &TileLayerNorm,
               .params = &ParamsLayerNorm, .device_kernel = DeviceKernelName("LayerNorm")});

@@ -140,8 +140,9 @@ StatusOr<Node*> MlpBlock(Gpt2Builder& b, Node* x, const std::string& n, const st
   return b.Binary(n + "/mlp/residual", "Add", x, mproj);
 }
 
-// The final LayerNorm and the head (model/lm_head, else tied to wte), then the NetOutput.
-Status Head(Gpt2Builder& b, const Gpt2File& file, Node* x, Node* wte) {
+// The final LayerNorm and the head (model/lm_head, else tied to wte), then the NetOutput: the
+// logits, and with next_token the greedy token after them too (ArgMax of the logits).
+Status Head(Gpt2Builder& b, const Gpt2File& file, Node* x, Node* wte, bool next_token) {
   NPUFLOW_ASSIGN_OR_RETURN(Node * lnf, b.LayerNorm("ln_f", x, "model/ln_f"));
   Node* head = wte;
   if (file.has_lm_head) {
@@ -150,7 +151,11 @@ Status Head(Gpt2Builder& b, const Gpt2File& file, Node* x, Node* wte) {
   OpDesc logits_op("logits", "MatMul");
   logits_op.SetAttr("transpose_b", true);
   NPUFLOW_ASSIGN_OR_RETURN(Node * logits, b.Add(std::move(logits_op), {{lnf, 0}, {head, 0}}));
-  return b.Add(OpDesc("output", "NetOutput"), {{logits, 0}}).status();
+  if (!next_token) return b.Add(OpDesc("output", "NetOutput"), {{logits, 0}}).status();
+  OpDesc argmax("next_token", "ArgMax");
+  argmax.SetAttr("axis", std::int64_t{-1});
+  NPUFLOW_ASSIGN_OR_RETURN(Node * token, b.Add(std::move(argmax), {{logits, 0}}));
+  return b.Add(OpDesc("output", "NetOutput"), {{logits, 0}, {token, 0}}).status();
 }
 
 }  // namespace
@@ -198,7 +203,7 @@ StatusOr<std::unique_ptr<ComputeGraph>> BuildGpt2DecodeGraph(const Gpt2File& fil
     NPUFLOW_ASSIGN_OR_RETURN(x, b.Binary(n + "/attn/residual", "Add", x, proj));
     NPUFLOW_ASSIGN_OR_RETURN(x, MlpBlock(b, x, n, w));
   }
-  NPUFLOW_RETURN_IF_ERROR(Head(b, file, x, wte));
+  NPUFLOW_RETURN_IF_ERROR(Head(b, file, x, wte, options.next_token));
   return g;
 }
 
@@ -252,7 +257,7 @@ StatusOr<std::unique_ptr<ComputeGraph>> BuildGpt2PrefillGraph(const Gpt2File& fi
   }
   // Only the last row goes through the head: [n, E] -> [1, E].
   NPUFLOW_ASSIGN_OR_RETURN(Node * last_row, b.Binary("last_row", "Gather", x, last));
-  NPUFLOW_RETURN_IF_ERROR(Head(b, file, last_row, wte));
+  NPUFLOW_RETURN_IF_ERROR(Head(b, file, last_row, wte, /*next_token=*/false));
   return g;
 }
 

@@ -12,10 +12,14 @@ namespace npuflow::gpt2 {
 
 struct Gpt2GraphOptions {
   std::string name = "gpt2";
+  // The decode step's second output: the greedy next token, picked on the device (ArgMax of the
+  // logits), so a greedy step reads 4 bytes back instead of n_vocab floats. Decode graph only.
+  bool next_token = false;
 };
 // The decode step as a ComputeGraph: one token at position n_past, static shapes.
 //   inputs  token i32[1], pos i32[1] (n_past), len i32[1] (n_past + 1)
-//   output  logits f32[1, n_vocab]
+//   output  logits f32[1, n_vocab]; with next_token also next_token i32[1] (the index of the
+//           first largest logit; -1 when every logit is -inf or NaN)
 // Weights are FileConstants whose location, offset and length point into the ggml file itself
 // (absolute path); the KV cache is one Variable pair per layer, f32 [n_head, n_ctx, head_dim],
 // written with KvCacheWrite and read by Attention (n_layer * n_ctx * n_embd floats each for K and

@@ -67,7 +67,8 @@ StatusOr<std::unique_ptr<Gpt2Engine>> Gpt2Engine::Create(Gpt2File file, const En
   std::unique_ptr<Gpt2Engine> engine(new Gpt2Engine());
   engine->file_ = std::move(file);
   const std::string& model_path = engine->file_.path;
-  NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> g, BuildGpt2DecodeGraph(engine->file_));
+  NPUFLOW_ASSIGN_OR_RETURN(std::unique_ptr<graph::ComputeGraph> g,
+                           BuildGpt2DecodeGraph(engine->file_, {.next_token = true}));
   // The decode step is a task-sink model (its Attention is tiled on the device with the tiling
   // sink, or once for n_ctx when a gate fails); the prompt goes to RT2.0 below.
   scheduler::Options session_options = options.session_options;
@@ -179,7 +180,7 @@ Status Gpt2Engine::WaitForWeights() {
   return Status::Ok();
 }
 
-Status Gpt2Engine::Step(int stream, int token, int n_past, std::vector<float>& logits) {
+Status Gpt2Engine::RunStep(int stream, int token, int n_past, float* logits, std::int32_t* next) {
   const Gpt2HParams& hp = file_.hparams;
   if (stream < 0 || stream >= streams())
     return Status::ParamInvalid("stream {}: the engine has streams 0..{}", stream, streams() - 1);
@@ -188,14 +189,36 @@ Status Gpt2Engine::Step(int stream, int token, int n_past, std::vector<float>& l
   if (n_past < 0 || n_past >= hp.n_ctx)
     return Status::ParamInvalid("position {} is outside the context (0..{})", n_past, hp.n_ctx - 1);
   // Straight to the stream's model (what RunGraph would find, without asking the session each
-  // step), the logits written into the caller's vector: no output tensor, no copy of it.
+  // step), the outputs wanted written into the caller's memory (no output tensor, no copy of it),
+  // the other one left on the device.
   const std::int32_t in[3] = {token, n_past, n_past + 1};
-  logits.resize(static_cast<std::size_t>(hp.n_vocab));
   scheduler::ExecuteArgs args;
   for (const std::int32_t& v : in) args.inputs.push_back(scheduler::DataBuffer::Host(&v, sizeof(v)));
-  args.outputs.push_back(scheduler::DataBuffer::Host(logits.data(), logits.size() * sizeof(float)));
+  args.outputs.push_back(logits != nullptr ? scheduler::DataBuffer::Host(logits, hp.n_vocab * sizeof(float))
+                                           : scheduler::DataBuffer::Discard());
+  args.outputs.push_back(next != nullptr ? scheduler::DataBuffer::Host(next, sizeof(*next))
+                                         : scheduler::DataBuffer::Discard());
   args.timeout = timeout_;
   return models_[static_cast<std::size_t>(stream)]->NnExecute(args);
+}
+
+Status Gpt2Engine::Step(int stream, int token, int n_past, std::vector<float>& logits) {
+  logits.resize(static_cast<std::size_t>(file_.hparams.n_vocab));
+  return RunStep(stream, token, n_past, logits.data(), nullptr);
+}
+
+StatusOr<int> Gpt2Engine::StepGreedy(int stream, int token, int n_past) {
+  std::int32_t next = -1;
+  NPUFLOW_RETURN_IF_ERROR(RunStep(stream, token, n_past, nullptr, &next));
+  return PickedToken(next);
+}
+
+StatusOr<int> Gpt2Engine::PickedToken(std::int32_t next) const {
+  const int n_vocab = file_.hparams.n_vocab;
+  if (next < 0) return AllLogitsMasked(static_cast<std::size_t>(n_vocab));
+  if (next >= n_vocab)  // the device's ArgMax broke its promise: say so, never index with it
+    return Status::Failed("the decode step's next token {} is outside the vocabulary (0..{})", next, n_vocab - 1);
+  return next;
 }
 
 StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> prompt, int n_predict,
@@ -230,14 +253,19 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
     ++g.steps;
     prefilled = true;
   }
+  // Greedy: each step picks the next token on the device and sends back only it; the logits are
+  // read only after a prefill (whose first token is sampled here).
+  const bool greedy = sampling.greedy;
+  std::int32_t next = -1;
   while (true) {
     if (!prefilled) {
       const bool decoding = !g.ids.empty();
       const std::uint64_t k0 = decoding ? rt.KernelWallNs(device) : 0;
       const std::uint64_t c0 = decoding ? rt.DmaCopyWallNs(device) : 0;
       const auto s0 = decoding ? Clock::now() : Clock::time_point{};
-      NPUFLOW_RETURN_IF_ERROR(
-          Step(stream, token, n_past, logits).WithContext(fmt::format("stream {} step {}", stream, n_past)));
+      if (!greedy) logits.resize(static_cast<std::size_t>(file_.hparams.n_vocab));
+      NPUFLOW_RETURN_IF_ERROR(RunStep(stream, token, n_past, greedy ? nullptr : logits.data(), greedy ? &next : nullptr)
+                                  .WithContext(fmt::format("stream {} step {}", stream, n_past)));
       if (decoding) {
         const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
         const double kernel_ms = static_cast<double>(rt.KernelWallNs(device) - k0) / 1e6;
@@ -250,13 +278,18 @@ StatusOr<Generation> Gpt2Engine::Generate(int stream, std::span<const int> promp
       ++n_past;
       ++g.steps;
     }
+    const bool logits_here = prefilled || !greedy;
     prefilled = false;
     if (next_prompt < prompt.size()) {
       token = prompt[next_prompt++];
       continue;
     }
     if (n_predict == 0) break;
-    NPUFLOW_ASSIGN_OR_RETURN(token, sampler.Sample(logits));
+    if (logits_here) {
+      NPUFLOW_ASSIGN_OR_RETURN(token, sampler.Sample(logits));
+    } else {
+      NPUFLOW_ASSIGN_OR_RETURN(token, PickedToken(next));
+    }
     g.ids.push_back(token);
     if (g.ids.size() == 1) {
       t_first = Clock::now();

@@ -12,7 +12,8 @@
 // WeightLoaderActor; each model has its own KV cache (its Variables) and activations. A
 // generation feeds the prompt, then samples; each decode step is one NnExecute on the stream's
 // loaded model (kept from the load: no session lookup per step), the logits written straight into
-// the caller's vector.
+// the caller's vector. A greedy generation reads only the next token: the step picks it on the
+// device (StepGreedy).
 //
 // The prompt (PrefillMode::kBatch, the default): one execution of the prefill graph, N unknown
 // until run time, compiled once for RT2.0 and loaded per stream as a ModelV2Executor whose Init
@@ -130,6 +131,10 @@ class Gpt2Engine {
   // One decode step on `stream`: `token` at position n_past (0 <= n_past < n_ctx); the logits
   // (n_vocab floats) go to `logits`. Updates the stream's KV cache at n_past.
   Status Step(int stream, int token, int n_past, std::vector<float>& logits);
+  // The same step, greedy: the next token is picked on the device (the decode graph's ArgMax, the
+  // same index as greedy sampling's) and only it comes back; the logits stay on the device. Every
+  // logit -inf or NaN is the error greedy sampling gives (AllLogitsMasked).
+  StatusOr<int> StepGreedy(int stream, int token, int n_past);
   // The prompt rows `tokens` at positions n_past .. n_past + N - 1 in one RT2.0 execution (kBatch
   // engines only); the logits of the last row go to `logits`. Updates the KV cache at those rows.
   Status Prefill(int stream, std::span<const int> tokens, int n_past, std::vector<float>& logits);
@@ -152,6 +157,11 @@ class Gpt2Engine {
 
  private:
   Gpt2Engine() = default;
+  // One decode step; logits (n_vocab floats) and next (the device's greedy pick) each filled when
+  // not null, left on the device otherwise.
+  Status RunStep(int stream, int token, int n_past, float* logits, std::int32_t* next);
+  // The device's greedy pick as a token id: -1 (every logit masked) is AllLogitsMasked.
+  StatusOr<int> PickedToken(std::int32_t next) const;
   Gpt2File file_;
   std::unique_ptr<scheduler::Session> session_;
   std::vector<std::uint32_t> graph_ids_;

@@ -1,9 +1,10 @@
 #include "models/gpt2/sampling.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
 #include <limits>
+
+#include "base/first_max.h"
 
 namespace npuflow::gpt2 {
 namespace {
@@ -12,11 +13,11 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::uint32_t Seed32(std::uint64_t seed) { return static_cast<std::uint32_t>(seed ^ (seed >> 32)); }
 
+}  // namespace
+
 Status AllLogitsMasked(std::size_t n) {
   return Status::ParamInvalid("cannot sample: all {} logits are -inf or NaN", n);
 }
-
-}  // namespace
 
 Status SamplingOptions::Validate() const {
   if (top_k < 1) return Status::ParamInvalid("sampling option top_k is {}, expected >= 1", top_k);
@@ -44,41 +45,10 @@ StatusOr<std::int32_t> Sampler::Sample(std::span<const float> logits) {
 }
 
 StatusOr<std::int32_t> Sampler::SampleGreedy(std::span<const float> logits) const {
-  // One pass over 8 lanes (GCC vector extensions: a compare and two selects per 8 logits): each
-  // lane keeps its largest logit and where it first saw it (NaN and -inf never compare larger
-  // than -inf). The token is the first index of the largest logit over the lanes and the tail:
-  // the same as a running "first strictly larger" scan.
-  using Floats = float __attribute__((vector_size(32)));
-  using Ints = std::int32_t __attribute__((vector_size(32)));
-  constexpr int kLanes = 8;
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const std::size_t n = logits.size(), whole = n / kLanes * kLanes;
-  const float* x = logits.data();
-  Floats max = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
-  Ints at = {}, index = {0, 1, 2, 3, 4, 5, 6, 7};
-  const Ints step = {kLanes, kLanes, kLanes, kLanes, kLanes, kLanes, kLanes, kLanes};
-  for (std::size_t i = 0; i < whole; i += kLanes) {
-    Floats v;
-    std::memcpy(&v, x + i, sizeof(v));
-    const Ints larger = v > max;
-    max = larger ? v : max;
-    at = larger ? index : at;
-    index += step;
-  }
-  float best_logit = kNegInf;
-  std::int32_t best = -1;
-  for (int l = 0; l < kLanes; ++l)
-    if (max[l] > best_logit || (max[l] == best_logit && best >= 0 && at[l] < best)) {
-      best_logit = max[l];
-      best = at[l];
-    }
-  for (std::size_t i = whole; i < n; ++i)  // later than every lane's index: strictly larger only
-    if (x[i] > best_logit) {
-      best_logit = x[i];
-      best = static_cast<std::int32_t>(i);
-    }
-  if (best < 0) return AllLogitsMasked(n);
-  return best;
+  // The same index as the ArgMax op the decode step runs on the device (base/first_max.h).
+  const std::int64_t best = FirstMaxIndex(logits.data(), logits.size());
+  if (best < 0) return AllLogitsMasked(logits.size());
+  return static_cast<std::int32_t>(best);
 }
 
 StatusOr<std::int32_t> Sampler::SampleTopKTopP(std::span<const float> logits) {

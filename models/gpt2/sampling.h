@@ -50,6 +50,9 @@ struct SamplingOptions {
   Status Validate() const;
 };
 
+// The error Sample gives when every one of n logits is -inf or NaN (greedy on the device, too).
+Status AllLogitsMasked(std::size_t n);
+
 class Sampler {
  public:
   // Invalid options are reported by every Sample call (as Validate reports them).

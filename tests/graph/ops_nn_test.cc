@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -135,7 +136,8 @@ bool Contains(std::string_view haystack, std::string_view needle) {
 // ---- registration ------------------------------------------------------------------------------------
 TEST(NnOps, RegisteredOnAICoreWithDeviceKernels) {
   RegisterBuiltinOps();
-  for (const char* type : {"MatMul", "BatchMatMul", "Softmax", "LayerNorm", "Gather", "Attention", "KvCacheWrite"}) {
+  for (const char* type :
+       {"MatMul", "BatchMatMul", "Softmax", "ArgMax", "LayerNorm", "Gather", "Attention", "KvCacheWrite"}) {
     SCOPED_TRACE(type);
     auto def = OpRegistry::Global().Find(type);
     ASSERT_TRUE(def.ok()) << def.status();
@@ -761,6 +763,80 @@ TEST(Softmax, AxisOutOfRangeIsAnError) {
   EXPECT_EQ(InferStatus(Op("Softmax", {{"axis", std::int64_t{2}}}), {F32Desc(Shape{2, 3})}).message(),
             "node 'n' (Softmax): axis 2 out of range for [2, 3] (rank 2)");
   EXPECT_TRUE(Contains(InferStatus(Op("Softmax"), {TensorDesc{DataType::kInt32, Shape{2}}}).message(), "float"));
+}
+
+// ---- ArgMax -----------------------------------------------------------------------------------------
+std::vector<std::int32_t> Int32s(const Tensor& t) {
+  std::vector<std::int32_t> v(t.data.size() / sizeof(std::int32_t));
+  std::memcpy(v.data(), t.data.data(), v.size() * sizeof(std::int32_t));
+  return v;
+}
+
+TEST(ArgMax, FirstLargestIgnoringNaNAndMinusOneWhenNothingWins) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::vector<float> x;
+    std::int32_t want;
+  };
+  // Lengths around the 8-lane pass: ties inside a lane, across lanes and in the tail.
+  std::vector<float> ties(21, 1.f);
+  ties[3] = ties[12] = ties[20] = 5.f;
+  std::vector<float> tail(19, 0.f);
+  tail[18] = 2.f;
+  tail[2] = 2.f;
+  std::vector<float> masked(17, -inf);
+  masked[9] = nan;
+  for (const Case& c : std::vector<Case>{{{1, 3, 2}, 1},
+                                         {{nan, -1, -2}, 1},
+                                         {{-inf, -inf}, -1},
+                                         {{nan, nan}, -1},
+                                         {{-inf, inf, inf}, 1},
+                                         {ties, 3},
+                                         {tail, 2},
+                                         {masked, -1}}) {
+    SCOPED_TRACE(::testing::PrintToString(c.x));
+    const Tensor x = F32(Shape{static_cast<std::int64_t>(c.x.size())}, c.x);
+    EXPECT_EQ(Int32s(RefOut(Op("ArgMax"), {x})), std::vector<std::int32_t>{c.want});
+    auto dev = RunOpOnDevice(Op("ArgMax"), {x});
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    EXPECT_EQ(Int32s((*dev)[0]), std::vector<std::int32_t>{c.want});
+  }
+  // axis 0 of [2, 3]: per column.
+  EXPECT_EQ(Int32s(RefOut(Op("ArgMax", {{"axis", std::int64_t{0}}}), {F32(Shape{2, 3}, {1, 5, 3, 2, 5, 0})})),
+            (std::vector<std::int32_t>{1, 0, 0}));
+}
+
+TEST(ArgMax, DeviceMatchesReferenceOnRandomShapesAndDtypes) {
+  std::mt19937 rng(21);
+  struct Case {
+    Shape s;
+    std::int64_t axis;
+  };
+  for (DataType dt : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}) {
+    for (const Case& c : std::vector<Case>{{Shape{1}, -1},
+                                           {Shape{1, 50257}, -1},
+                                           {Shape{7, 13}, -1},
+                                           {Shape{7, 13}, 0},
+                                           {Shape{3, 5, 9}, 1},
+                                           {Shape{4, 3, 1000}, -1}}) {
+      SCOPED_TRACE(std::string(DataTypeName(dt)) + " " + c.s.ToString() + " axis " + std::to_string(c.axis));
+      // Few distinct values (rounded to a tenth): many ties, so the lowest-index rule is exercised.
+      Tensor x = RandomTensor(TensorDesc{dt, c.s}, rng, -3, 3);
+      const auto n = static_cast<std::size_t>(c.s.num_elements().value());
+      for (std::size_t i = 0; i < n; ++i) StoreF(x, i, std::round(LoadF(x, i) * 10) / 10);
+      ExpectDeviceMatchesReference(Op("ArgMax", {{"axis", c.axis}}), {x}, 0, 0);
+    }
+  }
+}
+
+TEST(ArgMax, ShapeAndDtypeErrorsNameTheNode) {
+  auto out = InferOne(Op("ArgMax"), {F32Desc(Shape{2, 3, 5})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->ToString(), "i32[2, 3]");
+  EXPECT_EQ(InferStatus(Op("ArgMax", {{"axis", std::int64_t{2}}}), {F32Desc(Shape{2, 3})}).message(),
+            "node 'n' (ArgMax): axis 2 out of range for [2, 3] (rank 2)");
+  EXPECT_TRUE(Contains(InferStatus(Op("ArgMax"), {TensorDesc{DataType::kInt32, Shape{2}}}).message(), "float"));
+  EXPECT_TRUE(Contains(InferStatus(Op("ArgMax"), {F32Desc(Shape{})}).message(), "rank >= 1"));
 }
 
 // ---- LayerNorm --------------------------------------------------------------------------------------

@@ -82,6 +82,11 @@ void ExpectMatchesReference(Gpt2Engine& engine, const std::string& path, double 
     }
     ids_npu.push_back(Argmax(logits));
     ids_ref.push_back(Argmax(want));
+    // The greedy step picks the same token on the device (the same position again: the KV cache
+    // row it writes is the one just written).
+    auto picked = engine.StepGreedy(0, token, pos);
+    ASSERT_TRUE(picked.ok()) << picked.status();
+    EXPECT_EQ(*picked, ids_npu.back()) << "step " << pos;
     token = ids_ref.back();  // both continue from the reference's choice
   }
   EXPECT_EQ(ids_npu, ids_ref);

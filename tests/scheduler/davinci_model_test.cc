@@ -222,6 +222,44 @@ TEST_F(SchedulerDavinciModel, HostAndDeviceBuffersAlternateOnOneModel) {
   }
 }
 
+TEST_F(SchedulerDavinciModel, ADiscardedOutputIsNotCopiedOutAndTheOthersAre) {
+  // A greedy decode step reads its next token and leaves the logits on the device: an output given
+  // as DataBuffer::Discard() is computed but not copied, and the others come back as usual.
+  auto compiled = Compile();
+  auto id = ModelManager::Get()->LoadModelOnline(compiled, {});
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::shared_ptr<DavinciModel> model = ModelManager::Get()->GetModel(*id).value();
+  const std::vector<Tensor> x = {Input(1.5f)};
+  std::vector<Tensor> all = ZeroOutputs(compiled->outputs);
+  ASSERT_TRUE(model->NnExecute(HostArgs(x, all)).ok());
+  for (std::size_t keep = 0; keep < 2; ++keep) {
+    SCOPED_TRACE("keeping output " + std::to_string(keep));
+    std::vector<Tensor> outs = ZeroOutputs(compiled->outputs);
+    const std::vector<Tensor> untouched = outs;
+    ExecuteArgs args = HostArgs(x, outs);
+    args.outputs[1 - keep] = DataBuffer::Discard();
+    Status s = model->NnExecute(args);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(outs[keep], all[keep]);
+    EXPECT_EQ(outs[1 - keep], untouched[1 - keep]);
+  }
+  std::vector<Tensor> outs = ZeroOutputs(compiled->outputs);
+  ExecuteArgs none = HostArgs(x, outs);
+  none.outputs = {DataBuffer::Discard(), DataBuffer::Discard()};
+  EXPECT_TRUE(model->NnExecute(none).ok());
+  // Only outputs may be discarded, and a discarded one names no buffer.
+  ExecuteArgs bad_input = HostArgs(x, outs);
+  bad_input.inputs[0] = DataBuffer::Discard();
+  Status s = model->NnExecute(bad_input);
+  EXPECT_EQ(s.code(), StatusCode::kParamInvalid);
+  EXPECT_NE(s.message().find("input 'x' is discarded; only an output may be"), std::string::npos) << s;
+  ExecuteArgs bad_output = HostArgs(x, outs);
+  bad_output.outputs[0].discard = true;
+  s = model->NnExecute(bad_output);
+  EXPECT_EQ(s.code(), StatusCode::kParamInvalid);
+  EXPECT_NE(s.message().find("is discarded but names a buffer"), std::string::npos) << s;
+}
+
 TEST_F(SchedulerDavinciModel, UserFeatureMemoryTooSmallFailsInitNamingBothSizes) {
   auto compiled = Compile();
   const std::uint64_t fm = compiled->memory.bytes(Segment::kFeatureMap);
