@@ -876,8 +876,8 @@ std::vector<Figure> Gpt2SmallFigures(const Results& r) {
     figures.push_back({fmt::format("small_{}_step_copies", shape.name), Counter(r, b, "copy_us"), "us",
                        Counter(r, b, "overhead_us"),
                        "the step's overhead (above), same steps: the part of it spent inside copies (the inputs' "
-                       "one H2D; the logits' copy out, made by the waiting host thread: Runtime::ReadInPlace; "
-                       "npu_sim dma_copy_ns)",
+                       "one H2D; the greedy step's next token read back by the waiting host thread, "
+                       "Runtime::ReadInPlace: the logits stay on the device; npu_sim dma_copy_ns)",
                        ""});
     if (ref > 0) {
       figures.push_back({fmt::format("small_{}_decode_1t_without_overhead", shape.name),
