@@ -1,6 +1,7 @@
 #include "graph/kernels/kernel_abi.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 
@@ -17,6 +18,18 @@ struct KeptParams {
   std::uint64_t at = 0;
   const npu_sim::DeviceMemory* memory = nullptr;
   KernelParams params;
+};
+
+// The mappings a unit thread made for the launch it last ran (OpKernelView::MapArg), by argument.
+struct KeptMappings {
+  struct Arg {
+    std::uint64_t ptr = 0;
+    std::uint64_t bytes = 0;
+    npu_sim::DeviceMemory::Mapping mapping;
+  };
+  std::uint64_t launch = 0;
+  const npu_sim::DeviceMemory* memory = nullptr;
+  std::array<Arg, kMaxKernelTensors> args;
 };
 
 Status CheckArgCount(const npu_sim::KernelContext& ctx, const KernelParams& p) {
@@ -66,6 +79,32 @@ StatusOr<OpKernelView> OpKernelView::Open(const npu_sim::KernelContext& ctx) {
     }
   }
   return v;
+}
+
+StatusOr<std::byte*> OpKernelView::MapArg(std::uint32_t arg, std::uint64_t bytes) {
+  const std::uint64_t launch = ctx_->launch();
+  if (arg >= ctx_->arg_count())
+    return Status::ParamInvalid("kernel argument {} missing ({} given)", arg, ctx_->arg_count());
+  const npu_sim::DevicePtr ptr = ctx_->ptr(arg);
+  if (launch == 0 || arg >= kMaxKernelTensors) {  // no launch to share with: this view holds it
+    if (num_maps_ == maps_.size())
+      return Status::Internal("kernel argument {}: more than {} mappings in one kernel view", arg, maps_.size());
+    NPUFLOW_ASSIGN_OR_RETURN(maps_[num_maps_], ctx_->memory().Map(ptr, bytes));
+    return maps_[num_maps_++].data();
+  }
+  thread_local KeptMappings kept;
+  if (kept.launch != launch || kept.memory != &ctx_->memory()) {
+    for (KeptMappings::Arg& a : kept.args) a = {};  // the last launch's backings are let go
+    kept.launch = launch;
+    kept.memory = &ctx_->memory();
+  }
+  KeptMappings::Arg& a = kept.args[arg];
+  if (a.mapping.data() != nullptr && a.ptr == ptr.value && bytes <= a.bytes) return a.mapping.data();
+  NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DeviceMemory::Mapping m, ctx_->memory().Map(ptr, bytes));
+  a.ptr = ptr.value;
+  a.bytes = bytes;
+  a.mapping = std::move(m);
+  return a.mapping.data();
 }
 
 npu_sim::VTime BlockCost(const npu_sim::ChipSpec& chip, double bytes, double flops) {

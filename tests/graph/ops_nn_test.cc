@@ -393,6 +393,44 @@ TEST(OpKernelView, ALaunchReadsItsParamsOnceAndEveryOtherLaunchReadsThemAgain) {
   EXPECT_EQ(OpKernelView::Open(short_args).status().code(), StatusCode::kParamInvalid);
 }
 
+TEST(OpKernelView, ALaunchMapsEachTensorOnceOnAThreadAndTheNextLaunchMapsAgain) {
+  npu_sim::DeviceMemory mem(0, 1 << 20);
+  KernelParams p;
+  p.num_inputs = 1;
+  p.num_outputs = 1;
+  for (KernelTensor& t : p.tensors) {
+    t.dtype = static_cast<std::uint32_t>(DataType::kFloat32);
+    t.rank = 1;
+    t.dims[0] = 4;
+  }
+  const npu_sim::DevicePtr params = mem.Allocate(sizeof(KernelParams), npu_sim::Placement::kHbm, "params").value();
+  std::memcpy(mem.Map(params, sizeof(KernelParams)).value().data(), &p, sizeof(KernelParams));
+  const npu_sim::DevicePtr x = mem.Allocate(16, npu_sim::Placement::kHbm, "x").value();
+  const npu_sim::DevicePtr y = mem.Allocate(16, npu_sim::Placement::kHbm, "y").value();
+  const std::vector<std::uint64_t> args = {x.value, y.value, 0, params.value};
+  auto input = [&](std::uint64_t launch, std::uint32_t block) -> StatusOr<const float*> {
+    npu_sim::KernelContext ctx(&mem, args, block, 2, 0, launch);
+    NPUFLOW_ASSIGN_OR_RETURN(OpKernelView v, OpKernelView::Open(ctx));
+    NPUFLOW_ASSIGN_OR_RETURN(std::span<const float> in, v.Input<const float>(0));
+    return in.data();
+  };
+  const std::uint64_t first = npu_sim::NextKernelLaunch(), second = npu_sim::NextKernelLaunch();
+  auto block0 = input(first, 0);
+  ASSERT_TRUE(block0.ok()) << block0.status();
+  ASSERT_TRUE(mem.Free(x).ok());
+  // The launch's next block on this thread takes the mapping it kept: the old backing, still alive.
+  auto block1 = input(first, 1);
+  ASSERT_TRUE(block1.ok()) << block1.status();
+  EXPECT_EQ(*block1, *block0);
+  // Another launch, or a context without one, maps again: the memory is gone.
+  for (std::uint64_t launch : {second, std::uint64_t{0}}) {
+    auto again = input(launch, 0);
+    ASSERT_FALSE(again.ok());
+    EXPECT_EQ(again.status().code(), StatusCode::kParamInvalid);
+    EXPECT_NE(again.status().message().find("no live allocation"), std::string::npos) << again.status();
+  }
+}
+
 TEST(MatMul, BadLayerNormProloguesAreErrorsNamingTheNode) {
   OpDesc norm = Op("MatMul");
   norm.SetAttr("fused_norm", true);
