@@ -157,11 +157,12 @@ class Cell : public CellBase {
   // The lane from the current sender (an actor, or this thread) to this cell.
   LaneBase* LaneFrom(DrainThreadState& ts) {
     if (CellBase* s = ts.current) {
-      if (s->out_last_uid_ == uid_) return s->out_last_lane_;
+      const std::size_t k = uid_ % CellBase::kOutLaneSlots;
+      if (s->out_slot_uid_[k] == uid_) return s->out_slot_lane_[k];
       LaneBase*& slot = s->out_lanes_[uid_];
       if (slot == nullptr) slot = AddLane(std::make_shared<Lane<Env>>());
-      s->out_last_uid_ = uid_;
-      return s->out_last_lane_ = slot;
+      s->out_slot_uid_[k] = uid_;
+      return s->out_slot_lane_[k] = slot;
     }
     ExternalLanes& ext = ThisThreadLanes();
     if (ext.last_uid == uid_) return ext.last_lane;

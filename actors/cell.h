@@ -25,6 +25,7 @@
 // worker, the other actors a drain wakes queue behind the handoff too (LocalHandoffs).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -375,8 +376,12 @@ class CellBase {
   // Lanes from this actor to others (used only by this actor's token holder).
   std::shared_ptr<CellLink> link_ = std::make_shared<CellLink>();
   std::unordered_map<std::uint64_t, LaneBase*> out_lanes_;
-  std::uint64_t out_last_uid_ = 0;
-  LaneBase* out_last_lane_ = nullptr;
+  // In front of out_lanes_: the lanes last used, direct-mapped by the receiver's uid (an actor
+  // that sends to a few others in turn, a unit to its stream and to the next parts' units, finds
+  // each without a hash-map lookup on a line a kernel's data pushed out of the caches).
+  static constexpr std::size_t kOutLaneSlots = 8;
+  std::array<std::uint64_t, kOutLaneSlots> out_slot_uid_{};
+  std::array<LaneBase*, kOutLaneSlots> out_slot_lane_{};
   mutable std::mutex name_mu_;  // name_ is written under it (reuse) and read under it off the token
 
   template <typename>
