@@ -201,6 +201,7 @@ Status ParsePipelineArgs(const CompileArgs& args, std::ostream& out, CompileSetu
   options.max_parallel = args.max_parallel;
   options.tiling_schedule_optimize = args.tiling_schedule_optimize;
   options.tiling_sink_nops = args.tiling_sink_nops;
+  options.tiling_sink_share = args.tiling_sink_share != 0;
   options.online = false;  // atc-like: no device, so the tiling sink's device gate is skipped
   if (args.runtime == "v1") setup.runtime = CompileSetup::Runtime::kV1;
   else if (args.runtime == "v2") setup.runtime = CompileSetup::Runtime::kV2;

@@ -45,6 +45,7 @@ struct CompileArgs {
   std::string executor = "auto";  // RT2.0's Main: sequential | topological | priority | multithread | auto
   std::string tiling_schedule_optimize;  // "", "0", "1" (ge.tiling_schedule_optimize, atc's spelling)
   int tiling_sink_nops = -1;             // developer: NOPs before a sunk kernel (-1: the chip's prefetch_num)
+  int tiling_sink_share = 1;             // sunk nodes with the same tiling share one AICPU task (0: one each)
   // A pipeline model: the graph cut into K stages (lowering::CompilePipeline), each compiled for
   // the task sink; `npuflow run` runs it on the pipeline executor. 0: an ordinary model.
   int pipeline_stages = 0;

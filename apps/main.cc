@@ -115,6 +115,11 @@ Command AddCompileCommand(CLI::App& app) {
   compile->add_option("--tiling-sink-nops", args->tiling_sink_nops,
                       "developer: NOPs before a sunk kernel (default: the chip's prefetch_num; fewer lets the "
                       "task update race the prefetch)");
+  compile->add_option("--tiling-sink-share", args->tiling_sink_share,
+                      "1 (default): sunk nodes on one stream with the same tiling (op, attributes, inputs, and "
+                      "the tensors it depends on) share one AICPU tiling task and event; 0: one chain each, as "
+                      "GE builds them")
+      ->check(CLI::IsMember({0, 1}));
   compile->add_option("--pipeline-stages", args->pipeline_stages,
                       "cut the graph into K pipeline stages (cost-balanced, contiguous), each compiled for the task "
                       "sink; npuflow run runs the file on the pipeline executor (default 0: an ordinary model)");

@@ -14,6 +14,15 @@
 // stream) is needed only when a tiling-depend input is produced by a kernel of the model: model
 // inputs and Variables are there when the run starts. The context (graph/ops/tiling_context.h)
 // lives in the tiling-data segment; its workspace is the one host tiling run's.
+//
+// Shared tiling (CompileOptions::tiling_sink_share, on by default): a later marked node on the
+// same stream whose tiling is the same computation as an earlier one's (TilingKey: the op type and
+// its attributes but not its name or the compiler's "_" marks, the input descriptions, the
+// workspace, and the very tensors its tiling depends on) joins that node's group. It gets no
+// AICPU task, wait or NOPs of its own: its task update goes on the tiling stream before the
+// group's record, so the first kernel's wait orders every update of the group before the stream
+// reaches the later kernels (far past its prefetch window then). A GPT-2 decode step tiles its 12
+// layers' Attention, all over the same valid_len, once instead of 12 times.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -114,6 +123,8 @@ class TaskGenerator {
   }
   Status EmitTilingSink(const graph::Node& node, const graph::OpDef& def, const graph::TilingInfo& tiling, int s,
                         TaskDef& kernel);
+  // What makes two marked nodes' tilings the same computation (see the file comment).
+  StatusOr<std::string> TilingKey(const graph::Node& node, const graph::OpDef& def, std::uint64_t workspace);
   Status EmitCopies(int key, graph::StreamDef& stream);
   Status EmitEvents(const graph::Node& node, const char* attr, TaskType type, graph::StreamDef& stream);
   StatusOr<graph::TilingInfo> Tile(const graph::Node& node, const graph::OpDef& def);
@@ -134,6 +145,15 @@ class TaskGenerator {
   const graph::Node* net_output_ = nullptr;
   std::vector<char> engine_set_;
   std::vector<graph::TensorDesc> in_descs_;  // the current node's, reused
+  // Shared tiling: the groups so far, each its key, stream, context offset, and where its record
+  // sits on the tiling stream (the group's later updates go in before it).
+  struct TilingGroup {
+    std::string key;
+    int stream = -1;
+    std::uint64_t context = 0;
+    std::size_t record_at = 0;
+  };
+  std::vector<TilingGroup> tiling_groups_;
 };
 
 // Model outputs: the copies each producer owes.
@@ -236,6 +256,26 @@ Status TaskGenerator::EmitTilingSink(const graph::Node& node, const graph::OpDef
   const std::uint64_t workspace = std::max(tiling.workspace_bytes, ws == nullptr ? std::uint64_t{0} : ws->bytes);
   NPUFLOW_ASSIGN_OR_RETURN(std::vector<std::uint8_t> context,
                            graph::EncodeTilingContext(node.op(), in_descs_, workspace, graph::TileTargetOf(chip_)));
+  std::string key;
+  if (options_.tiling_sink_share) {
+    NPUFLOW_ASSIGN_OR_RETURN(key, TilingKey(node, def, workspace));
+    for (TilingGroup& g : tiling_groups_) {
+      if (g.stream != s || g.key != key) continue;
+      // A member: its update before the group's record, its kernel next on its stream.
+      TaskDef update{.type = TaskType::kTaskUpdate, .node = node.name()};
+      update.target_stream = static_cast<std::uint32_t>(s);
+      update.target_task = static_cast<std::uint32_t>(main.tasks.size());
+      update.block_dim_ref = MemRef{Segment::kTilingData, g.context + graph::kTilingContextBlockDimOffset};
+      update.tiling_key_ref = MemRef{Segment::kTilingData, g.context + graph::kTilingContextTilingKeyOffset};
+      const std::size_t at = g.record_at;
+      attached.tasks.insert(attached.tasks.begin() + static_cast<std::ptrdiff_t>(at), std::move(update));
+      for (TilingGroup& other : tiling_groups_)
+        if (other.record_at >= at) ++other.record_at;
+      kernel.block_dim = graph::kTilingSinkBlockDim;
+      kernel.tiling_key = 0;
+      return Status::Ok();
+    }
+  }
   std::vector<std::uint8_t>& seg = model_.tiling_data;
   const std::uint64_t ctx = (seg.size() + kParamsAlign - 1) / kParamsAlign * kParamsAlign;
   seg.resize(ctx);
@@ -265,12 +305,31 @@ Status TaskGenerator::EmitTilingSink(const graph::Node& node, const graph::OpDef
   update.tiling_key_ref = MemRef{Segment::kTilingData, ctx + graph::kTilingContextTilingKeyOffset};
   attached.tasks.push_back(std::move(update));
   const auto tiled = static_cast<std::uint32_t>(++max_event_);
+  if (options_.tiling_sink_share)
+    tiling_groups_.push_back(TilingGroup{std::move(key), s, ctx, attached.tasks.size()});
   attached.tasks.push_back(TaskDef{.type = TaskType::kEventRecord, .node = node.name(), .event = tiled});
   main.tasks.push_back(TaskDef{.type = TaskType::kEventWait, .node = node.name(), .event = tiled});
   for (int i = 0; i < nops; ++i) main.tasks.push_back(TaskDef{.type = TaskType::kNop, .node = node.name()});
   kernel.block_dim = graph::kTilingSinkBlockDim;
   kernel.tiling_key = 0;
   return Status::Ok();
+}
+
+StatusOr<std::string> TaskGenerator::TilingKey(const graph::Node& node, const graph::OpDef& def,
+                                               std::uint64_t workspace) {
+  // The context as the AICPU task would read it, for a nameless copy of the op without the
+  // compiler's marks (streams, events, views: nothing the tiling reads), then the depend tensors.
+  graph::OpDesc op(std::string(), node.type());
+  for (const auto& [name, value] : node.op().attrs())
+    if (!name.starts_with("_")) op.SetAttr(name, value);
+  NPUFLOW_ASSIGN_OR_RETURN(std::vector<std::uint8_t> context,
+                           graph::EncodeTilingContext(op, in_descs_, workspace, graph::TileTargetOf(chip_)));
+  std::string key(context.begin(), context.end());
+  for (int k : def.tiling_depend_inputs) {
+    const graph::Endpoint& e = node.inputs()[static_cast<std::size_t>(k)];
+    key += fmt::format("|{}:{}", index_.pos(e.node), e.index);
+  }
+  return key;
 }
 
 Status TaskGenerator::EmitEvents(const graph::Node& node, const char* attr, TaskType type, graph::StreamDef& stream) {

@@ -24,7 +24,7 @@ constexpr const char* kKnownOptions =
     "ge.exec.deviceId, ge.socVersion, ge.enableSingleStream, ge.streamMaxParallelNum, npuflow.executionStreams, "
     "npuflow.executeTimeoutMs, ge.externalWeight, ge.externalWeightDir, ge.exec.value_bins, npuflow.verifyWeights, "
     "npuflow.weightKey, npuflow.weightPath, npuflow.modelDir, npuflow.v2Executor, npuflow.v2Profile, "
-    "ge.tiling_schedule_optimize, npuflow.runtime, npuflow.pipelineDevices";
+    "ge.tiling_schedule_optimize, npuflow.tilingSinkShare, npuflow.runtime, npuflow.pipelineDevices";
 
 StatusOr<std::int64_t> ParseInt(const std::string& name, const std::string& value, std::int64_t lo, std::int64_t hi) {
   std::int64_t v = 0;
@@ -86,6 +86,10 @@ StatusOr<GraphOptions> ParseGraphOptions(const Options& options, const GraphOpti
     } else if (name == "ge.tiling_schedule_optimize") {
       NPUFLOW_RETURN_IF_ERROR(lowering::CheckTilingScheduleOptimize(value, "option ge.tiling_schedule_optimize"));
       o.tiling_schedule_optimize = value;
+    } else if (name == "npuflow.tilingSinkShare") {
+      if (value != "true" && value != "false")
+        return Status::ParamInvalid("option {}='{}': expected true or false", name, value);
+      o.tiling_sink_share = value == "true";
     } else if (name == "npuflow.runtime") {
       if (value != "auto" && value != "v1" && value != "v2")
         return Status::ParamInvalid("option {}='{}': expected auto, v1 (the task sink) or v2 (RT2.0)", name, value);
@@ -259,6 +263,7 @@ Status Session::Build(GraphNode& node) {
   co.external_weight = node.options.external_weight;
   co.value_bins = node.options.value_bins;
   co.tiling_schedule_optimize = node.options.tiling_schedule_optimize;
+  co.tiling_sink_share = node.options.tiling_sink_share;
   co.online = true;  // the session's device is known: its chip's task-update support is a gate
   co.model_name = node.graph->name();
   if (co.external_weight == "1" || co.external_weight == "2") {

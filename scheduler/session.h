@@ -96,6 +96,9 @@ struct GraphOptions {
   std::string v2_executor = "auto";
   bool v2_profile = false;
   std::string tiling_schedule_optimize;  // "", "0", "1"
+  // npuflow.tilingSinkShare: sunk nodes with the same tiling share one AICPU tiling task
+  // (CompileOptions::tiling_sink_share; true by default).
+  bool tiling_sink_share = true;
   // npuflow.runtime: auto (RT2.0 for unknown dims, control flow, or a node whose tiling needs a
   // run-time value and is not sunk; else the v1 task sink), v1 or v2. A graph v1 cannot run
   // (control flow, unknown dims) fails to build on v1; a not-sunk tiling-depend node is tiled

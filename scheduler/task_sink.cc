@@ -142,7 +142,9 @@ StatusOr<npu_sim::Task> DavinciModel::TaskOf(const Instance& inst, const graph::
     case graph::TaskType::kNop: break;
     case graph::TaskType::kTaskUpdate: {
       // rtModelTaskUpdate: the target kernel's stream and task id and the context's block_dim and
-      // tiling-key words, all recorded when the kernel and the tiling task were distributed.
+      // tiling-key words, all recorded when the kernel and the tiling task were distributed. The
+      // context is the one whose words the update names: its node's own, or, for a node that
+      // shares an earlier node's tiling (gen-tasks, "shared tiling"), that node's.
       auto it = std::find_if(inst.tiling_sink.begin(), inst.tiling_sink.end(),
                              [&](const Instance::TilingSinkTask& x) { return x.node == t.node; });
       if (it == inst.tiling_sink.end() || !it->kernel_seen)
@@ -150,17 +152,22 @@ StatusOr<npu_sim::Task> DavinciModel::TaskOf(const Instance& inst, const graph::
             "node '{}': task update with no kernel task recorded for it (no kernel with block_dim 0xFFFFFFFF was "
             "distributed before the update; target stream {} task {})",
             t.node, t.target_stream, t.target_task);
-      if (!it->context)
+      NPUFLOW_ASSIGN_OR_RETURN(std::uint64_t words, Resolve(inst, t.block_dim_ref));
+      NPUFLOW_ASSIGN_OR_RETURN(std::uint64_t key_word, Resolve(inst, t.tiling_key_ref));
+      const npu_sim::DevicePtr context{words - graph::kTilingContextBlockDimOffset};
+      const bool recorded = std::any_of(inst.tiling_sink.begin(), inst.tiling_sink.end(),
+                                        [&](const Instance::TilingSinkTask& x) { return x.context == context; });
+      if (!recorded || key_word != context.value + graph::kTilingContextTilingKeyOffset)
         return Status::DataCorrupted(
             "node '{}': task update with no tiling context recorded for it (no AICPU tiling task was distributed "
-            "before the update)",
+            "before the update for the context its words are in)",
             t.node);
       if (it->stream != t.target_stream)
         return Status::DataCorrupted("node '{}': the task update targets stream {}, its kernel is on stream {}",
                                      t.node, t.target_stream, it->stream);
       npu_sim::Task u = npu_sim::Task::Update(inst.streams[it->stream].id, it->task,
-                                              it->context + graph::kTilingContextBlockDimOffset,
-                                              it->context + graph::kTilingContextTilingKeyOffset);
+                                              context + graph::kTilingContextBlockDimOffset,
+                                              context + graph::kTilingContextTilingKeyOffset);
       u.name = t.node + ":task_update";
       return u;
     }

@@ -121,6 +121,11 @@ struct CompileOptions {
   std::string tiling_schedule_optimize;
   bool online = false;
   int tiling_sink_nops = -1;
+  // Marked nodes on one stream whose tiling is the same computation (the same op type and
+  // attributes, input descriptions, workspace, and tiling-depend tensors) share the first one's
+  // AICPU tiling task and event: one tiling per group, a task update per kernel (gen-tasks). Off:
+  // each marked node has its own chain, as GE builds it. Not kept in the .om (its tasks are).
+  bool tiling_sink_share = true;
 };
 
 // What mark-tiling-sink decided for a node whose tiling depends on an input's value known only

@@ -198,6 +198,98 @@ TEST(TilingSink, TheTaskSequenceOnBothStreams) {
   }
 }
 
+// Two Attentions on one stream; the second's valid_len is `len2` (the same tensor as the first's
+// unless told otherwise) and its query `q2_shape` long.
+std::string TwoAttentions(const std::string& len2 = "len", int q2_rows = 1) {
+  return R"pb(
+    node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
+    node { name: "q" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+    node { name: "q2" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: )pb" +
+         std::to_string(q2_rows) + R"pb( } dim { size: 4 } } } } }
+    node { name: "len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "shape" value { shape { dim { size: 1 } } } } }
+    node { name: "other_len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "shape" value { shape { dim { size: 1 } } } } }
+    node { name: "a1" op: "Attention" input: "q" input: "cache" input: "cache" input: "len" }
+    node { name: "a2" op: "Attention" input: "q2" input: "cache" input: "cache" input: ")pb" +
+         len2 + R"pb(" }
+    node { name: "out" op: "NetOutput" input: "a1" input: "a2" }
+  )pb";
+}
+
+TEST(TilingSink, NodesWithTheSameTilingOnOneStreamShareOneAicpuTask) {
+  CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  options.stream_mode = CompileOptions::StreamMode::kSingle;
+  auto model = Compile(TwoAttentions(), options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->streams.size(), 2u);
+  const graph::StreamDef& main = model->streams[0];
+  const graph::StreamDef& tiling = model->streams[1];
+  // Tiling stream: one AICPU tiling, both updates, one record.
+  ASSERT_EQ(tiling.tasks.size(), 4u);
+  EXPECT_EQ(tiling.tasks[0].type, graph::TaskType::kAicpuKernel);
+  EXPECT_EQ(tiling.tasks[0].node, "a1");
+  const std::uint64_t ctx = tiling.tasks[0].args[0].offset;
+  for (std::size_t i : {1u, 2u}) {
+    const graph::TaskDef& u = tiling.tasks[i];
+    EXPECT_EQ(u.type, graph::TaskType::kTaskUpdate);
+    EXPECT_EQ(u.node, i == 1 ? "a1" : "a2");
+    EXPECT_EQ(u.block_dim_ref.offset, ctx + graph::kTilingContextBlockDimOffset) << "the first node's context";
+    EXPECT_EQ(u.tiling_key_ref.offset, ctx + graph::kTilingContextTilingKeyOffset);
+    ASSERT_LT(u.target_task, main.tasks.size());
+    EXPECT_EQ(main.tasks[u.target_task].type, graph::TaskType::kKernel);
+    EXPECT_EQ(main.tasks[u.target_task].node, u.node);
+    EXPECT_EQ(main.tasks[u.target_task].block_dim, graph::kTilingSinkBlockDim);
+  }
+  EXPECT_EQ(tiling.tasks[3].type, graph::TaskType::kEventRecord);
+  // Main stream: one wait and the NOPs, before the first kernel only.
+  int waits = 0, nops = 0;
+  for (const graph::TaskDef& t : main.tasks) {
+    waits += t.type == graph::TaskType::kEventWait;
+    nops += t.type == graph::TaskType::kNop;
+  }
+  EXPECT_EQ(waits, 1);
+  EXPECT_EQ(nops, 8);
+  EXPECT_EQ(main.tasks[0].type, graph::TaskType::kEventWait);
+  EXPECT_EQ(main.tasks[0].event, tiling.tasks[3].event);
+  EXPECT_EQ(model->event_count, 1u);
+  // Written and read back, the same tasks.
+  auto again = graph::ParseModel(*graph::SerializeModel(*model), "model");
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->streams[1].tasks.size(), 4u);
+  EXPECT_EQ(again->streams[1].tasks[2].block_dim_ref.offset, ctx + graph::kTilingContextBlockDimOffset);
+}
+
+TEST(TilingSink, NodesWhoseTilingDiffersOrWithSharingOffEachHaveTheirOwnChain) {
+  struct Case {
+    std::string what;
+    std::string text;
+    bool share;
+  };
+  for (const Case& c : {Case{"sharing off", TwoAttentions(), false},
+                        Case{"another valid_len tensor", TwoAttentions("other_len"), true},
+                        Case{"another query shape", TwoAttentions("len", 3), true}}) {
+    CompileOptions options;
+    options.tiling_schedule_optimize = "1";
+    options.stream_mode = CompileOptions::StreamMode::kSingle;
+    options.tiling_sink_share = c.share;
+    auto model = Compile(c.text, options);
+    ASSERT_TRUE(model.ok()) << c.what << ": " << model.status();
+    const graph::StreamDef& tiling = model->streams.back();
+    int aicpu = 0, records = 0;
+    for (const graph::TaskDef& t : tiling.tasks) {
+      aicpu += t.type == graph::TaskType::kAicpuKernel;
+      records += t.type == graph::TaskType::kEventRecord;
+    }
+    EXPECT_EQ(aicpu, 2) << c.what;
+    EXPECT_EQ(records, 2) << c.what;
+  }
+}
+
 // A custom op tiled on the device gets 20 KB of workspace beyond its host tiling's (GE's margin),
 // recorded in its tiling context as the bound the device tiling is checked against; npuflow's own
 // op gets none, and the custom op gets none without the sink.

@@ -76,6 +76,21 @@ const char* kAttentionComputedLen = R"pb(
   node { name: "out" op: "NetOutput" input: "att" }
 )pb";
 
+// Two Attentions over the same valid_len, the second's query the first's output: on one stream
+// they share one AICPU tiling (gen-tasks' shared tiling).
+const char* kTwoAttentions = R"pb(
+  node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
+         attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
+  node { name: "q" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+         attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+  node { name: "len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+         attr { key: "shape" value { shape { dim { size: 1 } } } } }
+  node { name: "a1" op: "Attention" input: "q" input: "cache" input: "cache" input: "len" }
+  node { name: "r" op: "Tanh" input: "a1" }
+  node { name: "a2" op: "Attention" input: "r" input: "cache" input: "cache" input: "len" }
+  node { name: "out" op: "NetOutput" input: "a2" }
+)pb";
+
 class TilingSinkRun : public test::ModelManagerTest {};
 
 // The valid_len values an op's tiling was given (-1: tiled without the value).
@@ -423,6 +438,47 @@ class JitterTap : public actors::DeliveryTap {
   std::mutex mu_;
   std::mt19937 rng_;
 };
+
+// Shared tiling: the second Attention has no wait, NOPs or AICPU task of its own; its update
+// lands before the first kernel's wait passes. Deliveries jittered at random, every run is clean
+// (no task-update race) and equals the interpreter, as with one chain per node.
+TEST_F(TilingSinkRun, NodesSharingOneTilingRunCleanUnderJitteredDeliveries) {
+  auto ref_graph = graph::ParseGraphText(kTwoAttentions, "two_attentions.pbtxt");
+  ASSERT_TRUE(ref_graph.ok()) << ref_graph.status();
+  auto interp = graph::Interpreter::Create(**ref_graph);
+  ASSERT_TRUE(interp.ok()) << interp.status();
+  static JitterTap tap(29);
+  ASSERT_TRUE(rt().system().SetTap(&tap).ok());
+  for (bool share : {true, false}) {
+    SCOPED_TRACE(share ? "shared" : "one chain each");
+    auto session = Session::Create({{"npuflow.executeTimeoutMs", "10000"}});
+    ASSERT_TRUE(session.ok()) << session.status();
+    graph::CompileOptions options;
+    options.tiling_schedule_optimize = "1";
+    options.stream_mode = graph::CompileOptions::StreamMode::kSingle;
+    options.tiling_sink_share = share;
+    auto compiled = lowering::CompileV1(*graph::ParseGraphText(kTwoAttentions, "two_attentions.pbtxt"), options);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    int aicpu = 0;
+    for (const graph::TaskDef& t : compiled->streams.back().tasks) aicpu += t.type == graph::TaskType::kAicpuKernel;
+    EXPECT_EQ(aicpu, share ? 1 : 2);
+    ASSERT_TRUE((*session)->AddCompiledModel(1, std::make_shared<const graph::CompiledModel>(std::move(*compiled))).ok());
+    const int runs = share ? 400 : 50;
+    for (int r = 0; r < runs; ++r) {
+      const std::int32_t p = r % 8;
+      Tensor q = test::FilledF32(graph::Shape{2, 1, 4}, [p](std::size_t i) { return 0.1f * (i + p); });
+      Tensor len = test::FilledI32(graph::Shape{1}, [p](std::size_t) { return p + 1; });
+      auto got = (*session)->RunGraph(1, {q, len});
+      ASSERT_TRUE(got.ok()) << "run " << r << ": " << got.status();
+      auto want = (*interp)->Run({{"q", q}, {"len", len}});
+      ASSERT_TRUE(want.ok()) << want.status();
+      for (std::size_t i = 0; i < 8; ++i)
+        ASSERT_NEAR(graph::LoadF((*got)[0], i), graph::LoadF((*want)[0], i), 1e-5) << "run " << r;
+    }
+    ASSERT_TRUE((*session)->Finalize().ok());
+  }
+  ASSERT_TRUE(rt().system().SetTap(nullptr).ok());
+}
 
 // --tiling-sink-nops K: with fewer NOPs than the 910B's prefetch_num (8) the kernel is fetched
 // before the update lands, a race the stream detects and names; with 8 every run is clean.
