@@ -39,6 +39,29 @@ Status CheckArgCount(const npu_sim::KernelContext& ctx, const KernelParams& p) {
   return Status::Ok();
 }
 
+// Reads the params at `at` into `p` and checks them against the context's arguments.
+Status ReadParams(const npu_sim::KernelContext& ctx, npu_sim::DevicePtr at, KernelParams& p) {
+  // The header first, then as many tensors as it names.
+  constexpr std::size_t kHeader = offsetof(KernelParams, tensors);
+  npu_sim::DeviceMemory::Mapping m;
+  NPUFLOW_ASSIGN_OR_RETURN(m, ctx.memory().Map(at, kHeader));
+  std::memcpy(static_cast<void*>(&p), m.data(), kHeader);
+  if (p.num_inputs + p.num_outputs > static_cast<std::uint32_t>(kMaxKernelTensors))
+    return Status::DataCorrupted("op kernel params: {} tensors, at most {}", p.num_inputs + p.num_outputs,
+                                 kMaxKernelTensors);
+  NPUFLOW_ASSIGN_OR_RETURN(m, ctx.memory().Map(at, KernelParamsBytes(p)));
+  std::memcpy(static_cast<void*>(&p), m.data(), KernelParamsBytes(p));
+  NPUFLOW_RETURN_IF_ERROR(CheckArgCount(ctx, p));
+  for (std::uint32_t i = 0; i < p.num_inputs + p.num_outputs; ++i) {
+    const KernelTensor& t = p.tensors[i];
+    if (t.rank > static_cast<std::uint32_t>(kMaxKernelRank) || t.dtype > static_cast<std::uint32_t>(DataType::kBool))
+      return Status::DataCorrupted("op kernel params: tensor {} has rank {} / dtype {}", i, t.rank, t.dtype);
+    for (std::uint32_t d = 0; d < t.rank; ++d)
+      if (t.dims[d] < 0) return Status::DataCorrupted("op kernel params: tensor {} dim {} is {}", i, d, t.dims[d]);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<OpKernelView> OpKernelView::Open(const npu_sim::KernelContext& ctx) {
@@ -46,38 +69,24 @@ StatusOr<OpKernelView> OpKernelView::Open(const npu_sim::KernelContext& ctx) {
   v.ctx_ = &ctx;
   if (ctx.arg_count() < 2) return Status::ParamInvalid("op kernel: {} arguments, expected at least 2", ctx.arg_count());
   const npu_sim::DevicePtr at = ctx.ptr(ctx.arg_count() - 1);
-  thread_local KeptParams kept;
   const std::uint64_t launch = ctx.launch();
-  if (launch != 0 && kept.launch == launch && kept.at == at.value && kept.memory == &ctx.memory()) {
-    std::memcpy(static_cast<void*>(&v.params_), &kept.params, KernelParamsBytes(kept.params));
-    NPUFLOW_RETURN_IF_ERROR(CheckArgCount(ctx, v.params_));
-  } else {
-    // The header first, then as many tensors as it names.
-    constexpr std::size_t kHeader = offsetof(KernelParams, tensors);
-    npu_sim::DeviceMemory::Mapping m;
-    NPUFLOW_ASSIGN_OR_RETURN(m, ctx.memory().Map(at, kHeader));
-    std::memcpy(static_cast<void*>(&v.params_), m.data(), kHeader);
-    const KernelParams& p = v.params_;
-    if (p.num_inputs + p.num_outputs > static_cast<std::uint32_t>(kMaxKernelTensors))
-      return Status::DataCorrupted("op kernel params: {} tensors, at most {}", p.num_inputs + p.num_outputs,
-                                   kMaxKernelTensors);
-    NPUFLOW_ASSIGN_OR_RETURN(m, ctx.memory().Map(at, KernelParamsBytes(p)));
-    std::memcpy(static_cast<void*>(&v.params_), m.data(), KernelParamsBytes(p));
-    NPUFLOW_RETURN_IF_ERROR(CheckArgCount(ctx, p));
-    for (std::uint32_t i = 0; i < p.num_inputs + p.num_outputs; ++i) {
-      const KernelTensor& t = p.tensors[i];
-      if (t.rank > static_cast<std::uint32_t>(kMaxKernelRank) || t.dtype > static_cast<std::uint32_t>(DataType::kBool))
-        return Status::DataCorrupted("op kernel params: tensor {} has rank {} / dtype {}", i, t.rank, t.dtype);
-      for (std::uint32_t d = 0; d < t.rank; ++d)
-        if (t.dims[d] < 0) return Status::DataCorrupted("op kernel params: tensor {} dim {} is {}", i, d, t.dims[d]);
-    }
-    if (launch != 0) {  // checked: the launch's other opens on this thread take these
-      kept.launch = launch;
-      kept.at = at.value;
-      kept.memory = &ctx.memory();
-      std::memcpy(static_cast<void*>(&kept.params), &v.params_, KernelParamsBytes(p));
-    }
+  if (launch == 0) {  // nothing to share: the view holds its own
+    v.own_ = std::make_unique<Own>();
+    NPUFLOW_RETURN_IF_ERROR(ReadParams(ctx, at, v.own_->params));
+    v.params_ = &v.own_->params;
+    return v;
   }
+  thread_local KeptParams kept;
+  if (kept.launch != launch || kept.at != at.value || kept.memory != &ctx.memory()) {
+    kept.launch = 0;  // claimed only once read and checked
+    NPUFLOW_RETURN_IF_ERROR(ReadParams(ctx, at, kept.params));
+    kept.launch = launch;
+    kept.at = at.value;
+    kept.memory = &ctx.memory();
+  } else {
+    NPUFLOW_RETURN_IF_ERROR(CheckArgCount(ctx, kept.params));
+  }
+  v.params_ = &kept.params;
   return v;
 }
 
@@ -86,11 +95,13 @@ StatusOr<std::byte*> OpKernelView::MapArg(std::uint32_t arg, std::uint64_t bytes
   if (arg >= ctx_->arg_count())
     return Status::ParamInvalid("kernel argument {} missing ({} given)", arg, ctx_->arg_count());
   const npu_sim::DevicePtr ptr = ctx_->ptr(arg);
-  if (launch == 0 || arg >= kMaxKernelTensors) {  // no launch to share with: this view holds it
-    if (num_maps_ == maps_.size())
-      return Status::Internal("kernel argument {}: more than {} mappings in one kernel view", arg, maps_.size());
-    NPUFLOW_ASSIGN_OR_RETURN(maps_[num_maps_], ctx_->memory().Map(ptr, bytes));
-    return maps_[num_maps_++].data();
+  if (own_ != nullptr || arg >= kMaxKernelTensors) {  // no launch to share with: this view holds it
+    if (own_ == nullptr) own_ = std::make_unique<Own>();
+    Own& own = *own_;
+    if (own.num_maps == own.maps.size())
+      return Status::Internal("kernel argument {}: more than {} mappings in one kernel view", arg, own.maps.size());
+    NPUFLOW_ASSIGN_OR_RETURN(own.maps[own.num_maps], ctx_->memory().Map(ptr, bytes));
+    return own.maps[own.num_maps++].data();
   }
   thread_local KeptMappings kept;
   if (kept.launch != launch || kept.memory != &ctx_->memory()) {

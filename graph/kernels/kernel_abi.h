@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -87,12 +88,18 @@ inline std::pair<std::int64_t, std::int64_t> BlockRange(std::int64_t n, std::uin
 // backing); the launch after it maps again and fails. Each block still checks its own bounds.
 // Why: GPT-2 117M's decode step maps about 1,300 tensors in 380 blocks, each map a shared lock and
 // a reference count on lines that step's 250 MB of weights had pushed out of the caches.
+//
+// The params are the thread's too: a view of a launch points at the params its thread kept for
+// that launch (read from device memory by the launch's first open there), so an open copies
+// nothing and the view is a few words. So a view is good until its thread opens a view of another
+// launch (kernels and cost functions open one at a time). A context without a launch (a caller that
+// builds one itself) gets a view that holds its own params and mappings.
 class OpKernelView {
  public:
   // Reads the params (the last argument) and checks the argument count against them.
   static StatusOr<OpKernelView> Open(const npu_sim::KernelContext& ctx);
 
-  const KernelParams& params() const { return params_; }
+  const KernelParams& params() const { return *params_; }
   std::uint32_t block_idx() const { return ctx_->block_idx(); }
   std::uint32_t block_dim() const { return ctx_->block_dim(); }
   std::uint64_t tiling_key() const { return ctx_->tiling_key(); }
@@ -100,13 +107,13 @@ class OpKernelView {
 
   // The whole of input / output i as T (T must match the tensor's element size).
   template <typename T>
-  StatusOr<std::span<T>> Input(std::uint32_t i) { return Map<T>(i, params_.input(i)); }
+  StatusOr<std::span<T>> Input(std::uint32_t i) { return Map<T>(i, params_->input(i)); }
   template <typename T>
-  StatusOr<std::span<T>> Output(std::uint32_t i) { return Map<T>(params_.num_inputs + i, params_.output(i)); }
+  StatusOr<std::span<T>> Output(std::uint32_t i) { return Map<T>(params_->num_inputs + i, params_->output(i)); }
   // Raw device word of an argument (to tell whether an output aliases an input).
   std::uint64_t arg(std::uint32_t i) const { return ctx_->scalar(i); }
   std::uint64_t input_addr(std::uint32_t i) const { return ctx_->scalar(i); }
-  std::uint64_t output_addr(std::uint32_t i) const { return ctx_->scalar(params_.num_inputs + i); }
+  std::uint64_t output_addr(std::uint32_t i) const { return ctx_->scalar(params_->num_inputs + i); }
 
  private:
   template <typename T>
@@ -123,11 +130,16 @@ class OpKernelView {
   // or in this view when the context has no launch).
   StatusOr<std::byte*> MapArg(std::uint32_t arg, std::uint64_t bytes);
 
+  // What a view of a context without a launch holds itself.
+  struct Own {
+    KernelParams params;
+    std::array<npu_sim::DeviceMemory::Mapping, 2 * kMaxKernelTensors> maps;
+    std::size_t num_maps = 0;
+  };
+
   const npu_sim::KernelContext* ctx_ = nullptr;
-  KernelParams params_;
-  // Without a launch: held in place (a view is opened for every block: no allocation there).
-  std::array<npu_sim::DeviceMemory::Mapping, 2 * kMaxKernelTensors> maps_;
-  std::size_t num_maps_ = 0;
+  const KernelParams* params_ = nullptr;  // the thread's kept ones, or own_->params
+  std::unique_ptr<Own> own_;
 };
 
 // Virtual duration of one block that moves `bytes` to and from HBM and does `flops` on one core
