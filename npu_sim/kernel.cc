@@ -20,6 +20,11 @@ std::uint64_t NextKernelLaunch() {
   return at++;
 }
 
+LaunchMappings& ThisThreadLaunchMappings() {
+  thread_local LaunchMappings mappings;
+  return mappings;
+}
+
 std::string_view EngineName(Engine engine) { return engine == Engine::kAICore ? "AICore" : "AICPU"; }
 
 KernelRegistry& KernelRegistry::Global() {

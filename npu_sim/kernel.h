@@ -2,6 +2,7 @@
 // with a cost function that gives the block's virtual duration.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -59,6 +60,30 @@ class KernelContext {
 };
 // A new launch number (never 0): one per kernel task a stream starts.
 std::uint64_t NextKernelLaunch();
+
+// The device-memory mappings a unit's thread keeps for the kernel launch it runs, by argument
+// (graph's OpKernelView fills and reads it): the launch's later blocks on the thread take an
+// argument's bytes without mapping it again. The unit lets them go when its message is handled
+// (UnitActor), so a thread holds no allocation's backing once it has no kernel to run.
+struct LaunchMappings {
+  static constexpr std::size_t kArgs = 16;
+  struct Arg {
+    std::uint64_t ptr = 0;
+    std::uint64_t bytes = 0;
+    DeviceMemory::Mapping mapping;
+  };
+  std::uint64_t launch = 0;  // 0: holds nothing
+  const DeviceMemory* memory = nullptr;
+  std::array<Arg, kArgs> args;
+  // Drops every mapping (the backings they held may go) and the launch.
+  void Release() {
+    if (launch == 0) return;
+    for (Arg& a : args) a = {};
+    launch = 0;
+    memory = nullptr;
+  }
+};
+LaunchMappings& ThisThreadLaunchMappings();
 
 using KernelFn = Status (*)(KernelContext& ctx);
 // The device memory a kernel task reads and writes, for the race detector (race_detector.h): given

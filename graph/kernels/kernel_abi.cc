@@ -20,17 +20,7 @@ struct KeptParams {
   KernelParams params;
 };
 
-// The mappings a unit thread made for the launch it last ran (OpKernelView::MapArg), by argument.
-struct KeptMappings {
-  struct Arg {
-    std::uint64_t ptr = 0;
-    std::uint64_t bytes = 0;
-    npu_sim::DeviceMemory::Mapping mapping;
-  };
-  std::uint64_t launch = 0;
-  const npu_sim::DeviceMemory* memory = nullptr;
-  std::array<Arg, kMaxKernelTensors> args;
-};
+static_assert(kMaxKernelTensors <= npu_sim::LaunchMappings::kArgs, "a launch's tensors each keep a mapping");
 
 Status CheckArgCount(const npu_sim::KernelContext& ctx, const KernelParams& p) {
   if (ctx.arg_count() != p.num_inputs + p.num_outputs + 2)
@@ -103,13 +93,13 @@ StatusOr<std::byte*> OpKernelView::MapArg(std::uint32_t arg, std::uint64_t bytes
     NPUFLOW_ASSIGN_OR_RETURN(own.maps[own.num_maps], ctx_->memory().Map(ptr, bytes));
     return own.maps[own.num_maps++].data();
   }
-  thread_local KeptMappings kept;
+  npu_sim::LaunchMappings& kept = npu_sim::ThisThreadLaunchMappings();
   if (kept.launch != launch || kept.memory != &ctx_->memory()) {
-    for (KeptMappings::Arg& a : kept.args) a = {};  // the last launch's backings are let go
+    kept.Release();  // the last launch's backings are let go
     kept.launch = launch;
     kept.memory = &ctx_->memory();
   }
-  KeptMappings::Arg& a = kept.args[arg];
+  npu_sim::LaunchMappings::Arg& a = kept.args[arg];
   if (a.mapping.data() != nullptr && a.ptr == ptr.value && bytes <= a.bytes) return a.mapping.data();
   NPUFLOW_ASSIGN_OR_RETURN(npu_sim::DeviceMemory::Mapping m, ctx_->memory().Map(ptr, bytes));
   a.ptr = ptr.value;

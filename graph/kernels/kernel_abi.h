@@ -81,9 +81,10 @@ inline std::pair<std::int64_t, std::int64_t> BlockRange(std::int64_t n, std::uin
 // stay valid while the view lives.
 //
 // A launch's blocks on one thread share their mappings (KernelContext::launch): the first block
-// to map an argument maps it, and the thread keeps that mapping (the allocation's backing held)
-// until it maps for another launch; the launch's later blocks there take its bytes without the
-// device memory's lock and a reference count each. A Free of that memory while the launch runs
+// to map an argument maps it, and the thread keeps that mapping (the allocation's backing held;
+// npu_sim::LaunchMappings) until it maps for another launch or its unit's message is handled;
+// the launch's later blocks there take its bytes without the device memory's lock and a
+// reference count each. A Free of that memory while the launch runs
 // lets those blocks finish on the old backing (DeviceMemory's rule: fail, or finish on the old
 // backing); the launch after it maps again and fails. Each block still checks its own bounds.
 // Why: GPT-2 117M's decode step maps about 1,300 tensors in 380 blocks, each map a shared lock and

@@ -431,6 +431,37 @@ TEST(OpKernelView, ALaunchMapsEachTensorOnceOnAThreadAndTheNextLaunchMapsAgain) 
   }
 }
 
+// What a block finds kept on its thread when it starts: written to its one argument.
+Status ProbeKeptLaunch(npu_sim::KernelContext& ctx) {
+  npu_sim::DeviceMemory::Mapping m;
+  NPUFLOW_ASSIGN_OR_RETURN(auto out, ctx.Buffer<std::uint64_t>(0, 1, m));
+  out[0] = npu_sim::ThisThreadLaunchMappings().launch;
+  return Status::Ok();
+}
+npu_sim::VTime ProbeCost(const npu_sim::KernelContext&, const npu_sim::ChipSpec&) { return 100; }
+
+TEST(OpKernelView, AUnitThreadKeepsNoMappingsOnceItsMessageIsHandled) {
+  // An op kernel keeps its launch's mappings while its blocks run; the next kernel on any unit
+  // thread finds none (the unit let them go), so no thread holds a freed allocation's backing.
+  npu_sim::KernelRegistry::Global().Register(
+      {.name = "test.ProbeKeptLaunch", .engine = npu_sim::Engine::kAICore, .run = &ProbeKeptLaunch, .cost = &ProbeCost});
+  npu_sim::Runtime& rt = TestRuntime();
+  std::mt19937 rng(5);
+  const npu_sim::DevicePtr out = rt.Malloc(0, sizeof(std::uint64_t)).value();
+  for (int round = 0; round < 20; ++round) {
+    auto dev = RunOpOnDevice(Op("Softmax"), {RandomTensor(F32Desc(Shape{8, 300}), rng, -2, 2)});
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    const std::vector<std::uint64_t> args = {out.value};
+    const npu_sim::Stream s = rt.DefaultStream(0);
+    ASSERT_TRUE(rt.LaunchKernel(s, "test.ProbeKeptLaunch", 1, args, 0).ok());
+    ASSERT_TRUE(rt.SynchronizeStream(s).ok());
+    std::uint64_t kept = 1;
+    ASSERT_TRUE(rt.MemcpyD2H(0, &kept, out, sizeof(kept)).ok());
+    EXPECT_EQ(kept, 0u) << "round " << round;
+  }
+  ASSERT_TRUE(rt.Free(0, out).ok());
+}
+
 TEST(MatMul, BadLayerNormProloguesAreErrorsNamingTheNode) {
   OpDesc norm = Op("MatMul");
   norm.SetAttr("fused_norm", true);
