@@ -379,6 +379,7 @@ class CellBase {
   // In front of out_lanes_: the lanes last used, direct-mapped by the receiver's uid (an actor
   // that sends to a few others in turn, a unit to its stream and to the next parts' units, finds
   // each without a hash-map lookup on a line a kernel's data pushed out of the caches).
+  // A slot is empty while its uid is 0: NextCellUid never gives 0.
   static constexpr std::size_t kOutLaneSlots = 8;
   std::array<std::uint64_t, kOutLaneSlots> out_slot_uid_{};
   std::array<LaneBase*, kOutLaneSlots> out_slot_lane_{};

@@ -18,7 +18,8 @@
 // Shared tiling (CompileOptions::tiling_sink_share, on by default): a later marked node on the
 // same stream whose tiling is the same computation as an earlier one's (TilingKey: the op type and
 // its attributes but not its name or the compiler's "_" marks, the input descriptions, the
-// workspace, and the very tensors its tiling depends on) joins that node's group. It gets no
+// workspace, and the very tensors its tiling depends on, which must be model inputs: nothing in the
+// run writes them) joins that node's group. It gets no
 // AICPU task, wait or NOPs of its own: its task update goes on the tiling stream before the
 // group's record, so the first kernel's wait orders every update of the group before the stream
 // reaches the later kernels (far past its prefetch window then). A GPT-2 decode step tiles its 12
@@ -123,8 +124,12 @@ class TaskGenerator {
   }
   Status EmitTilingSink(const graph::Node& node, const graph::OpDef& def, const graph::TilingInfo& tiling, int s,
                         TaskDef& kernel);
-  // What makes two marked nodes' tilings the same computation (see the file comment).
+  // What makes two marked nodes' tilings the same computation (see the file comment); empty when
+  // the node's tiling is not to be shared (it depends on something other than model inputs).
   StatusOr<std::string> TilingKey(const graph::Node& node, const graph::OpDef& def, std::uint64_t workspace);
+  // Shared tiling: makes `node` a member of an earlier group with `key` on stream s, if there is
+  // one (its update before the group's record, `kernel` with the placeholder block_dim).
+  bool JoinTilingGroup(const graph::Node& node, const std::string& key, int s, TaskDef& kernel);
   Status EmitCopies(int key, graph::StreamDef& stream);
   Status EmitEvents(const graph::Node& node, const char* attr, TaskType type, graph::StreamDef& stream);
   StatusOr<graph::TilingInfo> Tile(const graph::Node& node, const graph::OpDef& def);
@@ -259,22 +264,7 @@ Status TaskGenerator::EmitTilingSink(const graph::Node& node, const graph::OpDef
   std::string key;
   if (options_.tiling_sink_share) {
     NPUFLOW_ASSIGN_OR_RETURN(key, TilingKey(node, def, workspace));
-    for (TilingGroup& g : tiling_groups_) {
-      if (g.stream != s || g.key != key) continue;
-      // A member: its update before the group's record, its kernel next on its stream.
-      TaskDef update{.type = TaskType::kTaskUpdate, .node = node.name()};
-      update.target_stream = static_cast<std::uint32_t>(s);
-      update.target_task = static_cast<std::uint32_t>(main.tasks.size());
-      update.block_dim_ref = MemRef{Segment::kTilingData, g.context + graph::kTilingContextBlockDimOffset};
-      update.tiling_key_ref = MemRef{Segment::kTilingData, g.context + graph::kTilingContextTilingKeyOffset};
-      const std::size_t at = g.record_at;
-      attached.tasks.insert(attached.tasks.begin() + static_cast<std::ptrdiff_t>(at), std::move(update));
-      for (TilingGroup& other : tiling_groups_)
-        if (other.record_at >= at) ++other.record_at;
-      kernel.block_dim = graph::kTilingSinkBlockDim;
-      kernel.tiling_key = 0;
-      return Status::Ok();
-    }
+    if (JoinTilingGroup(node, key, s, kernel)) return Status::Ok();
   }
   std::vector<std::uint8_t>& seg = model_.tiling_data;
   const std::uint64_t ctx = (seg.size() + kParamsAlign - 1) / kParamsAlign * kParamsAlign;
@@ -286,6 +276,9 @@ Status TaskGenerator::EmitTilingSink(const graph::Node& node, const graph::OpDef
   tile.args.push_back(MemRef{Segment::kTilingData, ctx});
   bool produced_in_run = false;
   for (int k : def.tiling_depend_inputs) {
+    if (static_cast<std::size_t>(k) >= node.inputs().size())
+      return Status::ParamInvalid("node '{}' ({}): tiling-depend input {} is missing ({} inputs)", node.name(),
+                                  node.type(), k, node.inputs().size());
     const graph::Endpoint& e = node.inputs()[static_cast<std::size_t>(k)];
     NPUFLOW_ASSIGN_OR_RETURN(const graph::TensorPlacement* t, places_.Where(*e.node, e.index));
     tile.args.push_back(t->ref);
@@ -305,8 +298,7 @@ Status TaskGenerator::EmitTilingSink(const graph::Node& node, const graph::OpDef
   update.tiling_key_ref = MemRef{Segment::kTilingData, ctx + graph::kTilingContextTilingKeyOffset};
   attached.tasks.push_back(std::move(update));
   const auto tiled = static_cast<std::uint32_t>(++max_event_);
-  if (options_.tiling_sink_share)
-    tiling_groups_.push_back(TilingGroup{std::move(key), s, ctx, attached.tasks.size()});
+  if (!key.empty()) tiling_groups_.push_back(TilingGroup{std::move(key), s, ctx, attached.tasks.size()});
   attached.tasks.push_back(TaskDef{.type = TaskType::kEventRecord, .node = node.name(), .event = tiled});
   main.tasks.push_back(TaskDef{.type = TaskType::kEventWait, .node = node.name(), .event = tiled});
   for (int i = 0; i < nops; ++i) main.tasks.push_back(TaskDef{.type = TaskType::kNop, .node = node.name()});
@@ -317,6 +309,12 @@ Status TaskGenerator::EmitTilingSink(const graph::Node& node, const graph::OpDef
 
 StatusOr<std::string> TaskGenerator::TilingKey(const graph::Node& node, const graph::OpDef& def,
                                                std::uint64_t workspace) {
+  // Only values nothing in the run writes are the same for every node that reads them: model
+  // inputs. (A Variable, or a tensor some op writes in place, could change between two nodes.)
+  for (int k : def.tiling_depend_inputs) {
+    if (static_cast<std::size_t>(k) >= node.inputs().size()) return std::string();
+    if (node.inputs()[static_cast<std::size_t>(k)].node->type() != "Data") return std::string();
+  }
   // The context as the AICPU task would read it, for a nameless copy of the op without the
   // compiler's marks (streams, events, views: nothing the tiling reads), then the depend tensors.
   graph::OpDesc op(std::string(), node.type());
@@ -330,6 +328,29 @@ StatusOr<std::string> TaskGenerator::TilingKey(const graph::Node& node, const gr
     key += fmt::format("|{}:{}", index_.pos(e.node), e.index);
   }
   return key;
+}
+
+bool TaskGenerator::JoinTilingGroup(const graph::Node& node, const std::string& key, int s, TaskDef& kernel) {
+  if (key.empty()) return false;
+  for (TilingGroup& g : tiling_groups_) {
+    if (g.stream != s || g.key != key) continue;
+    // A member: its update before the group's record, its kernel next on its stream.
+    graph::StreamDef& main = model_.streams[static_cast<std::size_t>(s)];
+    graph::StreamDef& attached = model_.streams[static_cast<std::size_t>(tiling_stream_)];
+    TaskDef update{.type = TaskType::kTaskUpdate, .node = node.name()};
+    update.target_stream = static_cast<std::uint32_t>(s);
+    update.target_task = static_cast<std::uint32_t>(main.tasks.size());
+    update.block_dim_ref = MemRef{Segment::kTilingData, g.context + graph::kTilingContextBlockDimOffset};
+    update.tiling_key_ref = MemRef{Segment::kTilingData, g.context + graph::kTilingContextTilingKeyOffset};
+    const std::size_t at = g.record_at;
+    attached.tasks.insert(attached.tasks.begin() + static_cast<std::ptrdiff_t>(at), std::move(update));
+    for (TilingGroup& other : tiling_groups_)
+      if (other.record_at >= at) ++other.record_at;
+    kernel.block_dim = graph::kTilingSinkBlockDim;
+    kernel.tiling_key = 0;
+    return true;
+  }
+  return false;
 }
 
 Status TaskGenerator::EmitEvents(const graph::Node& node, const char* attr, TaskType type, graph::StreamDef& stream) {

@@ -24,6 +24,8 @@
 //   npuflow.modelDir          the directory of the model file: its weight/ holds moved files
 //   ge.tiling_schedule_optimize "" / "0" / "1": the tiling sink (lowering/tiling_sink.h); the
 //                             device gate checks the session's device chip
+//   npuflow.tilingSinkShare   true (default) | false: sunk nodes on one stream with the same tiling
+//                             share one AICPU tiling task (docs/tiling_sink.md, "Shared tiling")
 //   npuflow.pipelineDevices   0..64: the devices a stage-partitioned graph spreads its stages over
 //                             (default 0: one per stage, up to the devices there are)
 //   npuflow.runtime           auto (default) | v1 | v2: which runtime builds the graph. auto: RT2.0

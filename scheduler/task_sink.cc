@@ -155,8 +155,12 @@ StatusOr<npu_sim::Task> DavinciModel::TaskOf(const Instance& inst, const graph::
       NPUFLOW_ASSIGN_OR_RETURN(std::uint64_t words, Resolve(inst, t.block_dim_ref));
       NPUFLOW_ASSIGN_OR_RETURN(std::uint64_t key_word, Resolve(inst, t.tiling_key_ref));
       const npu_sim::DevicePtr context{words - graph::kTilingContextBlockDimOffset};
-      const bool recorded = std::any_of(inst.tiling_sink.begin(), inst.tiling_sink.end(),
-                                        [&](const Instance::TilingSinkTask& x) { return x.context == context; });
+      // A node with its own AICPU tiling task reads that one's context; a node without one, a
+      // context some other node's task writes.
+      const bool recorded =
+          it->context ? it->context == context
+                      : std::any_of(inst.tiling_sink.begin(), inst.tiling_sink.end(),
+                                    [&](const Instance::TilingSinkTask& x) { return x.context && x.context == context; });
       if (!recorded || key_word != context.value + graph::kTilingContextTilingKeyOffset)
         return Status::DataCorrupted(
             "node '{}': task update with no tiling context recorded for it (no AICPU tiling task was distributed "

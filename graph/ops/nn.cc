@@ -444,6 +444,10 @@ Status InferArgMax(const OpDesc& op, const std::vector<TensorDesc>& in, std::vec
     return Status::ParamInvalid("node '{}' (ArgMax): x must have rank >= 1, got {}", op.name(), x.ToString());
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis_attr, op.AttrOr<std::int64_t>("axis", -1));
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis, NormalizedAxis(op, axis_attr, x.rank(), x));
+  const Dim& along = x.dim(static_cast<std::size_t>(axis));
+  if (along.is_static() && along.size > std::numeric_limits<std::int32_t>::max())
+    return Status::ParamInvalid("node '{}' (ArgMax): axis {} is {} long; an i32 index holds at most {}", op.name(),
+                                axis, along.size, std::numeric_limits<std::int32_t>::max());
   std::vector<Dim> dims = x.dims();
   dims.erase(dims.begin() + axis);
   out.push_back(TensorDesc{DataType::kInt32, Shape(std::move(dims))});

@@ -199,6 +199,76 @@ TEST(Actors, FifoPerSenderAndOneHandlerAtATime) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// An actor sending to more receivers than its lane cache has slots (CellBase::kOutLaneSlots; the
+// receivers' uids are consecutive, so some share a slot), in a shuffled order each round: every
+// receiver gets every item meant for it, in the order sent.
+class InOrderChecker {
+ public:
+  struct Item {
+    long seq;
+  };
+  struct Report {};
+  struct Result {
+    long received = 0;
+    long out_of_order = 0;
+  };
+  using Message = std::variant<Item, Report>;
+  void Receive(Message& msg, Context<Message>& ctx) {
+    if (auto* item = std::get_if<Item>(&msg)) {
+      if (item->seq != next_) ++result_.out_of_order;
+      next_ = item->seq + 1;
+      ++result_.received;
+      return;
+    }
+    ctx.Reply<Result>(result_);
+  }
+
+ private:
+  long next_ = 0;
+  Result result_;
+};
+
+class Scatter {
+ public:
+  struct Go {
+    long rounds;
+  };
+  using Message = std::variant<Go>;
+  explicit Scatter(std::vector<Address<InOrderChecker::Message>> to) : to_(std::move(to)), seq_(to_.size(), 0) {}
+  void Receive(Message& msg, Context<Message>&) {
+    std::vector<std::size_t> order(to_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (long r = 0; r < std::get<Go>(msg).rounds; ++r) {
+      std::shuffle(order.begin(), order.end(), rng_);
+      for (std::size_t i : order) to_[i].Send(InOrderChecker::Item{seq_[i]++});
+    }
+  }
+
+ private:
+  std::vector<Address<InOrderChecker::Message>> to_;
+  std::vector<long> seq_;
+  std::mt19937 rng_{7};
+};
+
+TEST(Actors, ASenderReachesMoreReceiversThanItsLaneCacheHoldsInOrder) {
+  for (int workers : {1, 2}) {
+    System system({.workers = workers});
+    std::vector<Address<InOrderChecker::Message>> checkers;
+    for (int i = 0; i < 21; ++i) checkers.push_back(system.Spawn<InOrderChecker>(fmt::format("checker{}", i)));
+    auto scatter = system.Spawn<Scatter>("scatter", checkers);
+    constexpr long kRounds = 3000;
+    for (int go = 0; go < 4; ++go) scatter.Send(Scatter::Go{kRounds / 4});
+    system.WaitIdle();
+    for (std::size_t i = 0; i < checkers.size(); ++i) {
+      auto result = checkers[i].Ask<InOrderChecker::Result>(InOrderChecker::Report{}).Get();
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_EQ(result->received, kRounds) << "checker " << i << ", " << workers << " workers";
+      EXPECT_EQ(result->out_of_order, 0) << "checker " << i << ", " << workers << " workers";
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // No message lost or duplicated: 2 producer threads x 1,000,000.
 class Tally {
  public:

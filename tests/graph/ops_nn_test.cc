@@ -873,6 +873,20 @@ TEST(ArgMax, FirstLargestIgnoringNaNAndMinusOneWhenNothingWins) {
   // axis 0 of [2, 3]: per column.
   EXPECT_EQ(Int32s(RefOut(Op("ArgMax", {{"axis", std::int64_t{0}}}), {F32(Shape{2, 3}, {1, 5, 3, 2, 5, 0})})),
             (std::vector<std::int32_t>{1, 0, 0}));
+  // The scalar scan (f16, and an axis not the last) keeps the same rules: columns of [4, 3] with
+  // NaN, -inf, ties and a column of nothing but -inf and NaN.
+  const Tensor cols = Cast(F32(Shape{4, 3}, {nan, -inf, 1, 2, nan, 1, nan, -inf, 3, 2, nan, 3}), DataType::kFloat16);
+  const OpDesc axis0 = Op("ArgMax", {{"axis", std::int64_t{0}}});
+  EXPECT_EQ(Int32s(RefOut(axis0, {cols})), (std::vector<std::int32_t>{1, -1, 2}));
+  auto dev = RunOpOnDevice(axis0, {cols});
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  EXPECT_EQ(Int32s((*dev)[0]), (std::vector<std::int32_t>{1, -1, 2}));
+  // An empty axis: nothing wins.
+  const Tensor empty = F32(Shape{2, 0}, {});
+  EXPECT_EQ(Int32s(RefOut(Op("ArgMax"), {empty})), (std::vector<std::int32_t>{-1, -1}));
+  auto dev_empty = RunOpOnDevice(Op("ArgMax"), {empty});
+  ASSERT_TRUE(dev_empty.ok()) << dev_empty.status();
+  EXPECT_EQ(Int32s((*dev_empty)[0]), (std::vector<std::int32_t>{-1, -1}));
 }
 
 TEST(ArgMax, DeviceMatchesReferenceOnRandomShapesAndDtypes) {
@@ -906,6 +920,8 @@ TEST(ArgMax, ShapeAndDtypeErrorsNameTheNode) {
             "node 'n' (ArgMax): axis 2 out of range for [2, 3] (rank 2)");
   EXPECT_TRUE(Contains(InferStatus(Op("ArgMax"), {TensorDesc{DataType::kInt32, Shape{2}}}).message(), "float"));
   EXPECT_TRUE(Contains(InferStatus(Op("ArgMax"), {F32Desc(Shape{})}).message(), "rank >= 1"));
+  EXPECT_EQ(InferStatus(Op("ArgMax"), {F32Desc(Shape{2, std::int64_t{1} << 31})}).message(),
+            "node 'n' (ArgMax): axis 1 is 2147483648 long; an i32 index holds at most 2147483647");
 }
 
 // ---- LayerNorm --------------------------------------------------------------------------------------

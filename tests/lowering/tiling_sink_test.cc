@@ -4,6 +4,9 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
+#include <set>
+#include <map>
 
 #include "graph/ir/text_format.h"
 #include "graph/model_file/model_file.h"
@@ -200,7 +203,7 @@ TEST(TilingSink, TheTaskSequenceOnBothStreams) {
 
 // Two Attentions on one stream; the second's valid_len is `len2` (the same tensor as the first's
 // unless told otherwise) and its query `q2_shape` long.
-std::string TwoAttentions(const std::string& len2 = "len", int q2_rows = 1) {
+std::string TwoAttentions(const std::string& len2 = "len", int q2_rows = 1, const std::string& len_op = "Data") {
   return R"pb(
     node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
            attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
@@ -209,7 +212,7 @@ std::string TwoAttentions(const std::string& len2 = "len", int q2_rows = 1) {
     node { name: "q2" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
            attr { key: "shape" value { shape { dim { size: 2 } dim { size: )pb" +
          std::to_string(q2_rows) + R"pb( } dim { size: 4 } } } } }
-    node { name: "len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+    node { name: "len" op: ")pb" + len_op + R"pb(" attr { key: "dtype" value { type: DT_INT32 } }
            attr { key: "shape" value { shape { dim { size: 1 } } } } }
     node { name: "other_len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
            attr { key: "shape" value { shape { dim { size: 1 } } } } }
@@ -272,7 +275,8 @@ TEST(TilingSink, NodesWhoseTilingDiffersOrWithSharingOffEachHaveTheirOwnChain) {
   };
   for (const Case& c : {Case{"sharing off", TwoAttentions(), false},
                         Case{"another valid_len tensor", TwoAttentions("other_len"), true},
-                        Case{"another query shape", TwoAttentions("len", 3), true}}) {
+                        Case{"another query shape", TwoAttentions("len", 3), true},
+                        Case{"valid_len a Variable (the run may write it)", TwoAttentions("len", 1, "Variable"), true}}) {
     CompileOptions options;
     options.tiling_schedule_optimize = "1";
     options.stream_mode = CompileOptions::StreamMode::kSingle;
@@ -288,6 +292,87 @@ TEST(TilingSink, NodesWhoseTilingDiffersOrWithSharingOffEachHaveTheirOwnChain) {
     EXPECT_EQ(aicpu, 2) << c.what;
     EXPECT_EQ(records, 2) << c.what;
   }
+}
+
+TEST(TilingSink, InterleavedGroupsEachPutTheirUpdatesBeforeTheirOwnRecord) {
+  // a1 and a3 tile from `len`, a2 and a4 from `other_len`: two groups, their tasks interleaved on
+  // the tiling stream.
+  const std::string text = R"pb(
+    node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
+    node { name: "q" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+    node { name: "len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "shape" value { shape { dim { size: 1 } } } } }
+    node { name: "other_len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "shape" value { shape { dim { size: 1 } } } } }
+    node { name: "a1" op: "Attention" input: "q" input: "cache" input: "cache" input: "len" }
+    node { name: "a2" op: "Attention" input: "a1" input: "cache" input: "cache" input: "other_len" }
+    node { name: "a3" op: "Attention" input: "a2" input: "cache" input: "cache" input: "len" }
+    node { name: "a4" op: "Attention" input: "a3" input: "cache" input: "cache" input: "other_len" }
+    node { name: "out" op: "NetOutput" input: "a4" }
+  )pb";
+  CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  options.stream_mode = CompileOptions::StreamMode::kSingle;
+  auto model = Compile(text, options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const graph::StreamDef& main = model->streams[0];
+  const graph::StreamDef& tiling = model->streams[1];
+  // Per group: AICPU task, its updates, its record; the record an event the main stream waits on
+  // before the group's first kernel.
+  std::vector<std::string> seq;
+  std::map<std::string, std::uint64_t> context_of;  // node -> the context its update reads
+  std::uint64_t current = 0;
+  for (const graph::TaskDef& t : tiling.tasks) {
+    if (t.type == graph::TaskType::kAicpuKernel) {
+      seq.push_back("tile " + t.node);
+      current = t.args[0].offset;
+    } else if (t.type == graph::TaskType::kTaskUpdate) {
+      seq.push_back("update " + t.node);
+      EXPECT_EQ(t.block_dim_ref.offset, current + graph::kTilingContextBlockDimOffset) << t.node;
+      EXPECT_EQ(main.tasks.at(t.target_task).node, t.node);
+      EXPECT_EQ(main.tasks.at(t.target_task).type, graph::TaskType::kKernel);
+    } else if (t.type == graph::TaskType::kEventRecord) {
+      seq.push_back("record " + t.node);
+    }
+  }
+  EXPECT_EQ(seq, (std::vector<std::string>{"tile a1", "update a1", "update a3", "record a1", "tile a2", "update a2",
+                                           "update a4", "record a2"}));
+  int waits = 0;
+  for (const graph::TaskDef& t : main.tasks) waits += t.type == graph::TaskType::kEventWait;
+  EXPECT_EQ(waits, 2);
+}
+
+TEST(TilingSink, NodesOnDifferentStreamsDoNotShare) {
+  // Multi-stream: a1 and a2 (the same tiling) on parallel branches, each with its own chain.
+  const std::string text = R"pb(
+    node { name: "cache" op: "Variable" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 8 } dim { size: 4 } } } } }
+    node { name: "q" op: "Data" attr { key: "dtype" value { type: DT_FLOAT } }
+           attr { key: "shape" value { shape { dim { size: 2 } dim { size: 1 } dim { size: 4 } } } } }
+    node { name: "len" op: "Data" attr { key: "dtype" value { type: DT_INT32 } }
+           attr { key: "shape" value { shape { dim { size: 1 } } } } }
+    node { name: "q1" op: "Relu" input: "q" }
+    node { name: "q2" op: "Tanh" input: "q" }
+    node { name: "a1" op: "Attention" input: "q1" input: "cache" input: "cache" input: "len" }
+    node { name: "a2" op: "Attention" input: "q2" input: "cache" input: "cache" input: "len" }
+    node { name: "sum" op: "Add" input: "a1" input: "a2" }
+    node { name: "out" op: "NetOutput" input: "sum" }
+  )pb";
+  CompileOptions options;
+  options.tiling_schedule_optimize = "1";
+  auto model = Compile(text, options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::set<std::uint32_t> streams;
+  int aicpu = 0;
+  for (const graph::StreamDef& s : model->streams)
+    for (const graph::TaskDef& t : s.tasks) {
+      if (t.type == graph::TaskType::kKernel && t.block_dim == graph::kTilingSinkBlockDim) streams.insert(s.id);
+      aicpu += t.type == graph::TaskType::kAicpuKernel;
+    }
+  ASSERT_EQ(streams.size(), 2u) << "the two Attentions are on two streams";
+  EXPECT_EQ(aicpu, 2);
 }
 
 // A custom op tiled on the device gets 20 KB of workspace beyond its host tiling's (GE's margin),

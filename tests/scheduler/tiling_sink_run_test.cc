@@ -399,6 +399,7 @@ TEST_F(TilingSinkRun, AnUpdateWithoutItsRecordsIsAClearError) {
     const char* message;
   };
   for (const Cut& cut : {Cut{"context", "no tiling context recorded for it"},
+                         Cut{"words", "no tiling context recorded for it"},
                          Cut{"kernel", "no kernel task recorded for it"}}) {
     auto compiled = lowering::CompileV1(*graph::ParseGraphText(kAttentionOnly, "attention.pbtxt"), options);
     ASSERT_TRUE(compiled.ok()) << compiled.status();
@@ -407,6 +408,10 @@ TEST_F(TilingSinkRun, AnUpdateWithoutItsRecordsIsAClearError) {
     ASSERT_EQ(tiling.tasks[0].type, graph::TaskType::kAicpuKernel);
     if (std::string(cut.what) == "context") {
       tiling.tasks.erase(tiling.tasks.begin());  // no AICPU tiling task: no context recorded
+    } else if (std::string(cut.what) == "words") {
+      ASSERT_EQ(tiling.tasks[1].type, graph::TaskType::kTaskUpdate);
+      tiling.tasks[1].block_dim_ref.offset += 64;  // words in no context the AICPU task writes
+      tiling.tasks[1].tiling_key_ref.offset += 64;
     } else {
       for (graph::TaskDef& t : m.streams[0].tasks)  // the kernel no longer carries the placeholder
         if (t.type == graph::TaskType::kKernel) t.block_dim = 1;
