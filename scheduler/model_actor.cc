@@ -132,7 +132,7 @@ class ModelActor {
     }
     // The caller waits for this run's answer: it reads the outputs where the run leaves them
     // (unless a Run loop shares the instance).
-    const bool in_place = direct && req.staging != nullptr && !shared_[i];
+    const bool in_place = direct && req.staging != nullptr && !shared_[i] && ReadsInPlace(*req.staging);
     actors::Future<StatusOr<npu_sim::VTime>> done;
     if (req.staging == nullptr) {
       done = rt_->ExecuteModelAsync(inst.model, std::move(io));
@@ -235,6 +235,17 @@ class ModelActor {
       if (io[k] == 0) io[k] = own[k];
     return io;
   }
+
+  // Whether the caller is to read the run's host outputs where the run leaves them: when they are
+  // worth it. Below kReadInPlaceMinBytes the DMA channel's copy into the caller's buffers costs less
+  // than the caller's read in place (a shared lock, a mapping, the OutputsRead message back here):
+  // a greedy GPT-2 step's one token, 4 bytes.
+  static bool ReadsInPlace(const Staging& staging) {
+    std::uint64_t bytes = 0;
+    for (std::uint64_t b : staging.out_bytes) bytes += b;
+    return bytes >= kReadInPlaceMinBytes;
+  }
+  static constexpr std::uint64_t kReadInPlaceMinBytes = 1024;
 
   int PickInstance(bool writes_own_blocks) {
     // An idle instance, else the least busy; starting points rotate so load spreads. A run that

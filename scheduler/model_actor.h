@@ -55,7 +55,8 @@ class DavinciModel;
 // outputs in the instance's own blocks (D2H copies with data_in_place) and the caller reads them
 // there after the answer (Runtime::ReadInPlace): the bytes cross between cores once, into the
 // cache of the thread that reads them next. The instance stays the caller's until it says so
-// (model_msg::OutputsRead), so no other run writes those blocks meanwhile.
+// (model_msg::OutputsRead), so no other run writes those blocks meanwhile. Outputs of less than
+// 1 KiB in all are copied into the caller's buffers by the run instead: cheaper than that exchange.
 struct Staging {
   std::vector<std::vector<std::uint8_t>> in;  // per input (empty: not staged on its own)
   // Host inputs whose blocks lie together in the input segment go in as one copy: the bytes of

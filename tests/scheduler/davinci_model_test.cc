@@ -260,6 +260,29 @@ TEST_F(SchedulerDavinciModel, ADiscardedOutputIsNotCopiedOutAndTheOthersAre) {
   EXPECT_NE(s.message().find("is discarded but names a buffer"), std::string::npos) << s;
 }
 
+TEST_F(SchedulerDavinciModel, SmallHostOutputsAreCopiedByTheRunNotReadInPlace) {
+  // This model's two outputs are 640 bytes in all: under 1 KiB the run's own D2H copies fill the
+  // caller's buffers (no read in place, no instance held for the caller), with the same results.
+  auto compiled = Compile();
+  std::uint64_t bytes = 0;
+  for (const auto& o : compiled->outputs) bytes += o.desc.bytes().value_or(0);
+  ASSERT_LT(bytes, 1024u);
+  auto id = ModelManager::Get()->LoadModelOnline(compiled, {});
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::shared_ptr<DavinciModel> model = ModelManager::Get()->GetModel(*id).value();
+  std::vector<Tensor> first;
+  for (int run = 0; run < 20; ++run) {
+    const std::vector<Tensor> x = {Input(0.5f + static_cast<float>(run % 2))};
+    std::vector<Tensor> outs = ZeroOutputs(compiled->outputs);
+    Status s = model->NnExecute(HostArgs(x, outs));
+    ASSERT_TRUE(s.ok()) << s;
+    if (run == 0) first = outs;
+    if (run % 2 == 0) EXPECT_EQ(outs, first) << "run " << run;
+    else EXPECT_NE(outs, first) << "run " << run;
+  }
+  EXPECT_EQ(model->outputs_read_in_place(), 0u);
+}
+
 TEST_F(SchedulerDavinciModel, UserFeatureMemoryTooSmallFailsInitNamingBothSizes) {
   auto compiled = Compile();
   const std::uint64_t fm = compiled->memory.bytes(Segment::kFeatureMap);
