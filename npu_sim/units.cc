@@ -270,10 +270,6 @@ void UnitActor::On(SetUnitFault& m, Ctx& ctx) {
 
 // This unit's part, then the group's others on the units after it (see SendKernelParts).
 void UnitActor::On(RunBlocks& run, Ctx&) {
-  // The mappings its kernels kept for their launches go with the message (LaunchMappings).
-  struct ReleaseMappings {
-    ~ReleaseMappings() { ThisThreadLaunchMappings().Release(); }
-  } release_mappings;
   KernelJob* job = run.job;
   const std::uint32_t block_dim = job->block_dim;
   const auto n = static_cast<std::uint32_t>(group_->states.size());
@@ -313,6 +309,9 @@ void UnitActor::On(RunBlocks& run, Ctx&) {
     }
     if (!own_first) run_own();
   }
+  // The mappings the parts' kernels kept for their launch go before anyone hears the kernel ended
+  // (LaunchMappings): once the stream knows, the host may free what they mapped.
+  ThisThreadLaunchMappings().Release();
   FoldParts(*device_, *group_, *job, tally);
 }
 

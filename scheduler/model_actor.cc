@@ -131,7 +131,7 @@ class ModelActor {
       return;
     }
     // The caller waits for this run's answer: it reads the outputs where the run leaves them
-    // (unless a Run loop shares the instance).
+    // (unless a Run loop shares the instance, or they are under 1 KiB: ReadsInPlace).
     const bool in_place = direct && req.staging != nullptr && !shared_[i] && ReadsInPlace(*req.staging);
     actors::Future<StatusOr<npu_sim::VTime>> done;
     if (req.staging == nullptr) {

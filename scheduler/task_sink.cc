@@ -157,10 +157,14 @@ StatusOr<npu_sim::Task> DavinciModel::TaskOf(const Instance& inst, const graph::
       const npu_sim::DevicePtr context{words - graph::kTilingContextBlockDimOffset};
       // A node with its own AICPU tiling task reads that one's context; a node without one, a
       // context some other node's task writes.
+      if (it->context && it->context != context)
+        return Status::DataCorrupted(
+            "node '{}': its task update reads the tiling context at {}, but its own AICPU tiling task writes the "
+            "one at {}",
+            t.node, npu_sim::ToString(context), npu_sim::ToString(it->context));
       const bool recorded =
-          it->context ? it->context == context
-                      : std::any_of(inst.tiling_sink.begin(), inst.tiling_sink.end(),
-                                    [&](const Instance::TilingSinkTask& x) { return x.context && x.context == context; });
+          it->context || std::any_of(inst.tiling_sink.begin(), inst.tiling_sink.end(),
+                                     [&](const Instance::TilingSinkTask& x) { return x.context && x.context == context; });
       if (!recorded || key_word != context.value + graph::kTilingContextTilingKeyOffset)
         return Status::DataCorrupted(
             "node '{}': task update with no tiling context recorded for it (no AICPU tiling task was distributed "

@@ -85,7 +85,7 @@ StatusOr<std::byte*> OpKernelView::MapArg(std::uint32_t arg, std::uint64_t bytes
   if (arg >= ctx_->arg_count())
     return Status::ParamInvalid("kernel argument {} missing ({} given)", arg, ctx_->arg_count());
   const npu_sim::DevicePtr ptr = ctx_->ptr(arg);
-  if (own_ != nullptr || arg >= kMaxKernelTensors) {  // no launch to share with: this view holds it
+  if (own_ != nullptr || launch == 0 || arg >= kMaxKernelTensors) {  // nothing to share with: the view holds it
     if (own_ == nullptr) own_ = std::make_unique<Own>();
     Own& own = *own_;
     if (own.num_maps == own.maps.size())

@@ -445,7 +445,7 @@ Status InferArgMax(const OpDesc& op, const std::vector<TensorDesc>& in, std::vec
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis_attr, op.AttrOr<std::int64_t>("axis", -1));
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis, NormalizedAxis(op, axis_attr, x.rank(), x));
   const Dim& along = x.dim(static_cast<std::size_t>(axis));
-  if (along.is_static() && along.size > std::numeric_limits<std::int32_t>::max())
+  if (along.is_static() && along.size - 1 > std::numeric_limits<std::int32_t>::max())
     return Status::ParamInvalid("node '{}' (ArgMax): axis {} is {} long; an i32 index holds at most {}", op.name(),
                                 axis, along.size, std::numeric_limits<std::int32_t>::max());
   std::vector<Dim> dims = x.dims();

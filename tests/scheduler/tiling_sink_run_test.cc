@@ -399,7 +399,7 @@ TEST_F(TilingSinkRun, AnUpdateWithoutItsRecordsIsAClearError) {
     const char* message;
   };
   for (const Cut& cut : {Cut{"context", "no tiling context recorded for it"},
-                         Cut{"words", "no tiling context recorded for it"},
+                         Cut{"words", "its own AICPU tiling task writes the one at"},
                          Cut{"kernel", "no kernel task recorded for it"}}) {
     auto compiled = lowering::CompileV1(*graph::ParseGraphText(kAttentionOnly, "attention.pbtxt"), options);
     ASSERT_TRUE(compiled.ok()) << compiled.status();
