@@ -63,8 +63,9 @@ std::uint64_t NextKernelLaunch();
 
 // The device-memory mappings a unit's thread keeps for the kernel launch it runs, by argument
 // (graph's OpKernelView fills and reads it): the launch's later blocks on the thread take an
-// argument's bytes without mapping it again. The unit lets them go when its message is handled
-// (UnitActor), so a thread holds no allocation's backing once it has no kernel to run.
+// argument's bytes without mapping it again. The unit lets them go once its parts have run, before
+// it reports the kernel (UnitActor), so a thread holds no allocation's backing once it has no
+// kernel to run.
 struct LaunchMappings {
   static constexpr std::size_t kArgs = 16;
   struct Arg {

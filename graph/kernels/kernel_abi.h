@@ -82,7 +82,7 @@ inline std::pair<std::int64_t, std::int64_t> BlockRange(std::int64_t n, std::uin
 //
 // A launch's blocks on one thread share their mappings (KernelContext::launch): the first block
 // to map an argument maps it, and the thread keeps that mapping (the allocation's backing held;
-// npu_sim::LaunchMappings) until it maps for another launch or its unit's message is handled;
+// npu_sim::LaunchMappings) until it maps for another launch or its unit has run its parts;
 // the launch's later blocks there take its bytes without the device memory's lock and a
 // reference count each. A Free of that memory while the launch runs
 // lets those blocks finish on the old backing (DeviceMemory's rule: fail, or finish on the old
