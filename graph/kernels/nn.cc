@@ -443,7 +443,7 @@ struct AxisSplit {
 };
 
 // x cut at its (normalized) axis, which the params give.
-StatusOr<AxisSplit> SplitAtAxis(std::string_view kernel, const KernelTensor& x, std::int64_t axis) {
+StatusOr<AxisSplit> SplitAtKernelAxis(std::string_view kernel, const KernelTensor& x, std::int64_t axis) {
   if (axis < 0 || axis >= static_cast<std::int64_t>(x.rank))
     return Status::ParamInvalid("{}: axis {} out of range for {}", kernel, axis, DimsString(x));
   const auto a = static_cast<std::uint32_t>(axis);
@@ -457,7 +457,7 @@ StatusOr<AxisSplit> ReadSoftmax(const KernelParams& p) {
   NPUFLOW_RETURN_IF_ERROR(NeedFloat(kernel, "x", x));
   NPUFLOW_RETURN_IF_ERROR(NeedSameDtype(kernel, "the output", y, x));
   if (!SameDims(x, y)) return Mismatch(kernel, "the output", y, DimsString(x));
-  return SplitAtAxis(kernel, x, p.ints[0]);
+  return SplitAtKernelAxis(kernel, x, p.ints[0]);
 }
 
 Status SoftmaxKernel(KernelContext& ctx) {
@@ -496,7 +496,7 @@ StatusOr<AxisSplit> ReadArgMax(const KernelParams& p) {
   NPUFLOW_RETURN_IF_ERROR(NeedArity(p, kernel, 1, 1));
   const KernelTensor &x = p.input(0), &y = p.output(0);
   NPUFLOW_RETURN_IF_ERROR(NeedFloat(kernel, "x", x));
-  NPUFLOW_ASSIGN_OR_RETURN(AxisSplit s, SplitAtAxis(kernel, x, p.ints[0]));
+  NPUFLOW_ASSIGN_OR_RETURN(AxisSplit s, SplitAtKernelAxis(kernel, x, p.ints[0]));
   if (y.data_type() != DataType::kInt32)
     return Status::ParamInvalid("{}: the output is {}, expected i32", kernel, DataTypeName(y.data_type()));
   if (y.num_elements() != s.vectors()) return Mismatch(kernel, "the output", y, "x's shape without the axis");

@@ -375,16 +375,16 @@ Status ParamsMatMul(const OpDesc& op, const std::vector<TensorDesc>& in, KernelP
 
 // A static shape cut at op's attr axis (default -1): the vectors along it are `outer` x `inner`,
 // each `len` long, element a of vector (o, i) at (o * len + a) * inner + i.
-struct AxisSplit {
+struct AxisVectors {
   std::size_t axis = 0;
   std::int64_t outer = 1, len = 1, inner = 1;
   std::int64_t vectors() const { return outer * inner; }
 };
-StatusOr<AxisSplit> SplitAtAxis(const OpDesc& op, const Shape& s) {
+StatusOr<AxisVectors> VectorsAlongAxis(const OpDesc& op, const Shape& s) {
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis_attr, op.AttrOr<std::int64_t>("axis", -1));
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis, NormalizedAxis(op, axis_attr, s.rank(), s));
   const auto ax = static_cast<std::size_t>(axis);
-  return AxisSplit{ax, Product(s, 0, ax), s.dim(ax).size, Product(s, ax + 1, s.rank())};
+  return AxisVectors{ax, Product(s, 0, ax), s.dim(ax).size, Product(s, ax + 1, s.rank())};
 }
 
 // ---- Softmax ----------------------------------------------------------------------------------------
@@ -398,7 +398,7 @@ Status InferSoftmax(const OpDesc& op, const std::vector<TensorDesc>& in, std::ve
 
 Status RefSoftmax(const OpDesc& op, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = *in[0];
-  NPUFLOW_ASSIGN_OR_RETURN(AxisSplit split, SplitAtAxis(op, x.desc.shape));
+  NPUFLOW_ASSIGN_OR_RETURN(AxisVectors split, VectorsAlongAxis(op, x.desc.shape));
   const std::int64_t outer = split.outer, len = split.len, inner = split.inner;
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t i = 0; i < inner; ++i) {
@@ -430,7 +430,7 @@ StatusOr<TilingInfo> TileSoftmax(const OpDesc& op, const std::vector<TensorDesc>
 }
 
 // Softmax, ArgMax: ints[0] the axis, normalized.
-Status ParamsAxis(const OpDesc& op, const std::vector<TensorDesc>& in, KernelParams& p) {
+Status ParamsAxisOrLast(const OpDesc& op, const std::vector<TensorDesc>& in, KernelParams& p) {
   NPUFLOW_ASSIGN_OR_RETURN(std::int64_t axis, op.AttrOr<std::int64_t>("axis", -1));
   NPUFLOW_ASSIGN_OR_RETURN(p.ints[0], NormalizedAxis(op, axis, in[0].shape.rank(), in[0].shape));
   return Status::Ok();
@@ -456,7 +456,7 @@ Status InferArgMax(const OpDesc& op, const std::vector<TensorDesc>& in, std::vec
 
 Status RefArgMax(const OpDesc& op, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
   const Tensor& x = *in[0];
-  NPUFLOW_ASSIGN_OR_RETURN(AxisSplit split, SplitAtAxis(op, x.desc.shape));
+  NPUFLOW_ASSIGN_OR_RETURN(AxisVectors split, VectorsAlongAxis(op, x.desc.shape));
   const std::int64_t outer = split.outer, len = split.len, inner = split.inner;
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t i = 0; i < inner; ++i) {
@@ -479,7 +479,7 @@ Status RefArgMax(const OpDesc& op, const std::vector<const Tensor*>& in, std::ve
 StatusOr<TilingInfo> TileArgMax(const OpDesc& op, const std::vector<TensorDesc>& in, const std::vector<const Tensor*>&,
                                 int core_count) {
   NPUFLOW_RETURN_IF_ERROR(StaticElements(op, in[0]).status());
-  NPUFLOW_ASSIGN_OR_RETURN(AxisSplit split, SplitAtAxis(op, in[0].shape));
+  NPUFLOW_ASSIGN_OR_RETURN(AxisVectors split, VectorsAlongAxis(op, in[0].shape));
   return TileRows(split.vectors(), split.vectors(), 1, core_count);
 }
 
@@ -783,10 +783,10 @@ void RegisterNnOps(OpRegistry& r) {
               .params = &ParamsMatMul,
               .device_kernel = DeviceKernelName("BatchMatMul")});
   r.Register({.type = "Softmax", .min_inputs = 1, .max_inputs = 1, .engine = OpEngine::kAICore,
-              .infer = &InferSoftmax, .reference = &RefSoftmax, .tiling = &TileSoftmax, .params = &ParamsAxis,
+              .infer = &InferSoftmax, .reference = &RefSoftmax, .tiling = &TileSoftmax, .params = &ParamsAxisOrLast,
               .device_kernel = DeviceKernelName("Softmax")});
   r.Register({.type = "ArgMax", .min_inputs = 1, .max_inputs = 1, .engine = OpEngine::kAICore,
-              .infer = &InferArgMax, .reference = &RefArgMax, .tiling = &TileArgMax, .params = &ParamsAxis,
+              .infer = &InferArgMax, .reference = &RefArgMax, .tiling = &TileArgMax, .params = &ParamsAxisOrLast,
               .device_kernel = DeviceKernelName("ArgMax")});
   r.Register({.type = "LayerNorm", .min_inputs = 3, .max_inputs = 3, .engine = OpEngine::kAICore,
               .infer = &InferLayerNorm, .reference = &RefLayerNorm, .tiling = &TileLayerNorm,
