@@ -139,7 +139,7 @@ void BM_RawTaskLoop(benchmark::State& state) {
 
 // `kernels` noop kernels of `block_dim` blocks through one model stream; items: blocks (one per
 // part, as long as block_dim is at most the chip's AICore count). `runs`: RuntimeOptions::kernel_runs
-// (back to back, the stream starts one kernel in prefetch_num + 1 and units the rest); without, every
+// (back to back, the stream starts one kernel in kMaxKernelRun and units the rest); without, every
 // kernel goes through the stream.
 void RunNoopKernels(benchmark::State& state, std::size_t kernels, std::uint32_t block_dim, bool runs) {
   npu_sim::RegisterBuiltinKernels();

@@ -581,9 +581,9 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
 //
 // Each kernel of the run is fetched by the time it would start here (within prefetch_num of the one
 // before it), and the run fetches what the stream would have fetched by its last kernel's start: an
-// update to any of those is a detected race, as it would be when it came after that start. A run
-// is at most prefetch_num + 1 kernels (a job each, reused once the run has reported), and
-// stops at anything else (an event wait among them), so a tiling-sink kernel, behind its wait and
+// update to any of those is a detected race, as it would be when it came after that start (an
+// update that no event orders before a fetch may land after it). A run is at most kMaxKernelRun
+// kernels (a job each, free again as each ends), and stops at anything else (an event wait among them), so a tiling-sink kernel, behind its wait and
 // its prefetch_num NOPs, is fetched when the stream reaches the wait, as before. Only in an
 // untraced model stream with no fault set and no race detector (which look at each task as it
 // starts).
@@ -597,8 +597,8 @@ void StreamActor::StartKernelRun(KernelJob* first, std::size_t index) {
   VTime lead = 0;
   // No unit writes it now: the last run has reported, or its epoch is over.
   run_progress_.epoch.store(0, std::memory_order_relaxed);
-  // At most prefetch_num kernels after the first: a run holds a job per kernel.
-  std::uint32_t left = static_cast<std::uint32_t>(chip.prefetch_num);
+  // At most kMaxKernelRun kernels in all: a run holds a job per kernel.
+  std::uint32_t left = kMaxKernelRun - 1;
   for (std::size_t i = index + 1; i < fetch_end_ && left > 0; ++i) {
     const Task& t = tasks_[i];
     if (t.kind == TaskKind::kNop) {
@@ -657,18 +657,25 @@ KernelJob* StreamActor::FillJob(const Task& t, const Param& p, std::uint32_t tas
   return job;
 }
 
-// A job no unit holds any more. One kernel runs per stream at a time, so this is the first job
-// almost always; a second is made only while an aborted stream's kernel is still out (and one stays
+// A job no unit holds any more. One kernel runs per stream at a time, or one run of kernels (a job
+// each); another is made only while an aborted stream's kernels are still out (and a run's stay
 // taken for good behind a unit that hangs).
 KernelJob* StreamActor::FreeJob() {
-  for (const auto& job : jobs_) {
-    if (!job->in_use.load(std::memory_order_acquire)) {
-      job->in_use.store(true, std::memory_order_relaxed);
-      return job.get();
+  // From the one after the job taken last: a run takes its jobs in order and its kernels give them
+  // back in order, so the first looked at is free (a run of n kernels looks at n jobs, not n^2 / 2).
+  const std::size_t n = jobs_.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = next_job_ + k < n ? next_job_ + k : next_job_ + k - n;
+    KernelJob& job = *jobs_[i];
+    if (!job.in_use.load(std::memory_order_acquire)) {
+      job.in_use.store(true, std::memory_order_relaxed);
+      next_job_ = i + 1 < n ? i + 1 : 0;
+      return &job;
     }
   }
   jobs_.push_back(std::make_unique<KernelJob>());
   jobs_.back()->in_use.store(true, std::memory_order_relaxed);
+  next_job_ = 0;
   return jobs_.back().get();
 }
 

@@ -25,6 +25,13 @@
 
 namespace npuflow::npu_sim {
 
+// The most kernels one run starts (StartKernelRun), so the jobs a stream holds stay bounded. Not
+// prefetch_num + 1, as it was: GPT-2 117M's decode step is about 100 kernels in 3 runs between
+// its event waits instead of 12, and each run's end is a report to the stream and its turn, both
+// on caches the step's weights went through (the median step's overhead 168 -> 132 us, 8
+// alternated runs, 1 worker; docs/gpt2.md).
+inline constexpr std::uint32_t kMaxKernelRun = 256;
+
 class StreamActor {
  public:
   using Message = StreamMsg;
@@ -122,6 +129,7 @@ class StreamActor {
   std::vector<Param> live_;      // current parameters, patchable until fetched
   std::vector<Param> snap_;      // parameters as fetched
   std::vector<std::unique_ptr<KernelJob>> jobs_;  // kernel launches, reused (see KernelJob)
+  std::size_t next_job_ = 0;                      // where FreeJob looks first
   std::uint32_t home_aicore_ = Device::kNoHomeUnit;  // where this stream's kernel parts start (SendKernelParts)
   std::uint32_t home_aicpu_ = Device::kNoHomeUnit;
   std::vector<VTime> ready_at_;  // host: a task cannot start before its submission

@@ -15,6 +15,7 @@
 
 #include "npu_sim/race_detector.h"
 #include "npu_sim/runtime.h"
+#include "npu_sim/stream_actor.h"
 #include "npu_sim/timeline.h"
 #include "npu_sim/units.h"
 
@@ -825,6 +826,45 @@ TEST(KernelRuns, AFailedKernelStopsItsRunAndNamesItsTask) {
   EXPECT_EQ(records[0].next_end, records[1].next_end);
   EXPECT_EQ(records[0].tasks, records[1].tasks);
   EXPECT_EQ(records[0].kernels, records[1].kernels);
+}
+
+// A run takes every back-to-back kernel up to kMaxKernelRun, far past the fetch window (it stopped
+// at prefetch_num + 1 kernels until issue 21): 600 kernels, some with NOPs between them, are three
+// runs, and end where the kernels one by one do.
+TEST(KernelRuns, ARunTakesBackToBackKernelsUpToItsLimitFarPastTheFetchWindow) {
+  constexpr std::uint64_t kKernels = 600;
+  std::vector<VTime> ends;
+  for (int workers : {1, 2}) {
+    for (bool runs : {true, false}) {
+      SCOPED_TRACE(fmt::format("{} workers, kernel runs {}", workers, runs));
+      auto rt = MakeRuntime({.workers = workers, .kernel_runs = runs});
+      Model m = rt->CreateModel(0).value();
+      Stream s = rt->CreateStream(0).value();
+      ASSERT_TRUE(rt->BindStream(m, s).ok());
+      std::vector<Task> t;
+      for (std::uint64_t i = 0; i < kKernels; ++i) {
+        t.push_back(Task::Kernel(Kernel("noop"), 1 + static_cast<std::uint32_t>(i % 2), {}));
+        if (i % 50 == 49)
+          for (int k = 0; k < 3; ++k) t.push_back(Task::Nop());
+      }
+      const std::uint64_t tasks = t.size();
+      ASSERT_TRUE(rt->LoadTasks(m, s, std::move(t)).ok());
+      for (int round = 0; round < 3; ++round) {
+        const DeviceStats before = rt->Stats(0).value();
+        auto end = rt->ExecuteModel(m, 10s);
+        ASSERT_TRUE(end.ok()) << end.status();
+        const DeviceStats after = rt->Stats(0).value();
+        EXPECT_EQ(after.kernels_executed - before.kernels_executed, kKernels);
+        EXPECT_EQ(after.tasks_executed - before.tasks_executed, tasks);
+        // The stream starts kernels 0, 256 and 512; the units the rest.
+        const bool one_by_one = !runs || RaceDetector::ProcessDefault() || KernelRunsOffByEnv();
+        const std::uint64_t by_stream = (kKernels + kMaxKernelRun - 1) / kMaxKernelRun;
+        EXPECT_EQ(after.run_kernels - before.run_kernels, one_by_one ? 0u : kKernels - by_stream);
+        if (round == 0) ends.push_back(*end);
+      }
+    }
+  }
+  for (VTime end : ends) EXPECT_EQ(end, ends[0]);
 }
 
 // A kernel that hangs inside a run: the execution times out and is aborted; the kernels after it
