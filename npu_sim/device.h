@@ -2,6 +2,7 @@
 // memory, the trace, and the addresses of its actors.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -29,6 +30,9 @@ struct DeviceStats {
   // Of them, those started by the unit that ended the kernel before them, in a model stream's run
   // of kernels (StreamActor::StartKernelRun), not by their stream.
   std::uint64_t run_kernels = 0;
+  // Copies their stream ran on a DMA channel itself (StreamActor::CopyHere), not through the
+  // engine and the channel's actor.
+  std::uint64_t copies_here = 0;
   // Wall time the DMA channels spent moving bytes (the memcpy of each copy, including first
   // touches of fresh destination pages), and the bytes they moved.
   std::uint64_t dma_copy_ns = 0;
@@ -55,14 +59,10 @@ struct DeviceStats {
 // What a part reads comes first and fills one cache line (`fault_at` stands for the fault until it
 // is due), and the group's states are one array: a run of parts finds them cold after the parts'
 // weights went through the caches, and its first unit prefetches them all at once.
-struct alignas(64) UnitState {
+// Held by whoever works on the state it guards, one at a time; a holder never waits for anything
+// while it holds it, so Take waits at most one piece of work.
+struct Hold {
   std::atomic<bool> taken{false};
-  std::uint64_t runs = 0;      // parts run since the fault was set
-  std::uint64_t fault_at = 0;  // `fault->nth` (0: none): the part that meets the fault
-  BusyTimeline busy;
-  std::optional<Fault> fault;
-  TraceTrack* track = nullptr;
-  std::string name;  // "aicore 3": the engine and index, for traces and errors
   bool TryTake() { return !taken.load(std::memory_order_relaxed) && !taken.exchange(true, std::memory_order_acquire); }
   void Take() {
     while (!TryTake()) std::this_thread::yield();
@@ -70,13 +70,48 @@ struct alignas(64) UnitState {
   void Give() { taken.store(false, std::memory_order_release); }
 };
 
+struct alignas(64) UnitState : Hold {
+  std::uint64_t runs = 0;      // parts run since the fault was set
+  std::uint64_t fault_at = 0;  // `fault->nth` (0: none): the part that meets the fault
+  BusyTimeline busy;
+  std::optional<Fault> fault;
+  TraceTrack* track = nullptr;
+  std::string name;  // "aicore 3": the engine and index, for traces and errors
+};
+
 static_assert(alignof(UnitState) == 64 && sizeof(UnitState) % 64 == 0, "a unit's state starts its own cache line");
+
+// One DMA channel's own state: its virtual clock, trace track and injected fault. The channel's
+// actor runs the copies the engine routes to it; a stream runs a small copy on it itself while
+// nobody holds it (StreamActor::CopyHere). Whoever runs a copy holds it for that copy alone.
+struct alignas(64) DmaChannelState : Hold {
+  std::uint64_t runs = 0;  // copies run since the fault was set
+  BusyTimeline busy;
+  std::optional<Fault> fault;
+  TraceTrack* track = nullptr;
+};
+
+// The DMA engine's routing: when each channel is predicted to be free. The engine actor routes each
+// copy sent to it to the channel free first; a stream that runs a copy itself picks the same way.
+// Whoever picks holds it for the pick alone.
+struct DmaRouting : Hold {
+  std::vector<VTime> free_at;  // by channel
+  // The channel free first; a copy `bytes` long at virtual time `at` takes it until `cost` after.
+  std::size_t Pick() const {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < free_at.size(); ++i)
+      if (free_at[i] < free_at[best]) best = i;
+    return best;
+  }
+  void Book(std::size_t channel, VTime at, VTime cost) { free_at[channel] = std::max(free_at[channel], at) + cost; }
+};
 
 class Device {
  public:
-  Device(int id, ChipSpec chip, TraceRecorder* trace, bool deterministic, bool kernel_runs = true)
+  Device(int id, ChipSpec chip, TraceRecorder* trace, bool deterministic, bool kernel_runs = true,
+         bool copies_here = true)
       : id_(id), chip_(std::move(chip)), memory_(id, chip_.hbm_capacity_bytes), trace_(trace),
-        deterministic_(deterministic), kernel_runs_(kernel_runs) {}
+        deterministic_(deterministic), kernel_runs_(kernel_runs), copies_here_(copies_here) {}
 
   int id() const { return id_; }
   const ChipSpec& chip() const { return chip_; }
@@ -86,6 +121,7 @@ class Device {
   bool tracing() const { return trace_ != nullptr && trace_->enabled(); }
   bool deterministic() const { return deterministic_; }
   bool kernel_runs() const { return kernel_runs_; }  // RuntimeOptions::kernel_runs
+  bool copies_here() const { return copies_here_; }  // RuntimeOptions::copies_here
 
   // Wired once at creation, read-only afterwards.
   actors::Address<ClusterMsg> aicore;
@@ -108,6 +144,8 @@ class Device {
   UnitGroup aicore_units;
   UnitGroup aicpu_units;
   actors::Address<DmaMsg> dma;
+  DmaRouting dma_routing;                      // sized with dma_channels
+  std::vector<DmaChannelState> dma_channels;  // by channel; made once at the chip's count, never resized
   actors::Address<EventMsg> events;
   RaceDetector* race = nullptr;  // the runtime's race detector; null when it is off
 
@@ -164,6 +202,7 @@ class Device {
   std::atomic<std::uint64_t> tasks_executed{0};
   std::atomic<std::uint64_t> kernels_executed{0};  // started by their streams
   std::atomic<std::uint64_t> run_kernels{0};       // started in a run of kernels (DeviceStats)
+  std::atomic<std::uint64_t> copies_run_here{0};   // DeviceStats::copies_here
   std::atomic<std::uint64_t> dma_copy_ns{0};
   std::atomic<std::uint64_t> dma_copy_bytes{0};
   // DeviceStats::kernel_ns in CycleClock ticks: a run of parts adds its parts' sum when it ends
@@ -186,6 +225,7 @@ class Device {
   TraceRecorder* trace_;
   const bool deterministic_;
   const bool kernel_runs_;
+  const bool copies_here_;
   mutable std::mutex streams_mu_;
   std::vector<StreamEntry> streams_;
   std::vector<actors::Address<ModelMsg>> models_;  // an invalid address: destroyed

@@ -122,11 +122,13 @@ Status Runtime::Init() {
   // NPUFLOW_KERNEL_RUNS=0: no runs of kernels in this process (to compare the same binary both ways).
   const char* runs_env = std::getenv("NPUFLOW_KERNEL_RUNS");
   const bool kernel_runs = options_.kernel_runs && !(runs_env != nullptr && std::string_view(runs_env) == "0");
+  const char* copies_env = std::getenv("NPUFLOW_COPIES_HERE");  // the same for copies run by their stream
+  const bool copies_here = options_.copies_here && !(copies_env != nullptr && std::string_view(copies_env) == "0");
   for (std::size_t i = 0; i < chips.size(); ++i) {
     const int id = static_cast<int>(i);
     auto entry = std::make_unique<DeviceEntry>();
     entry->device = std::make_unique<Device>(id, std::move(chips[i]), trace_.get(), options_.deterministic,
-                                             kernel_runs);
+                                             kernel_runs, copies_here);
     Device* dev = entry->device.get();
     dev->race = race_.get();
     const ChipSpec& chip = dev->chip();
@@ -148,6 +150,8 @@ Status Runtime::Init() {
     };
     NPUFLOW_ASSIGN_OR_RETURN(dev->aicore, wire(Engine::kAICore, chip.aicore_count));
     NPUFLOW_ASSIGN_OR_RETURN(dev->aicpu, wire(Engine::kAICpu, chip.aicpu_count));
+    dev->dma_channels = std::vector<DmaChannelState>(static_cast<std::size_t>(chip.dma_channels));
+    dev->dma_routing.free_at.assign(static_cast<std::size_t>(chip.dma_channels), 0);
     dev->dma = system_->Spawn<DmaEngineActor>(fmt::format("dev{}.dma", id), dev);
     std::vector<actors::Address<DmaMsg>> channels;
     for (int c = 0; c < chip.dma_channels; ++c)
@@ -785,6 +789,7 @@ StatusOr<DeviceStats> Runtime::Stats(int device) const {
   s.host_interactions = dev->device->host_interactions.load(std::memory_order_relaxed);
   s.tasks_executed = dev->device->tasks_executed.load(std::memory_order_relaxed);
   s.run_kernels = dev->device->run_kernels.load(std::memory_order_relaxed);
+  s.copies_here = dev->device->copies_run_here.load(std::memory_order_relaxed);
   s.kernels_executed = dev->device->kernels_executed.load(std::memory_order_relaxed) + s.run_kernels;
   s.dma_copy_ns = dev->device->dma_copy_ns.load(std::memory_order_relaxed);
   s.kernel_ns = dev->device->kernel_ns();

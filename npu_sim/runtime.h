@@ -55,6 +55,12 @@ struct RuntimeOptions {
   // every kernel through its stream (as a traced stream does), for comparison; so does the
   // environment variable NPUFLOW_KERNEL_RUNS=0 for every runtime of the process.
   bool kernel_runs = true;
+  // A stream runs a small copy (up to kCopyHereMaxBytes, not peer to peer) on a free DMA channel
+  // itself instead of sending it through the DMA engine to the channel's actor
+  // (StreamActor::CopyHere). Results, virtual times, faults and traces are those of the channel
+  // either way; false sends every copy, for comparison; so does NPUFLOW_COPIES_HERE=0 for every
+  // runtime of the process.
+  bool copies_here = true;
   // How long a synchronous copy (MemcpyH2D / D2H / D2D, on the device's default stream) waits
   // before it aborts the default stream and fails with Timeout, so that a hung copy cannot wedge
   // every later synchronous copy. 0: wait for good.

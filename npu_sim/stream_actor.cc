@@ -500,6 +500,14 @@ void StreamActor::Advance() {
         clock_ += chip.event_record_latency_ns;
         break;
       default:
+        if (t.kind == TaskKind::kMemcpy) {
+          const CopiedHere here = CopyHere(t, TaskId(exec_));
+          if (here == CopiedHere::kEnded) break;
+          if (here == CopiedHere::kWaiting) {
+            device_->tasks_executed.fetch_add(executed_ - start_executed, std::memory_order_relaxed);
+            return;
+          }
+        }
         // Work another actor does: the stream waits for its completion message.
         device_->tasks_executed.fetch_add(executed_ - start_executed, std::memory_order_relaxed);
         if (mode_ == Mode::kHost && !syncs_.empty()) AnswerSyncs();  // those the work so far reached
@@ -677,6 +685,49 @@ KernelJob* StreamActor::FreeJob() {
   jobs_.back()->in_use.store(true, std::memory_order_relaxed);
   next_job_ = 0;
   return jobs_.back().get();
+}
+
+// A small copy (kCopyHereMaxBytes; not peer to peer) runs here, on the channel the engine would
+// route it to, when neither the routing nor that channel is held (else it goes as a message, as
+// before): the same channel's fault, virtual clock and trace, inside the stream's gate. Not with the
+// race detector, which sees each task start through StartTask.
+StreamActor::CopiedHere StreamActor::CopyHere(const Task& t, std::uint32_t task_id) {
+  if (!device_->copies_here() || t.copy == CopyKind::kPeerToPeer || t.bytes > kCopyHereMaxBytes || device_->race != nullptr)
+    return CopiedHere::kNo;
+  DmaRouting& routing = device_->dma_routing;
+  if (!routing.TryTake()) return CopiedHere::kNo;
+  const std::size_t channel = routing.Pick();
+  DmaChannelState& state = device_->dma_channels[channel];
+  if (!state.TryTake()) {
+    routing.Give();
+    return CopiedHere::kNo;
+  }
+  routing.Book(channel, clock_, device_->chip().CopyCost(t.bytes, CopyBandwidth(device_->chip(), t.copy)));
+  routing.Give();
+  const CopyRequest req{t.copy, t.dst_dev, t.src_dev, t.dst_host, t.src_host, t.bytes, {}, {}, self_, epoch_,
+                        task_id, clock_, t.data_in_place, t.peer_device, t.peer_memory, &gate_, t.host_window};
+  CopyEnd done = RunCopy(*device_, state, static_cast<int>(channel), req, t.display_name());
+  state.Give();
+  device_->copies_run_here.fetch_add(1, std::memory_order_relaxed);
+  if (done.hung || (!done.status.ok() && done.stopped)) {
+    // As StartMemcpy's stream waits: for ever (a hang), or for the abort its caller is making.
+    state_ = State::kWaiting;
+    wait_start_ = clock_;
+    run_last_ = exec_;
+    return CopiedHere::kWaiting;
+  }
+  if (!done.status.ok()) {
+    state_ = State::kWaiting;  // as when the channel's report comes back failed
+    run_last_ = exec_;
+    Fail(std::move(done.status));
+    return CopiedHere::kWaiting;
+  }
+  // As CompleteWaitingTask, but the loop counts the task.
+  const VTime start = clock_;
+  clock_ = std::max(clock_, done.end);
+  if (track_) Trace(t.display_name(), start, clock_ - start, task_id);
+  if (mode_ == Mode::kHost) tasks_[exec_].keep_alive.reset();
+  return CopiedHere::kEnded;
 }
 
 void StreamActor::StartMemcpy(const Task& t, std::uint32_t task_id) {

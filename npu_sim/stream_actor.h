@@ -32,6 +32,12 @@ namespace npuflow::npu_sim {
 // alternated runs, 1 worker; docs/gpt2.md).
 inline constexpr std::uint32_t kMaxKernelRun = 256;
 
+// The largest copy a stream runs on a DMA channel itself (StreamActor::CopyHere) rather than sending
+// it through the engine to a channel actor and hearing back: three actor hops, each on caches a
+// GPT-2 step's weights went through, where a step's input and output copies are a few bytes. Past
+// this a copy's own time outweighs the hops, and the stream would hold its mailbox for it.
+inline constexpr std::uint64_t kCopyHereMaxBytes = 64 * 1024;
+
 class StreamActor {
  public:
   using Message = StreamMsg;
@@ -88,6 +94,10 @@ class StreamActor {
   KernelJob* FillJob(const Task& t, const Param& p, std::uint32_t task_id);
   KernelJob* FreeJob();
   void StartMemcpy(const Task& t, std::uint32_t task_id);
+  // A copy this stream runs on a DMA channel itself (CopyHere): ended (the loop goes on), waiting
+  // (an injected hang, or stopped by its caller's abort), or not run here (StartMemcpy sends it).
+  enum class CopiedHere { kNo, kEnded, kWaiting };
+  CopiedHere CopyHere(const Task& t, std::uint32_t task_id);
   void StartTaskUpdate(const Task& t, std::uint32_t task_id);
   void StartModelExecute(const Task& t, std::uint32_t task_id);
   bool InjectFault();

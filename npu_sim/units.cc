@@ -382,7 +382,9 @@ void SendKernelParts(Device::UnitGroup& group, KernelJob* job, VTime at, std::ui
 
 // ---- DMA ------------------------------------------------------------------------------------------
 DmaChannelActor::DmaChannelActor(Device* device, int index) : device_(device), index_(index) {
-  if (device->tracing()) track_ = device->trace()->AddTrack(device->id(), fmt::format("dma {}", index));
+  if (device->tracing())
+    device->dma_channels[static_cast<std::size_t>(index)].track =
+        device->trace()->AddTrack(device->id(), fmt::format("dma {}", index));
 }
 
 Status DmaChannelActor::Copy(DeviceMemory& mem, const CopyRequest& req) {
@@ -424,50 +426,65 @@ Status DmaChannelActor::Copy(DeviceMemory& mem, const CopyRequest& req) {
 }
 
 void DmaChannelActor::On(SetUnitFault& m, Ctx& ctx) {
-  fault_ = m.fault;
-  runs_ = 0;
+  DmaChannelState& state = device_->dma_channels[static_cast<std::size_t>(index_)];
+  state.Take();
+  state.fault = m.fault;
+  state.runs = 0;
+  state.Give();
   ctx.Reply();
 }
 
-void DmaChannelActor::On(CopyRequest& req, Ctx&) {
-  ++runs_;
-  VTime cost = device_->chip().CopyCost(req.bytes, CopyBandwidth(device_->chip(), req.kind));
-  Status status;
-  if (fault_ && runs_ == fault_->nth) {
-    if (fault_->kind == FaultKind::kHang) return;
-    if (fault_->kind == FaultKind::kDelay) cost += fault_->delay;
-    if (fault_->kind == FaultKind::kFail || fault_->kind == FaultKind::kEndOfSequence)
-      status = Status::Failed("device {} stream {} task {} ({}): injected fault on dma {}", device_->id(),
-                              req.stream.id(), req.task, req.name, index_);
+CopyEnd RunCopy(Device& device, DmaChannelState& state, int channel, const CopyRequest& req, std::string_view name) {
+  ++state.runs;
+  VTime cost = device.chip().CopyCost(req.bytes, CopyBandwidth(device.chip(), req.kind));
+  CopyEnd done;
+  if (state.fault && state.runs == state.fault->nth) {
+    if (state.fault->kind == FaultKind::kHang) {
+      done.hung = true;
+      return done;
+    }
+    if (state.fault->kind == FaultKind::kDelay) cost += state.fault->delay;
+    if (state.fault->kind == FaultKind::kFail || state.fault->kind == FaultKind::kEndOfSequence)
+      done.status = Status::Failed("device {} stream {} task {} ({}): injected fault on dma {}", device.id(),
+                                   req.stream.id(), req.task, name, channel);
   }
-  GateScope gate(status.ok() ? req.gate : nullptr, req.epoch);
-  const bool stopped = gate.stopped(req.epoch);
+  GateScope gate(done.status.ok() ? req.gate : nullptr, req.epoch);
+  done.stopped = gate.stopped(req.epoch);
   if (!gate.entered()) {
-    status = Status::Aborted("device {} task {} ({}): aborted before the copy started", device_->id(), req.task, req.name);
-  } else if (status.ok()) {
+    done.status = Status::Aborted("device {} task {} ({}): aborted before the copy started", device.id(), req.task, name);
+  } else if (done.status.ok()) {
     const auto t0 = std::chrono::steady_clock::now();
-    status = Copy(device_->memory(), req);
+    done.status = DmaChannelActor::Copy(device.memory(), req);
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
     if (!req.data_in_place) {
-      device_->dma_copy_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
-      device_->dma_copy_bytes.fetch_add(req.bytes, std::memory_order_relaxed);
+      device.dma_copy_ns.fetch_add(static_cast<std::uint64_t>(ns.count()), std::memory_order_relaxed);
+      device.dma_copy_bytes.fetch_add(req.bytes, std::memory_order_relaxed);
     }
-    if (!status.ok())
-      status = status.WithContext(fmt::format("device {} task {} ({} {} bytes) on dma {}", device_->id(), req.task,
-                                              CopyKindName(req.kind), req.bytes, index_));
+    if (!done.status.ok())
+      done.status = done.status.WithContext(fmt::format("device {} task {} ({} {} bytes) on dma {}", device.id(),
+                                                        req.task, CopyKindName(req.kind), req.bytes, channel));
   }
-  const VTime start = busy_.Reserve(req.at, cost);
-  if (track_) {
-    track_->Add(TraceEvent{req.name.empty() ? std::string(CopyKindName(req.kind)) : req.name, start, cost,
-                           device_->deterministic() ? -1 : WallNs(),
-                           {TraceArg{"bytes", req.bytes}, TraceArg{"task", req.task}}});
+  const VTime start = state.busy.Reserve(req.at, cost);
+  if (state.track) {
+    state.track->Add(TraceEvent{name.empty() ? std::string(CopyKindName(req.kind)) : std::string(name), start, cost,
+                                device.deterministic() ? -1 : WallNs(),
+                                {TraceArg{"bytes", req.bytes}, TraceArg{"task", req.task}}});
   }
-  req.stream.Send(UnitDone{req.epoch, req.task, start + cost, std::move(status), stopped});
+  done.end = start + cost;
+  return done;
+}
+
+void DmaChannelActor::On(CopyRequest& req, Ctx&) {
+  DmaChannelState& state = device_->dma_channels[static_cast<std::size_t>(index_)];
+  state.Take();  // a stream's own copy may hold it
+  CopyEnd done = RunCopy(*device_, state, index_, req, req.name);
+  state.Give();
+  if (done.hung) return;  // never reports: the stream, and whoever waits on it, times out
+  req.stream.Send(UnitDone{req.epoch, req.task, done.end, std::move(done.status), done.stopped});
 }
 
 void DmaEngineActor::On(AttachChannels& attach, Ctx& ctx) {
   channels_ = std::move(attach.channels);
-  free_at_.assign(channels_.size(), 0);
   ctx.Reply();
 }
 
@@ -485,11 +502,11 @@ void DmaEngineActor::On(SetUnitFault& f, Ctx& ctx) {
 // bandwidth, on the link's own trace track.
 void DmaEngineActor::On(CopyRequest& req, Ctx&) {
   if (req.kind == CopyKind::kPeerToPeer) return LinkCopy(req);
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < free_at_.size(); ++i)
-    if (free_at_[i] < free_at_[best]) best = i;
-  free_at_[best] = std::max(free_at_[best], req.at) +
-                   device_->chip().CopyCost(req.bytes, CopyBandwidth(device_->chip(), req.kind));
+  DmaRouting& routing = device_->dma_routing;
+  routing.Take();  // a stream picking a channel for its own copy may hold it
+  const std::size_t best = routing.Pick();
+  routing.Book(best, req.at, device_->chip().CopyCost(req.bytes, CopyBandwidth(device_->chip(), req.kind)));
+  routing.Give();
   channels_[best].Send(std::move(req));
 }
 

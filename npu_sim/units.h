@@ -101,6 +101,22 @@ inline std::pair<std::uint32_t, std::uint32_t> PartBlocks(std::uint32_t block_di
 // is again (the k-th stream's home is the (k mod units)-th).
 std::uint32_t HomeUnit(std::uint32_t k, std::uint32_t units);
 
+// How a copy ended, as its channel reports it to its stream (UnitDone); `hung`: an injected hang,
+// which never reports.
+struct CopyEnd {
+  VTime end = 0;
+  Status status;
+  bool stopped = false;  // UnitDone::stopped
+  bool hung = false;
+};
+
+// Runs copy `req` on DMA channel `channel`, whose state the caller holds: the channel's injected
+// fault, the bytes (inside the stream's gate), the device's copy counters, the channel's virtual
+// clock and its trace. `name` names the copy in traces and errors (its kind when empty).
+CopyEnd RunCopy(Device& device, DmaChannelState& state, int channel, const CopyRequest& req, std::string_view name);
+
+// A DMA channel: runs the copies the engine routes to it on its state (Device::dma_channels), which
+// a stream may hold for a copy of its own meanwhile (StreamActor::CopyHere).
 class DmaChannelActor {
  public:
   using Message = DmaMsg;
@@ -118,10 +134,6 @@ class DmaChannelActor {
   void On(AttachChannels&, Ctx& ctx) { ctx.Reply(); }
   Device* device_;
   int index_;
-  TraceTrack* track_ = nullptr;
-  BusyTimeline busy_;
-  std::uint64_t runs_ = 0;
-  std::optional<Fault> fault_;
 };
 
 class DmaEngineActor {
@@ -143,8 +155,7 @@ class DmaEngineActor {
     TraceTrack* track = nullptr;
   };
   Device* device_;
-  std::vector<actors::Address<DmaMsg>> channels_;
-  std::vector<VTime> free_at_;  // when each channel is predicted to be free
+  std::vector<actors::Address<DmaMsg>> channels_;  // routed by Device::dma_routing
   std::map<int, Link> links_;   // by peer device
 };
 

@@ -214,6 +214,134 @@ TEST(Streams, AnInPlaceReadCostsTheCopysTimeAndTheHostReadsTheBytes) {
   EXPECT_FALSE(rt->ReadInPlace(7, host.data(), a, 4).ok());
 }
 
+// ---- copies run by their stream ---------------------------------------------------------------------
+// A stream runs a small copy on a free DMA channel itself (StreamActor::CopyHere) instead of
+// sending it through the engine to the channel's actor; RuntimeOptions::copies_here false sends
+// every copy. Whether that is off for this process (NPUFLOW_COPIES_HERE=0, or the race detector).
+bool CopiesHereOff() {
+  const char* v = std::getenv("NPUFLOW_COPIES_HERE");
+  return (v != nullptr && std::string_view(v) == "0") || RaceDetector::ProcessDefault();
+}
+
+// The same copies both ways give the same bytes, virtual times and counts; a copy past
+// kCopyHereMaxBytes, and a peer-to-peer one, still go through the channels.
+TEST(CopiesHere, GiveTheSameBytesVirtualTimesAndCountsAsThroughTheChannels) {
+  std::vector<VTime> clocks;
+  std::vector<std::uint64_t> bytes;
+  for (bool here : {true, false}) {
+    SCOPED_TRACE(fmt::format("copies here {}", here));
+    auto rt = MakeRuntime({.chips = {"910B", "910B"}, .deterministic = true, .copies_here = here});
+    constexpr std::uint64_t kSmall = 4096, kLarge = kCopyHereMaxBytes + 2 * kSmall;
+    DevicePtr a = rt->Malloc(0, kLarge).value(), b = rt->Malloc(0, kLarge).value(), p = rt->Malloc(1, kSmall).value();
+    Stream s = rt->CreateStream(0).value();
+    std::vector<std::uint8_t> in(kLarge), out(kLarge, 0), back(kSmall, 0);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::uint8_t>(i * 7 + 3);
+    const DeviceStats before = rt->Stats(0).value();
+    const VTime t0 = rt->HostClock();
+    ASSERT_TRUE(rt->MemcpyH2DAsync(s, a, in.data(), kSmall).ok());            // here
+    ASSERT_TRUE(rt->MemcpyD2DAsync(s, b, a, kSmall).ok());                    // here
+    ASSERT_TRUE(rt->MemcpyH2DAsync(s, a + kSmall, in.data() + kSmall, kLarge - kSmall).ok());  // too large
+    ASSERT_TRUE(rt->MemcpyD2HAsync(s, out.data(), b, kSmall).ok());           // here
+    ASSERT_TRUE(rt->MemcpyD2HAsync(s, out.data() + kSmall, a + kSmall, kLarge - kSmall).ok());
+    ASSERT_TRUE(rt->MemcpyPeerAsync(s, 1, p, a, kSmall).ok());                // peer to peer
+    ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+    ASSERT_TRUE(rt->MemcpyD2H(1, back.data(), p, kSmall).ok());
+    clocks.push_back(rt->HostClock() - t0);
+    EXPECT_EQ(out, in);
+    EXPECT_TRUE(std::equal(back.begin(), back.end(), in.begin()));
+    const DeviceStats after = rt->Stats(0).value();
+    EXPECT_EQ(after.tasks_executed - before.tasks_executed, 6u);
+    bytes.push_back(after.dma_copy_bytes - before.dma_copy_bytes);
+    EXPECT_EQ(after.copies_here - before.copies_here, here && !CopiesHereOff() ? 3u : 0u);
+  }
+  EXPECT_EQ(clocks[0], clocks[1]);
+  EXPECT_EQ(bytes[0], bytes[1]);
+}
+
+// A channel's injected fault meets the copy a stream runs on it as it meets one sent to it: a
+// failure names the channel and the task, a hang leaves the stream waiting until it is aborted,
+// a delay lengthens the copy's virtual time; the stream serves again after each.
+TEST(CopiesHere, AChannelsFaultsMeetTheCopiesAStreamRunsOnIt) {
+  auto rt = MakeRuntime({.deterministic = true});
+  const int channels = rt->chip(0).value()->dma_channels;
+  auto fault_all = [&](Fault f) {
+    for (int c = 0; c < channels; ++c) ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kDma, c, f).ok());
+  };
+  DevicePtr a = rt->Malloc(0, 64).value();
+  Stream s = rt->CreateStream(0).value();
+  std::vector<std::uint8_t> in(64, 9), out(64, 0);
+  fault_all(Fault{FaultKind::kFail, 1});
+  ASSERT_TRUE(rt->MemcpyH2DAsync(s, a, in.data(), 64).ok());
+  Status failed = rt->SynchronizeStream(s);
+  EXPECT_EQ(failed.code(), StatusCode::kFailed) << failed;
+  EXPECT_NE(failed.message().find("injected fault on dma"), std::string_view::npos) << failed;
+  EXPECT_NE(failed.message().find("task 0 (memcpy)"), std::string_view::npos) << failed;
+  const Fault harmless{FaultKind::kDelay, 1, 0};  // replaces the faults the other channels still hold
+  fault_all(harmless);
+  ASSERT_TRUE(rt->MemcpyH2DAsync(s, a, in.data(), 64).ok());
+  ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+
+  fault_all(Fault{FaultKind::kHang, 1});
+  ASSERT_TRUE(rt->MemcpyD2HAsync(s, out.data(), a, 64).ok());
+  EXPECT_EQ(rt->SynchronizeStream(s, 30ms).code(), StatusCode::kTimeout);
+  ASSERT_TRUE(rt->AbortStream(s).ok());
+  EXPECT_EQ(rt->SynchronizeStream(s, 5s).code(), StatusCode::kAborted);
+  fault_all(harmless);
+  ASSERT_TRUE(rt->MemcpyD2HAsync(s, out.data(), a, 64).ok());
+  ASSERT_TRUE(rt->SynchronizeStream(s, 5s).ok());
+  EXPECT_EQ(out, in);
+
+  const VTime t0 = rt->HostClock();
+  ASSERT_TRUE(rt->MemcpyH2DAsync(s, a, in.data(), 64).ok());
+  ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+  const VTime plain = rt->HostClock() - t0;
+  fault_all(Fault{FaultKind::kDelay, 1, 1'000'000});
+  const VTime t1 = rt->HostClock();
+  ASSERT_TRUE(rt->MemcpyH2DAsync(s, a, in.data(), 64).ok());
+  ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+  EXPECT_GE(rt->HostClock() - t1, 1'000'000);
+  EXPECT_GT(rt->HostClock() - t1, plain);
+}
+
+// Streams on several host threads copy small buffers through the device and back while another
+// stream's large copies hold the channels: every byte comes back, and some small copies ran on
+// their stream (under ThreadSanitizer this is the check that a channel's state is held by one at a
+// time).
+TEST(CopiesHere, ManyStreamsCopyWhileLargeCopiesHoldTheChannels) {
+  auto rt = MakeRuntime({.workers = 2});
+  constexpr int kStreams = 4, kRounds = 150;
+  constexpr std::uint64_t kSmall = 256, kLarge = 1 << 20;
+  std::atomic<bool> done{false};
+  std::thread large([&] {
+    Stream s = rt->CreateStream(0).value();
+    DevicePtr d = rt->Malloc(0, kLarge).value();
+    std::vector<std::uint8_t> h(kLarge, 1);
+    while (!done.load()) {
+      ASSERT_TRUE(rt->MemcpyH2DAsync(s, d, h.data(), kLarge).ok());
+      ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kStreams; ++k) {
+    threads.emplace_back([&, k] {
+      Stream s = rt->CreateStream(0).value();
+      DevicePtr d = rt->Malloc(0, kSmall).value();
+      std::vector<std::uint8_t> in(kSmall), out(kSmall);
+      for (int r = 0; r < kRounds; ++r) {
+        for (std::size_t i = 0; i < kSmall; ++i) in[i] = static_cast<std::uint8_t>(k * 31 + r * 7 + i);
+        ASSERT_TRUE(rt->MemcpyH2DAsync(s, d, in.data(), kSmall).ok());
+        ASSERT_TRUE(rt->MemcpyD2HAsync(s, out.data(), d, kSmall).ok());
+        ASSERT_TRUE(rt->SynchronizeStream(s).ok());
+        ASSERT_EQ(out, in) << "stream " << k << " round " << r;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  done.store(true);
+  large.join();
+  if (!CopiesHereOff()) EXPECT_GT(rt->Stats(0)->copies_here, 0u);
+}
+
 TEST(Streams, SubmissionsFromManyThreadsAreAppliedInLockOrder) {
   auto rt = MakeRuntime();
   Stream s = rt->CreateStream(0).value();
