@@ -96,6 +96,9 @@ struct alignas(64) DmaChannelState : Hold {
 // Whoever picks holds it for the pick alone.
 struct DmaRouting : Hold {
   std::vector<VTime> free_at;  // by channel
+  // Copies sent to the engine (not peer to peer) that no channel has run yet: a stream runs a copy
+  // itself only when there are none, so copies reach the channels in the order they were started.
+  std::atomic<std::uint64_t> sent{0};
   // The channel free first; a copy `bytes` long at virtual time `at` takes it until `cost` after.
   std::size_t Pick() const {
     std::size_t best = 0;
@@ -144,10 +147,13 @@ class Device {
   UnitGroup aicore_units;
   UnitGroup aicpu_units;
   actors::Address<DmaMsg> dma;
-  DmaRouting dma_routing;                      // sized with dma_channels
-  std::vector<DmaChannelState> dma_channels;  // by channel; made once at the chip's count, never resized
   actors::Address<EventMsg> events;
   RaceDetector* race = nullptr;  // the runtime's race detector; null when it is off
+
+  // The DMA channels' states and the engine's routing: wired at creation (sized to the chip's
+  // channels, never resized), then written by whoever holds them (DmaChannelState, DmaRouting).
+  DmaRouting dma_routing;
+  std::vector<DmaChannelState> dma_channels;
 
   // Streams by id. Written by the host API under mu_, read by stream actors (task updates).
   StatusOr<StreamAddr> stream(StreamId id) const {

@@ -501,6 +501,7 @@ void StreamActor::Advance() {
         break;
       default:
         if (t.kind == TaskKind::kMemcpy) {
+          if (mode_ == Mode::kHost && !syncs_.empty()) AnswerSyncs();  // as before any task it waits for
           const CopiedHere here = CopyHere(t, TaskId(exec_));
           if (here == CopiedHere::kEnded) break;
           if (here == CopiedHere::kWaiting) {
@@ -688,14 +689,17 @@ KernelJob* StreamActor::FreeJob() {
 }
 
 // A small copy (kCopyHereMaxBytes; not peer to peer) runs here, on the channel the engine would
-// route it to, when neither the routing nor that channel is held (else it goes as a message, as
-// before): the same channel's fault, virtual clock and trace, inside the stream's gate. Not with the
-// race detector, which sees each task start through StartTask.
+// route it to, when no copy sent to the engine is still to run and neither the routing nor that
+// channel is held (else it goes as a message, as before): the same channel's fault, virtual clock
+// and trace, inside the stream's gate. Not with the race detector, which sees each task start
+// through StartTask.
 StreamActor::CopiedHere StreamActor::CopyHere(const Task& t, std::uint32_t task_id) {
   if (!device_->copies_here() || t.copy == CopyKind::kPeerToPeer || t.bytes > kCopyHereMaxBytes || device_->race != nullptr)
     return CopiedHere::kNo;
   DmaRouting& routing = device_->dma_routing;
-  if (!routing.TryTake()) return CopiedHere::kNo;
+  // Not ahead of copies sent and not yet run: the channels' clocks take copies in the order the
+  // engine routes them, and a channel's fault meets its nth copy.
+  if (routing.sent.load(std::memory_order_acquire) != 0 || !routing.TryTake()) return CopiedHere::kNo;
   const std::size_t channel = routing.Pick();
   DmaChannelState& state = device_->dma_channels[channel];
   if (!state.TryTake()) {
@@ -732,6 +736,7 @@ StreamActor::CopiedHere StreamActor::CopyHere(const Task& t, std::uint32_t task_
 
 void StreamActor::StartMemcpy(const Task& t, std::uint32_t task_id) {
   state_ = State::kWaiting;
+  if (t.copy != CopyKind::kPeerToPeer) device_->dma_routing.sent.fetch_add(1, std::memory_order_relaxed);
   device_->dma.Send(CopyRequest{t.copy, t.dst_dev, t.src_dev, t.dst_host, t.src_host, t.bytes,
                                 std::string(t.display_name()), t.keep_alive, self_, epoch_, task_id, clock_,
                                 t.data_in_place, t.peer_device, t.peer_memory, &gate_, t.host_window});

@@ -479,6 +479,7 @@ void DmaChannelActor::On(CopyRequest& req, Ctx&) {
   state.Take();  // a stream's own copy may hold it
   CopyEnd done = RunCopy(*device_, state, index_, req, req.name);
   state.Give();
+  device_->dma_routing.sent.fetch_sub(1, std::memory_order_release);  // run (or hung): see CopyHere
   if (done.hung) return;  // never reports: the stream, and whoever waits on it, times out
   req.stream.Send(UnitDone{req.epoch, req.task, done.end, std::move(done.status), done.stopped});
 }

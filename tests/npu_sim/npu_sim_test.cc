@@ -262,7 +262,10 @@ TEST(CopiesHere, GiveTheSameBytesVirtualTimesAndCountsAsThroughTheChannels) {
 // failure names the channel and the task, a hang leaves the stream waiting until it is aborted,
 // a delay lengthens the copy's virtual time; the stream serves again after each.
 TEST(CopiesHere, AChannelsFaultsMeetTheCopiesAStreamRunsOnIt) {
-  auto rt = MakeRuntime({.deterministic = true});
+ std::vector<std::string> seen;
+ for (bool here : {true, false}) {
+  SCOPED_TRACE(fmt::format("copies here {}", here));
+  auto rt = MakeRuntime({.deterministic = true, .copies_here = here});
   const int channels = rt->chip(0).value()->dma_channels;
   auto fault_all = [&](Fault f) {
     for (int c = 0; c < channels; ++c) ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kDma, c, f).ok());
@@ -301,6 +304,79 @@ TEST(CopiesHere, AChannelsFaultsMeetTheCopiesAStreamRunsOnIt) {
   ASSERT_TRUE(rt->SynchronizeStream(s).ok());
   EXPECT_GE(rt->HostClock() - t1, 1'000'000);
   EXPECT_GT(rt->HostClock() - t1, plain);
+  seen.emplace_back(failed.message());
+  seen.push_back(std::to_string(rt->HostClock() - t1));
+  EXPECT_EQ(rt->Stats(0)->copies_here, here && !CopiesHereOff() ? 6u : 0u);  // all but the hung one
+ }
+ EXPECT_EQ(seen[0], seen[2]);  // the same error text
+ EXPECT_EQ(seen[1], seen[3]);  // the same delayed virtual time
+}
+
+// A chip with one DMA channel, written where the test can name it (RuntimeOptions::chips).
+std::string OneChannelChip() {
+  const std::string path = testing::TempDir() + "/npuflow_one_dma_channel.json";
+  const char* spec = R"({"name":"one-dma","aicore_count":2,"aicpu_count":1,"hbm_capacity_bytes":16777216,
+    "hbm_bandwidth_gbps":100,"h2d_bandwidth_gbps":10,"d2h_bandwidth_gbps":10,"d2d_bandwidth_gbps":50,
+    "dma_latency_ns":100,"dma_channels":1,"host_launch_latency_ns":100,"event_record_latency_ns":10,
+    "event_wait_latency_ns":10,"nop_latency_ns":1,"kernel_launch_overhead_ns":10,"aicpu_launch_overhead_ns":10,
+    "task_update_latency_ns":50,"aicore_gflops":10,"aicpu_gflops":1,"prefetch_num":4,"max_streams":8,
+    "max_events":8,"features":{"task_update":true}})";
+  FILE* f = std::fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr) << path;
+  if (f != nullptr) {
+    std::fputs(spec, f);
+    std::fclose(f);
+  }
+  return path;
+}
+
+// A stream does not run a copy ahead of one another stream sent before it (found in review): on
+// one channel, A's 1 MiB copy is sent, then B's 4 KiB copy starts; both ways B's ends after A's, at
+// the same virtual times. And a Synchronize of the tasks before a copy is answered before the
+// copy runs, as when the copy is sent (also found in review): with the channel hung, it is still
+// answered.
+TEST(CopiesHere, NeverGoAheadOfCopiesSentBeforeThemNorOfSynchronizesBeforeThem) {
+  const std::string chip = OneChannelChip();
+  std::vector<std::pair<VTime, VTime>> ends;
+  std::vector<VTime> synced;
+  for (bool here : {false, true}) {
+    SCOPED_TRACE(fmt::format("copies here {}", here));
+    auto rt = MakeRuntime({.chips = {chip}, .deterministic = true, .copies_here = here});
+    DevicePtr a = rt->Malloc(0, 1 << 20).value(), b = rt->Malloc(0, 4096).value();
+    Stream sa = rt->CreateStream(0).value(), sb = rt->CreateStream(0).value(), sc = rt->CreateStream(0).value();
+    std::vector<std::uint8_t> big(1 << 20, 1), small(4096, 2);
+    Event go = rt->CreateEvent(0).value(), sent = rt->CreateEvent(0).value();
+    ASSERT_TRUE(rt->StreamWaitEvent(sa, go).ok());
+    ASSERT_TRUE(rt->RecordEvent(sent, sa).ok());
+    ASSERT_TRUE(rt->MemcpyH2DAsync(sa, a, big.data(), big.size()).ok());
+    ASSERT_TRUE(rt->StreamWaitEvent(sb, sent).ok());
+    ASSERT_TRUE(rt->MemcpyH2DAsync(sb, b, small.data(), small.size()).ok());
+    ASSERT_TRUE(rt->RecordEvent(go, sc).ok());
+    auto fa = rt->SynchronizeStreamAsync(sa);
+    auto fb = rt->SynchronizeStreamAsync(sb);
+    auto ra = fa.GetFor(10s);
+    auto rb = fb.GetFor(10s);
+    ASSERT_TRUE(ra.ok() && rb.ok());
+    EXPECT_GT(*rb, *ra);
+    ends.emplace_back(*ra, *rb);
+
+    // [wait, copy]: a Synchronize of the wait alone, the copy's channel hung.
+    ASSERT_TRUE(rt->InjectFault(0, FaultTarget::kDma, 0, Fault{FaultKind::kHang, 1}).ok());
+    Stream s = rt->CreateStream(0).value();
+    Event e = rt->CreateEvent(0).value();
+    ASSERT_TRUE(rt->StreamWaitEvent(s, e).ok());
+    ASSERT_TRUE(rt->MemcpyH2DAsync(s, b, small.data(), small.size()).ok());
+    auto wait_done = rt->SynchronizeSubmissionAsync(s, 0, 1);
+    ASSERT_TRUE(rt->RecordEvent(e, sc).ok());
+    auto w = wait_done.GetFor(5s);  // not answered at all before the fix: the copy hung
+    ASSERT_TRUE(w.ok()) << w.status();
+    synced.push_back(*w);
+    EXPECT_EQ(rt->SynchronizeStream(s, 30ms).code(), StatusCode::kTimeout);
+    ASSERT_TRUE(rt->AbortStream(s).ok());
+    (void)rt->SynchronizeStream(s, 5s);
+  }
+  EXPECT_EQ(ends[0], ends[1]);
+  EXPECT_EQ(synced[0], synced[1]);
 }
 
 // Streams on several host threads copy small buffers through the device and back while another
