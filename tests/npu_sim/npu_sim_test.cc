@@ -312,19 +312,21 @@ TEST(CopiesHere, AChannelsFaultsMeetTheCopiesAStreamRunsOnIt) {
  EXPECT_EQ(seen[1], seen[3]);  // the same delayed virtual time
 }
 
-// A chip with one DMA channel, written where the test can name it (RuntimeOptions::chips).
-std::string OneChannelChip() {
-  const std::string path = testing::TempDir() + "/npuflow_one_dma_channel.json";
-  const char* spec = R"({"name":"one-dma","aicore_count":2,"aicpu_count":1,"hbm_capacity_bytes":16777216,
+// A small chip with one DMA channel, written where a test can name it (RuntimeOptions::chips).
+std::string WriteTinyChip(const std::string& file, int max_streams, int max_events) {
+  const std::string path = testing::TempDir() + "/" + file;
+  const std::string spec = fmt::format(
+      R"({{"name":"tiny","aicore_count":2,"aicpu_count":1,"hbm_capacity_bytes":16777216,
     "hbm_bandwidth_gbps":100,"h2d_bandwidth_gbps":10,"d2h_bandwidth_gbps":10,"d2d_bandwidth_gbps":50,
     "dma_latency_ns":100,"dma_channels":1,"host_launch_latency_ns":100,"event_record_latency_ns":10,
     "event_wait_latency_ns":10,"nop_latency_ns":1,"kernel_launch_overhead_ns":10,"aicpu_launch_overhead_ns":10,
-    "task_update_latency_ns":50,"aicore_gflops":10,"aicpu_gflops":1,"prefetch_num":4,"max_streams":8,
-    "max_events":8,"features":{"task_update":true}})";
+    "task_update_latency_ns":50,"aicore_gflops":10,"aicpu_gflops":1,"prefetch_num":4,"max_streams":{},
+    "max_events":{},"features":{{"task_update":true}}}})",
+      max_streams, max_events);
   FILE* f = std::fopen(path.c_str(), "w");
   EXPECT_NE(f, nullptr) << path;
   if (f != nullptr) {
-    std::fputs(spec, f);
+    std::fputs(spec.c_str(), f);
     std::fclose(f);
   }
   return path;
@@ -336,7 +338,7 @@ std::string OneChannelChip() {
 // copy runs, as when the copy is sent (also found in review): with the channel hung, it is still
 // answered.
 TEST(CopiesHere, NeverGoAheadOfCopiesSentBeforeThemNorOfSynchronizesBeforeThem) {
-  const std::string chip = OneChannelChip();
+  const std::string chip = WriteTinyChip("npuflow_one_dma_channel.json", 8, 8);
   std::vector<std::pair<VTime, VTime>> ends;
   std::vector<VTime> synced;
   for (bool here : {false, true}) {
@@ -1362,19 +1364,7 @@ TEST(DeviceModel, EndOfSequenceIsItsOwnStatus) {
 }
 
 TEST(DeviceModel, DestroyReleasesStreamsAndStreamAndEventLimitsHold) {
-  const std::string path = testing::TempDir() + "/tiny_chip.json";
-  {
-    std::string spec = R"({"name":"tiny","aicore_count":2,"aicpu_count":1,"hbm_capacity_bytes":16777216,
-      "hbm_bandwidth_gbps":100,"h2d_bandwidth_gbps":10,"d2h_bandwidth_gbps":10,"d2d_bandwidth_gbps":50,
-      "dma_latency_ns":100,"dma_channels":1,"host_launch_latency_ns":100,"event_record_latency_ns":10,
-      "event_wait_latency_ns":10,"nop_latency_ns":1,"kernel_launch_overhead_ns":10,"aicpu_launch_overhead_ns":10,
-      "task_update_latency_ns":50,"aicore_gflops":10,"aicpu_gflops":1,"prefetch_num":4,"max_streams":4,
-      "max_events":2,"features":{"task_update":true}})";
-    FILE* f = std::fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs(spec.c_str(), f);
-    std::fclose(f);
-  }
+  const std::string path = WriteTinyChip("tiny_chip.json", 4, 2);
   auto rt = MakeRuntime({.chips = {path}});
   Model m = rt->CreateModel(0).value();
   std::vector<Stream> streams;
