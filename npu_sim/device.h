@@ -50,15 +50,6 @@ struct DeviceStats {
   std::size_t events = 0;
 };
 
-// One AICore or AICPU unit's own state: its virtual clock, trace track and injected fault. The
-// unit's actor runs the parts sent to it on it; the first unit of a kernel's group also runs the
-// group's other parts on their units' states while those are free (SendKernelParts, units.h).
-// Whoever runs a part holds `taken`; the holder touches nothing else of another unit's and holds
-// one state at a time, so a unit's own actor waits at most one part for its state.
-//
-// What a part reads comes first and fills one cache line (`fault_at` stands for the fault until it
-// is due), and the group's states are one array: a run of parts finds them cold after the parts'
-// weights went through the caches, and its first unit prefetches them all at once.
 // Held by whoever works on the state it guards, one at a time; a holder never waits for anything
 // while it holds it, so Take waits at most one piece of work.
 struct Hold {
@@ -70,6 +61,15 @@ struct Hold {
   void Give() { taken.store(false, std::memory_order_release); }
 };
 
+// One AICore or AICPU unit's own state: its virtual clock, trace track and injected fault. The
+// unit's actor runs the parts sent to it on it; the first unit of a kernel's group also runs the
+// group's other parts on their units' states while those are free (SendKernelParts, units.h).
+// Whoever runs a part holds `taken`; the holder touches nothing else of another unit's and holds
+// one state at a time, so a unit's own actor waits at most one part for its state.
+//
+// What a part reads comes first and fills one cache line (`fault_at` stands for the fault until it
+// is due), and the group's states are one array: a run of parts finds them cold after the parts'
+// weights went through the caches, and its first unit prefetches them all at once.
 struct alignas(64) UnitState : Hold {
   std::uint64_t runs = 0;      // parts run since the fault was set
   std::uint64_t fault_at = 0;  // `fault->nth` (0: none): the part that meets the fault

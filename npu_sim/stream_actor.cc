@@ -592,8 +592,9 @@ void StreamActor::StartKernel(const Task& t, std::uint32_t index, std::uint32_t 
 // before it), and the run fetches what the stream would have fetched by its last kernel's start: an
 // update to any of those is a detected race, as it would be when it came after that start (an
 // update that no event orders before a fetch may land after it). A run is at most kMaxKernelRun
-// kernels (a job each, free again as each ends), and stops at anything else (an event wait among them), so a tiling-sink kernel, behind its wait and
-// its prefetch_num NOPs, is fetched when the stream reaches the wait, as before. Only in an
+// kernels (a job each, free again as each ends), and stops at anything else (an event wait among
+// them), so a tiling-sink kernel, behind its wait and its prefetch_num NOPs, is fetched when the
+// stream reaches the wait, as before. Only in an
 // untraced model stream with no fault set and no race detector (which look at each task as it
 // starts).
 void StreamActor::StartKernelRun(KernelJob* first, std::size_t index) {
